@@ -135,7 +135,7 @@ def test_train_save_load_roundtrip_with_metadata(tuned_db, dataset, model_dir):
     loaded = learned.load("cpu")
     np.testing.assert_array_equal(loaded.predict(dataset.queries()), model.predict(dataset.queries()))
     assert loaded.metadata_["name"] == "cpu" and "learned model 'cpu'" in loaded.describe()
-    assert learned.load("H100") is None
+    assert learned.load("V100") is None  # no model for that class anywhere
     with pytest.raises(learned.ModelLoadError, match="device class 'cpu', not 'H100'"):
         learned.load_file(path, device_class="H100")
 
@@ -308,3 +308,13 @@ def test_save_refuses_bad_names(dataset, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         learned.save(model, "ok-name_1.2", device_class="cpu", dir=tmp_path)
+
+
+def test_shipped_h100_model_loads_and_checks_out():
+    """The default model shipped in the package: its file hash matches, and it predicts finite times."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a scikit-learn version other than the one it was saved with
+        model = learned.load_file(learned.PACKAGE_DIR / "h100.joblib", device_class="H100")
+    assert model.metadata_["device_class"] == "H100" and model.n_samples_ >= 400
+    assert {"spmv.csr_vector", "tsgemm.tsm2", "spgemm.hash"} <= set(model.kernels_)

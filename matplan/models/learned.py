@@ -290,6 +290,16 @@ class LearnedCostModel(BaseEstimator):
             min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
             early_stopping=False, random_state=self.random_state)
 
+    def _fit_regressor(self, Z, t):
+        """One regressor on (Z, t). A column with no value in Z (a feature of a kernel family absent from
+        this fold) is set to 0 for the fit: scikit-learn's binning fails on an all-NaN column, and a constant
+        column is never split on, so predictions are the same."""
+        empty = np.all(np.isnan(Z), axis=0)
+        if empty.any():
+            Z = Z.copy()
+            Z[:, empty] = 0.0
+        return self._regressor().fit(Z, t)
+
     def _targets(self, Z, y):
         t = _log_floor(y)
         if self.kind == "combined":
@@ -317,7 +327,7 @@ class LearnedCostModel(BaseEstimator):
         Z = self.schema_.transform(X)
         T = self._targets(Z, y)
         self.validation_ = self._validate(Z, T, groups)
-        self.models_ = [self._regressor().fit(Z, T[:, j]) for j in range(2)]
+        self.models_ = [self._fit_regressor(Z, T[:, j]) for j in range(2)]
         check = np.linspace(0, len(Z) - 1, min(len(Z), 32)).astype(int)
         self.check_X_ = Z[check]
         self.check_y_ = np.column_stack([m.predict(self.check_X_) for m in self.models_])
@@ -344,7 +354,7 @@ class LearnedCostModel(BaseEstimator):
         for train, test in splits:
             folds += 1
             for j in range(2):
-                oof[test, j] = self._regressor().fit(Z[train], T[train, j]).predict(Z[test])
+                oof[test, j] = self._fit_regressor(Z[train], T[train, j]).predict(Z[test])
         err = np.abs(oof - T)
         return {"method": how, "folds": folds,
                 "run_median_factor": float(np.exp(np.median(err[:, 0]))),
