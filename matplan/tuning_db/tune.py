@@ -45,7 +45,9 @@ REPEATS = {"gpu": (20, 3), "cpu": (5, 1)}
 MIN_REPEATS = 3
 #: Seconds of run-time measurement per candidate before the repeats stop early.
 BUDGET_S = 2.0
-PREPARE_REPEATS = 3
+#: Timed repeats of prepare (median kept; stops early past the budget). Cheap prepares (~50 us of
+#: host work) jitter by 2x between calls; 3 repeats left the H100 report's worst regrets to that noise.
+PREPARE_REPEATS = 11
 #: Length limit of a stored error message.
 ERROR_CHARS = 4000
 
