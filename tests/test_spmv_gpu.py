@@ -146,3 +146,42 @@ def test_planner_on_gpu(cp, rng):
     X = rng.standard_normal((20_000, 7))
     pl = plan(Ag, cp.asarray(X), reuse=10)
     np.testing.assert_allclose(cp.asnumpy(pl.run(Ag, cp.asarray(X))), A @ X, rtol=1e-10, atol=1e-10)
+
+
+def test_int64_indices_past_2_31_nonzeros(cp, rng):
+    """A CSR with 2^31 + 2^20 nonzeros (int64 indptr/indices, ~26 GB): CSR kernels stay exact.
+
+    Row r holds columns (r*L .. r*L+L-1) mod n with n a multiple of L, so y[r] is a difference of
+    a float64 prefix sum of x: an exact reference without a second 2^31-entry product.
+    """
+    L, n = 1024, 1 << 22
+    nnz = (1 << 31) + (1 << 20)
+    m = nnz // L
+    free = cp.cuda.runtime.memGetInfo()[0]
+    if free < 40e9:
+        pytest.skip(f"needs ~40 GB of free GPU memory, {free / 1e9:.0f} GB free")
+    indptr = cp.arange(m + 1, dtype=cp.int64) * L
+    indices = cp.arange(nnz, dtype=cp.int64)
+    indices %= n
+    data = cp.ones(nnz, dtype=cp.float32)
+    A = types.SimpleNamespace(indptr=indptr, indices=indices, data=data, shape=(m, n))
+    x = cp.asarray(rng.random(n).astype(np.float32))
+    csum = cp.concatenate([cp.zeros(1), cp.cumsum(x.astype(cp.float64))])
+    start = (cp.arange(m, dtype=cp.int64) * L) % n
+    ref = csum[start + L] - csum[start]
+    for name, params in [("spmv.csr_vector", {"W": 32}), ("spmv.csr_scalar", {})]:
+        kernel = get(name)
+        y = kernel.run(kernel.prepare(A, params), x, out=cp.full(m, np.nan, dtype=cp.float32))
+        err = float(cp.abs(y.astype(cp.float64) - ref).max())
+        assert not bool(cp.isnan(y).any()), f"{name}: unwritten rows"
+        assert err <= 1e-4 * L, f"{name}: max error {err:.3g} on {nnz:,} nonzeros"
+        del y
+    import cupyx.scipy.sparse as csp
+    Ac = csp.csr_matrix((data, indices, indptr), shape=(m, n))   # CuPy >= 14.1 keeps int64 indices
+    if Ac.indptr.dtype == cp.int64:                               # the planner's path, end to end
+        pl = plan(Ac, x)
+        y = pl.run(Ac, x)
+        err = float(cp.abs(y.astype(cp.float64) - ref).max())
+        assert err <= 1e-4 * L, f"plan ({pl.kernel}): max error {err:.3g}"
+    del A, Ac, indices, data, indptr
+    cp.get_default_memory_pool().free_all_blocks()
