@@ -20,6 +20,7 @@ stopped: candidates recorded for this device and matplan version are skipped.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import sys
@@ -333,6 +334,7 @@ class UnitResult:
     error: str = ""                      # the unit itself could not be built
     seconds: float = 0.0
     context_lost: bool = False           # a candidate left the device unusable; the rest did not run
+    worker: str = ""                     # where it ran: host, process id and GPU
 
 
 class DeviceContextLost(RuntimeError):
@@ -397,7 +399,9 @@ def run_unit(unit: WorkUnit, done: dict, settings: TuneSettings, gpu_pool=None) 
     gpu = gpu_pool.get()
     try:
         with cupy_module().cuda.Device(gpu):
-            return _run_unit(unit, done, settings)
+            res = _run_unit(unit, done, settings)
+        res.worker += f" GPU {gpu}"
+        return res
     finally:
         gpu_pool.put(gpu)
 
@@ -419,7 +423,8 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
     from ..validation import normalize
     from . import identity
     t0 = time.perf_counter()
-    res = UnitResult(unit, device=identity.device_record(s.backend))
+    res = UnitResult(unit, device=identity.device_record(s.backend),
+                     worker=f"{socket.gethostname()} pid {os.getpid()}")
     cp = cupy_module() if s.backend == "gpu" else None
     try:
         A, B = unit.build()
@@ -493,11 +498,14 @@ class TuneSummary:
     unit_errors: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     restarts: int = 0
+    workers: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def __str__(self):
         s = (f"tuned {self.units} problems in {self.seconds:.1f} s on {', '.join(sorted(self.device_classes)) or '-'}: "
              f"{self.timed} candidates timed ({self.failed} failed, {self.mismatched} did not match the "
              f"reference), {self.skipped} already recorded; database {self.db}")
+        if len(self.workers) > 1:
+            s += "\nproblems per worker: " + ", ".join(f"{w}: {n}" for w, n in sorted(self.workers.items()))
         if self.restarts:
             s += f"\n{self.restarts} worker processes were replaced after a device was left unusable"
         if self.unit_errors:
@@ -601,6 +609,7 @@ def _record(store, res, summary, bar):
     summary.device_classes.add(res.device.device_class)
     store.put(res.device, res.problem, res.timings)
     summary.units += not res.context_lost
+    summary.workers[res.worker] += 1
     summary.timed += len(res.timings)
     summary.failed += sum(t.status == "failed" for t in res.timings)
     summary.mismatched += sum(t.matched is False for t in res.timings)
