@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from matplan import corpus, plan as make_plan  # noqa: E402
+from matplan._timing import cuda_median_s  # noqa: E402
 from matplan.kernels import get  # noqa: E402
 from matplan.models import device as device_mod, traffic  # noqa: E402
 
@@ -41,17 +42,7 @@ QUICK_FAMILIES = ("poisson3d", "rmat", "skewed")
 
 def cuda_time(cp, fn, reps, warmup=3):
     """Median seconds of ``fn()`` over ``reps`` runs, each bracketed by CUDA events."""
-    for _ in range(warmup):
-        fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return float(np.median(times))
+    return cuda_median_s(fn, reps, warmup)
 
 
 def sync_time(cp, fn):

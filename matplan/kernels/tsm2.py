@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from .._timing import cuda_median_s
 from .._xp import cupy_module
 from . import _cuda
 from .base import Cost, Kernel, Prepared
@@ -271,20 +272,8 @@ def t1_key(device_name: str, dtype, layout: str, k: int, n: int) -> tuple:
 
 
 def time_kernel(fn, repeats: int = TIMING_REPEATS, warmup: int = 2) -> float:
-    """Median seconds of ``fn()`` on the current stream, by CUDA events, after ``warmup`` calls."""
-    cp = cupy_module()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    times.sort()
-    return times[len(times) // 2]
+    """Median seconds of ``fn()`` by CUDA events (the t1 search's timer)."""
+    return cuda_median_s(fn, repeats, warmup)
 
 
 def t3_candidates(layout: str, dtype, t2: int, t3: int) -> list[int]:

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import time
 
+from .._timing import cuda_median_s
 from .._xp import cupy_module
 
 
@@ -95,17 +96,10 @@ def measure_copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10) -> float:
         raise RuntimeError("measure_copy_bandwidth needs CuPy and a GPU")
     src = cp.random.random(nbytes // 8)
     dst = cp.empty_like(src)
-    times = []
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for i in range(repeats + 2):
-        start.record()
+
+    def copy():
         dst[...] = src
-        stop.record()
-        stop.synchronize()
-        if i >= 2:
-            times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    times.sort()
-    return 2 * src.nbytes / times[len(times) // 2]
+    return 2 * src.nbytes / cuda_median_s(copy, repeats, warmup=2)
 
 
 @functools.lru_cache(maxsize=None)
