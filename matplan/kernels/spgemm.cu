@@ -20,6 +20,10 @@
 //
 // Several rows can share a block (RPB rows, TPR = blockDim.x / RPB threads each); the table size
 // S (a power of two) and RPB are launch arguments, shared memory is dynamic.
+//
+// Row panels: the numeric kernels write row `row` of C at Cp[row] - c_base, so a launch over the
+// rows of one panel [r0, r1) fills that panel's own Cj/Cx (c_base = Cp[r0]) while row ids, A's
+// indptr and csum stay global; c_base = 0 writes the whole C.
 // Compiles with NVRTC (CuPy RawModule) and with plain nvcc -c (no host headers).
 
 #define EMPTY_KEY 0x7fffffff
@@ -98,7 +102,7 @@ __global__ void numeric_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
-        const int S, const int rpb, const long long* __restrict__ Cp,
+        const int S, const int rpb, const long long* __restrict__ Cp, const long long c_base,
         int* __restrict__ Cj, T* __restrict__ Cx, const int sort) {
     __shared__ int counts[MAX_RPB];
     const int tpr = blockDim.x / rpb;
@@ -141,12 +145,12 @@ __global__ void numeric_shared(
             }
         }
         if (row >= 0) {
-            const long long base = Cp[row];
+            const long long base = Cp[row] - c_base;
             const int c = (int)(Cp[row + 1] - base);
             for (int i = lane; i < c; i += tpr) { Cj[base + i] = keys[i]; Cx[base + i] = vals[i]; }
         }
     } else if (row >= 0) {
-        const long long base = Cp[row];
+        const long long base = Cp[row] - c_base;
         for (int i = lane; i < S; i += tpr) {
             const int k = keys[i];
             if (k != EMPTY_KEY) {
@@ -237,7 +241,8 @@ __global__ void numeric_global(
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         int* __restrict__ marks, T* __restrict__ acc, const long long ncols,
-        const long long* __restrict__ Cp, int* __restrict__ Cj, T* __restrict__ Cx) {
+        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
+        T* __restrict__ Cx) {
     __shared__ int warp_sums[33];
     int* mark = marks + (long long)blockIdx.x * ncols;
     T* a = acc + (long long)blockIdx.x * ncols;
@@ -253,7 +258,7 @@ __global__ void numeric_global(
             atomicAdd(&a[k], Ax[nz] * Bx[b]);
         }
         __syncthreads();
-        long long out = Cp[row];
+        long long out = Cp[row] - c_base;
         for (long long c0 = 0; c0 < ncols; c0 += blockDim.x) {
             const long long c = c0 + threadIdx.x;
             const bool flag = c < ncols && mark[c] == stamp;
@@ -267,10 +272,12 @@ __global__ void numeric_global(
 }
 
 template __global__ void numeric_shared<float>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, int*, float*, int);
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
 template __global__ void numeric_shared<double>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, int*, double*, int);
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
 template __global__ void numeric_global<float>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int*, float*, long long, const long long*, int*, float*);
+        const float*, const long long*, const int*, int, int*, float*, long long, const long long*, long long, int*,
+        float*);
 template __global__ void numeric_global<double>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int*, double*, long long, const long long*, int*, double*);
+        const double*, const long long*, const int*, int, int*, double*, long long, const long long*, long long, int*,
+        double*);

@@ -26,12 +26,36 @@ pass, as the paper does.
 Semantics: duplicated and unsorted input indices are summed like SciPy. Products that cancel to
 an exact zero stay stored as explicit zeros (C's pattern is the symbolic product's, as cuSPARSE
 gives); SciPy's ``A @ B`` drops them. ``drop_zeros=True`` removes them to match SciPy's storage.
-C's nnz must stay below 2^31 (cupyx CSR has int32 indptr); product counts of any size are fine.
+Product counts of any size are fine (int64 offsets). A and B are read with int32 indices: int64
+index arrays that fit are copied to int32; a matrix with nnz or a dimension past 2^31 - 1 is
+refused (ValueError naming it).
+
+Output forms and row panels. After the symbolic pass C's exact row offsets (int64) are known, so
+its rows can be cut into contiguous panels (``panel_bounds``, pure NumPy) that each hold fewer than
+2^31 nonzeros (a cupyx CSR has int32 indptr) and fit a device-memory budget; the numeric pass then
+runs per panel, on that panel's rows only, writing the panel's own CSR (offsets from 0). The
+symbolic pass is not repeated.
+
+* ``spgemm(A, B)`` (out='device', the default): one cupyx CSR on the GPU, as before. When C has
+  more than 2^31 - 1 nonzeros (OverflowError) or needs more than OUTPUT_MEM_FRACTION of the free
+  device memory (MemoryError) it refuses before the numeric pass, naming the two forms below.
+* ``spgemm(A, B, out='host')``: a SciPy CSR in host memory (int64 indices and indptr past 2^31 - 1
+  nonzeros), filled panel by panel (each copied down and freed). Refused (MemoryError naming the
+  size) when it would take more than HOST_MEM_FRACTION of the host's available memory.
+* ``spgemm_panels(A, B)``: an iterator of ``(row_start, row_stop, panel)``, each panel a cupyx CSR
+  of C[row_start:row_stop], built when reached: streams a C that fits nowhere whole.
+
+Panels are at most 2^31 - 1 nonzeros and PANEL_MEM_FRACTION of the free device memory measured
+after the symbolic pass; ``max_panel_nnz`` / ``max_panel_bytes`` set smaller limits (tests use
+them to force many panels). The planner's explanation of ``spgemm.hash`` names the predicted
+panel count when products / pi passes either limit.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
 import time
 
 import numpy as np
@@ -209,9 +233,15 @@ def _product_offsets(A, B):
     return csum, row_ct
 
 
+def _free_device_bytes() -> int:
+    """Bytes the current device can still hand out: the driver's free memory plus CuPy's pool cache."""
+    cp = cupy_module()
+    return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
+
+
 def _global_blocks(nrows, slab_bytes, what):
     cp = cupy_module()
-    free = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
+    free = _free_device_bytes()
     sms = _device_limits(cp.cuda.Device().id)[1]
     fit = int(free * GLOBAL_MEM_FRACTION) // slab_bytes
     if fit < 1:
@@ -235,21 +265,138 @@ def check_operands(A, B):
         raise ValueError(f"A and B do not conform: A is {A.shape[0]}x{A.shape[1]}, B has {B.shape[0]} rows")
 
 
-def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
-           grouping: str = "auto", info: dict | None = None):
-    """C = A @ B with the RBSparse hash kernels (see the module docstring).
+def int32_operand(name: str, M):
+    """M with int32 indices and indptr, which the kernels read (``int*``).
 
-    sort: write each row sorted by column (SciPy's canonical order); False skips the sort.
-    smem_limit: shared-memory bytes per block the tables may use (default: the device's opt-in max).
-    drop_zeros: remove entries that cancelled to exactly zero (SciPy's storage).
-    grouping: 'auto' (the balanced rule decides), 'balanced' (one table size) or 'grouped'.
-    info: a dict to fill with what was done (groups, global rows, nnz, products).
+    CuPy >= 14.1 keeps int64 indices where a matrix was built with them; those that fit are copied
+    to int32 here. A matrix past the int32 range (nnz or a dimension above 2^31 - 1) is refused:
+    the hash kernels index A, B and C's columns with 32-bit integers.
     """
+    import cupyx.scipy.sparse as csp
+    too_big = [f"{what} {v:,}" for what, v in (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
+               if v > INT32_MAX]
+    if too_big:
+        raise ValueError(f"{name}: {', '.join(too_big)} past 2^31 - 1 = {INT32_MAX:,}; spgemm.hash indexes "
+                         f"A, B and C's columns with int32 (split {name} into blocks of fewer nonzeros)")
+    for what in ("indices", "indptr"):
+        dt = np.dtype(getattr(M, what).dtype)
+        if dt.kind not in "iu":
+            raise TypeError(f"{name}.{what}: expected an integer array, got {dt}")
+    if M.indices.dtype == np.int32 and M.indptr.dtype == np.int32:
+        return M
+    return csp.csr_matrix((M.data, M.indices.astype(np.int32), M.indptr.astype(np.int32)), shape=M.shape)
+
+
+# ----------------------------------------------------------------------------- row panels (NumPy)
+#: Bytes of a panel per nonzero of C beyond its value: the int32 column index.
+PANEL_INDEX_BYTES = 4
+#: Device bytes a panel needs per row: its int32 indptr, the int64 offsets it is cut from, and the
+#: row grouping of the numeric pass (table index, order, bucket keys).
+PANEL_ROW_BYTES = 32
+#: Fraction of the free device memory (after the symbolic pass) one panel may take when C is split
+#: (out='host', spgemm_panels): a generator's caller may still hold the previous panel while the
+#: next is built, and the global-memory path takes its slabs from what is left.
+PANEL_MEM_FRACTION = 0.3
+#: Fraction of the free device memory the single output of spgemm(out='device') may take.
+OUTPUT_MEM_FRACTION = 0.9
+#: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
+HOST_MEM_FRACTION = 0.8
+
+
+def panel_bytes(nnz, rows, itemsize: int):
+    """Device bytes of a panel of ``rows`` rows and ``nnz`` nonzeros of C (output and row workspace)."""
+    return nnz * (PANEL_INDEX_BYTES + itemsize) + rows * PANEL_ROW_BYTES
+
+
+def panel_bounds(indptr, max_nnz: int, max_bytes: int | None = None, itemsize: int = 8) -> np.ndarray:
+    """Row boundaries [0, b1, ..., m] of contiguous panels of C, given C's int64 ``indptr``.
+
+    Greedy from the top: each panel takes as many rows as fit both limits, nnz <= ``max_nnz`` and
+    panel_bytes(nnz, rows, itemsize) <= ``max_bytes`` (None: no byte limit), so the panels are as
+    few as these limits allow. Empty rows cost PANEL_ROW_BYTES each (a byte limit can cut a run of
+    empty rows). A single row past a limit raises ValueError naming the row. NumPy only.
+    """
+    indptr = np.asarray(indptr, dtype=np.int64)
+    if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+        raise ValueError("indptr: expected a 1-D non-decreasing array starting at 0 (C's row offsets)")
+    if isinstance(max_nnz, bool) or int(max_nnz) < 1:
+        raise ValueError(f"max_nnz: expected a positive number of nonzeros, got {max_nnz!r}")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or int(max_bytes) < 1):
+        raise ValueError(f"max_bytes: expected a positive number of bytes, got {max_bytes!r}")
+    m = indptr.size - 1
+    cost = panel_bytes(indptr, np.arange(m + 1, dtype=np.int64), itemsize)  # cumulative, increasing
+    bounds = [0]
+    while bounds[-1] < m:
+        r = bounds[-1]
+        stop = int(np.searchsorted(indptr, indptr[r] + int(max_nnz), side="right")) - 1
+        if max_bytes is not None:
+            stop = min(stop, int(np.searchsorted(cost, cost[r] + int(max_bytes), side="right")) - 1)
+        if stop <= r:
+            nnz = int(indptr[r + 1] - indptr[r])
+            raise ValueError(f"row {r} of C alone has {nnz:,} nonzeros ({int(panel_bytes(nnz, 1, itemsize)):,} "
+                             f"bytes as a panel), past the panel limit of {int(max_nnz):,} nonzeros"
+                             + (f" / {int(max_bytes):,} bytes" if max_bytes is not None else ""))
+        bounds.append(min(stop, m))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def host_available_bytes() -> int:
+    """Memory the host can still give: MemAvailable from /proc/meminfo, else free pages (os.sysconf)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _positive_limit(name, value, upper=None):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if upper is not None and value > upper:
+        raise ValueError(f"{name}: {value:,} is past {upper:,} (2^31 - 1: a panel is a cupyx CSR "
+                         f"with int32 indptr)")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------- the passes
+@dataclasses.dataclass
+class _Symbolic:
+    """What the analysis and symbolic passes leave for the numeric pass of any row range."""
+    A: object
+    B: object
+    dtype: np.dtype
+    sort: bool
+    smem_limit: int
+    num_ladder: tuple
+    csum: object = None        # int64, nnz(A) + 1 (GPU)
+    Cp: object = None          # int64, m + 1: C's exact row offsets (GPU)
+    num_idx: object = None     # numeric table index per row, balanced rule applied (GPU)
+    whole: tuple = None        # (order, host counts) of num_idx over all rows: the one-panel case
+    nnz_c: int = 0
+    info: dict = dataclasses.field(default_factory=dict)
+    host_ms: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def shape(self):
+        return self.A.shape[0], self.B.shape[1]
+
+    @property
+    def empty(self):
+        return self.Cp is None
+
+
+def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
+    """Checks, analysis (step 1), symbolic pass (2) and scan (3): C's exact int64 row offsets."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("spgemm.hash needs CuPy and an NVIDIA GPU")
-    import cupyx.scipy.sparse as csp
     check_operands(A, B)
+    A, B = int32_operand("A", A), int32_operand("B", B)
     if grouping not in ("auto", "balanced", "grouped"):
         raise ValueError(f"grouping: expected 'auto', 'balanced' or 'grouped', got {grouping!r}")
     dtype = np.dtype(A.dtype)
@@ -259,13 +406,12 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     elif isinstance(smem_limit, bool) or not isinstance(smem_limit, (int, np.integer)) or smem_limit <= 0:
         raise ValueError(f"smem_limit: expected a positive number of bytes, got {smem_limit!r}")
     sym_ladder = table_ladder(smem_limit, KEY_BYTES)
-    num_slot = KEY_BYTES + dtype.itemsize
-    num_ladder = table_ladder(smem_limit, num_slot)
-    info = info if info is not None else {}
+    num_ladder = table_ladder(smem_limit, KEY_BYTES + dtype.itemsize)
+    s = _Symbolic(A, B, dtype, bool(sort), int(smem_limit), num_ladder, info=info)
 
     if m == 0 or k == 0 or A.nnz == 0 or B.nnz == 0:
         info.update(products=0, nnz_c=0, balanced=True, global_rows_symbolic=0, global_rows_numeric=0)
-        return csp.csr_matrix((m, k), dtype=dtype)
+        return s
 
     clock = [time.perf_counter()]  # host time at phase ends (includes the two host transfers)
 
@@ -286,7 +432,8 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     sym_counts = host[6:].astype(np.int64)
     info.update(products=int(products), rowct_max=int(row_ct_max),
                 rowct_var_over_mean=float(var / mean) if mean > 0 else 0.0, balanced=bal,
-                symbolic_tables={s: int(c) for s, c in zip(sym_ladder, sym_counts[1:-1]) if c})
+                symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
+    del rf, row_ct, sym_idx
 
     clock.append(time.perf_counter())
 
@@ -321,60 +468,214 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
                 (A.indptr, A.indices, B.indptr, B.indices, csum, ovf_rows, ovf_count,
                  marks, np.int64(k), row_nnz))
         del marks
+    del ovf_rows, sym_order
 
     clock.append(time.perf_counter())
 
-    # 3. scan, allocation
+    # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
     Cp = cp.zeros(m + 1, dtype=cp.int64)
     cp.cumsum(row_nnz, out=Cp[1:])
-    num_idx = balance(table_index(row_nnz, num_ladder), bal_d, len(num_ladder))
-    num_order, num_counts_d = groups_of(num_idx, len(num_ladder))
-    host = cp.concatenate([Cp[-1:], num_counts_d.astype(cp.int64)]).get()
-    nnz_c, num_counts = int(host[0]), host[1:]
-    if nnz_c > INT32_MAX:
-        raise OverflowError(f"spgemm: C would have {nnz_c:,} nonzeros, more than 2^31 - 1, which "
-                            f"cupyx CSR (int32 indptr) cannot hold; split A into row panels")
-    info.update(nnz_c=nnz_c, numeric_tables={s: int(c) for s, c in zip(num_ladder, num_counts[1:-1]) if c},
-                global_rows_symbolic=n_global_sym, symbolic_overflowed=n_global_sym - n_direct,
-                global_rows_numeric=int(num_counts[-1]),
-                smem_limit=int(smem_limit))
-    Cj = cp.empty(nnz_c, dtype=cp.int32)
-    Cx = cp.empty(nnz_c, dtype=dtype)
-
+    s.num_idx = balance(table_index(row_nnz, num_ladder), bal_d, len(num_ladder))
+    order, counts_d = groups_of(s.num_idx, len(num_ladder))
+    host = cp.concatenate([Cp[-1:], counts_d.astype(cp.int64)]).get()
+    s.csum, s.Cp, s.nnz_c, s.whole = csum, Cp, int(host[0]), (order, host[1:])
+    info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
+                symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
+                numeric_tables={}, global_rows_numeric=0)
     clock.append(time.perf_counter())
+    s.host_ms = {ph: (b - a) * 1e3 for ph, a, b in zip(("analysis", "symbolic", "scan"), clock, clock[1:])}
+    return s
 
-    # 4. numeric
-    starts = np.concatenate([[0], np.cumsum(num_counts)])
+
+def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
+    """Step 4 for rows [r0, r1) of C, whose nonzeros are [c0, c1) of the whole: a cupyx CSR panel
+    of (r1 - r0) x k with int32 indptr starting at 0. Rows grouped by exact nnz, one launch per
+    table size on its own stream; rows past every shared table use the global-memory path."""
+    cp = cupy_module()
+    import cupyx.scipy.sparse as csp
+    t0 = time.perf_counter()
+    A, B, k, dtype, ladder = s.A, s.B, s.shape[1], s.dtype, s.num_ladder
+    num_slot = KEY_BYTES + dtype.itemsize
+    nnz = c1 - c0
+    if nnz > INT32_MAX:  # panel_bounds keeps panels below this; a guard, not a path
+        raise OverflowError(f"spgemm: panel rows [{r0}, {r1}) have {nnz:,} nonzeros, past 2^31 - 1")
+    if (r0, r1) == (0, s.shape[0]):
+        order, counts = s.whole
+    else:
+        order, counts_d = groups_of(s.num_idx[r0:r1], len(ladder))
+        counts = counts_d.get()
+        order += np.int32(r0)                   # panel-local positions -> global row ids
+    Cj = cp.empty(nnz, dtype=cp.int32)
+    Cx = cp.empty(nnz, dtype=dtype)
+    starts = np.concatenate([[0], np.cumsum(counts)])
     ct = _cuda.ctype(dtype)
-    fork = _Fork(len(num_ladder) + 1)
-    for t, size in enumerate(num_ladder):
-        n = int(num_counts[t + 1])
+    base = np.int64(c0)
+    fork = _Fork(len(ladder) + 1)
+    for t, size in enumerate(ladder):
+        n = int(counts[t + 1])
         if n == 0:
             continue
-        tpr, rpb = launch_shape(size, num_slot, smem_limit)
-        rows = num_order[starts[t + 1]:starts[t + 2]]
+        tpr, rpb = launch_shape(size, num_slot, s.smem_limit)
+        rows = order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
             _launch(f"numeric_shared<{ct}>", (n + rpb - 1) // rpb, tpr * rpb,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, csum, rows,
-                     np.int32(n), np.int32(size), np.int32(rpb), Cp, Cj, Cx, np.int32(bool(sort))),
+                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+                     np.int32(n), np.int32(size), np.int32(rpb), s.Cp, base, Cj, Cx,
+                     np.int32(s.sort)),
                     smem=rpb * size * num_slot)
-    n_glob = int(num_counts[-1])
+    n_glob = int(counts[-1])
     if n_glob:
         G = _global_blocks(n_glob, k * num_slot, "numeric")
-        rows = num_order[starts[-2]:starts[-1]]
-        with fork.stream(len(num_ladder)):
+        rows = order[starts[-2]:starts[-1]]
+        with fork.stream(len(ladder)):
             marks = cp.zeros(G * k, dtype=cp.int32)
             acc = cp.zeros(G * k, dtype=dtype)
             _launch(f"numeric_global<{ct}>", G, GLOBAL_BLOCK_THREADS,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, csum, rows,
-                     np.int32(n_glob), marks, acc, np.int64(k), Cp, Cj, Cx))
+                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+                     np.int32(n_glob), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
     fork.join()
-    clock.append(time.perf_counter())
-    info["host_ms"] = {ph: round((b - a) * 1e3, 4) for ph, a, b in
-                       zip(("analysis", "symbolic", "allocation", "numeric_launch"), clock, clock[1:])}
-    C = csp.csr_matrix((Cx, Cj, Cp.astype(cp.int32)), shape=(m, k))
-    if sort:
+    indptr = (s.Cp[r0:r1 + 1] - base).astype(cp.int32)
+    C = csp.csr_matrix((Cx, Cj, indptr), shape=(r1 - r0, k))
+    if s.sort:
         C.has_canonical_format = True  # sorted, and the hash leaves no duplicates
+    tables = s.info["numeric_tables"]
+    for size, c in zip(ladder, counts[1:-1]):
+        if c:
+            tables[size] = tables.get(size, 0) + int(c)
+    s.info["global_rows_numeric"] += n_glob
+    s.host_ms["numeric_launch"] = s.host_ms.get("numeric_launch", 0.0) + (time.perf_counter() - t0) * 1e3
+    return C
+
+
+def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):
+    """(bounds, host indptr, why) of the panels C is cut into; one transfer of C's indptr."""
+    m = s.shape[0]
+    free = _free_device_bytes()
+    budget = int(free * PANEL_MEM_FRACTION) if max_panel_bytes is None else max_panel_bytes
+    limit = INT32_MAX if max_panel_nnz is None else max_panel_nnz
+    indptr = s.Cp.get() if s.Cp is not None else np.zeros(m + 1, dtype=np.int64)
+    bounds = panel_bounds(indptr, limit, budget, s.dtype.itemsize)
+    why = (f"{len(bounds) - 1} panel(s): each at most {limit:,} nonzeros"
+           + (" (int32 indptr)" if max_panel_nnz is None else " (max_panel_nnz)")
+           + f" and {budget:,} bytes"
+           + (f" ({PANEL_MEM_FRACTION:.0%} of {free:,} free device bytes)" if max_panel_bytes is None
+              else " (max_panel_bytes)"))
+    s.info.update(panels=len(bounds) - 1, panel_why=why, panel_nnz_limit=limit, panel_byte_budget=budget,
+                  panel_bounds=bounds.tolist() if len(bounds) <= 4097 else None)
+    return bounds, indptr, why
+
+
+def _finish_info(s: _Symbolic):
+    s.info["host_ms"] = {ph: round(v, 4) for ph, v in s.host_ms.items()}
+
+
+def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
+           grouping: str = "auto", out: str = "device", max_panel_nnz: int | None = None,
+           max_panel_bytes: int | None = None, info: dict | None = None):
+    """C = A @ B with the RBSparse hash kernels (see the module docstring for the output forms).
+
+    sort: write each row sorted by column (SciPy's canonical order); False skips the sort.
+    smem_limit: shared-memory bytes per block the tables may use (default: the device's opt-in max).
+    drop_zeros: remove entries that cancelled to exactly zero (SciPy's storage).
+    grouping: 'auto' (the balanced rule decides), 'balanced' (one table size) or 'grouped'.
+    out: 'device' (one cupyx CSR; OverflowError / MemoryError naming the alternatives when C does
+        not fit int32 or device memory) or 'host' (a SciPy CSR assembled panel by panel).
+    max_panel_nnz, max_panel_bytes: with out='host', cap each panel below the defaults (2^31 - 1
+        nonzeros; PANEL_MEM_FRACTION of free device memory), e.g. to force many panels in tests.
+    info: a dict to fill with what was done (groups, global rows, nnz, products, panels).
+    """
+    if out not in ("device", "host"):
+        raise ValueError(f"out: expected 'device' or 'host', got {out!r} (spgemm_panels streams panels)")
+    max_panel_nnz = _positive_limit("max_panel_nnz", max_panel_nnz, INT32_MAX)
+    max_panel_bytes = _positive_limit("max_panel_bytes", max_panel_bytes)
+    if out == "device" and (max_panel_nnz is not None or max_panel_bytes is not None):
+        raise ValueError("max_panel_nnz / max_panel_bytes: only with out='host' or spgemm_panels "
+                         "(out='device' returns C in one piece)")
+    info = info if info is not None else {}
+    s = _symbolic(A, B, sort, smem_limit, grouping, info)
+    m, k = s.shape
+    if out == "host":
+        return _to_host(s, max_panel_nnz, max_panel_bytes, drop_zeros)
+    if s.empty:
+        import cupyx.scipy.sparse as csp
+        return csp.csr_matrix((m, k), dtype=s.dtype)
+    need, free = int(panel_bytes(s.nnz_c, m + 1, s.dtype.itemsize)), _free_device_bytes()
+    alternatives = ("spgemm(A, B, out='host') assembles a SciPy CSR with int64 indptr in host memory; "
+                    "spgemm_panels(A, B) yields row panels one at a time")
+    if s.nnz_c > INT32_MAX:
+        raise OverflowError(f"spgemm: C would have {s.nnz_c:,} nonzeros, more than 2^31 - 1, which a "
+                            f"cupyx CSR with int32 indptr cannot hold; {alternatives}")
+    if need > OUTPUT_MEM_FRACTION * free:
+        raise MemoryError(f"spgemm: C ({s.nnz_c:,} nonzeros) needs {need:,} bytes of device memory, more "
+                          f"than {OUTPUT_MEM_FRACTION:.0%} of the {free:,} bytes free; {alternatives}")
+    info.update(panels=1)
+    C = _numeric(s, 0, m, 0, s.nnz_c)
+    _finish_info(s)
+    if drop_zeros:
+        C.eliminate_zeros()
+    return C
+
+
+def spgemm_panels(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
+                  grouping: str = "auto", max_panel_nnz: int | None = None,
+                  max_panel_bytes: int | None = None, info: dict | None = None):
+    """C = A @ B as contiguous row panels: an iterator of (row_start, row_stop, cupyx CSR panel).
+
+    The analysis and symbolic passes run now (errors raise here, and ``info`` already holds
+    'panels' and 'panel_bounds'); each panel's numeric pass runs when the iterator reaches it.
+    A panel is C[row_start:row_stop] as a (row_stop - row_start) x k cupyx CSR with int32 indptr.
+    Panels hold at most ``max_panel_nnz`` (default 2^31 - 1) nonzeros and ``max_panel_bytes``
+    (default PANEL_MEM_FRACTION of free device memory). Drop each panel before taking the next
+    to keep one on the device at a time. Options as in :func:`spgemm`.
+    """
+    max_panel_nnz = _positive_limit("max_panel_nnz", max_panel_nnz, INT32_MAX)
+    max_panel_bytes = _positive_limit("max_panel_bytes", max_panel_bytes)
+    info = info if info is not None else {}
+    s = _symbolic(A, B, sort, smem_limit, grouping, info)
+    bounds, indptr, _ = _panels(s, max_panel_nnz, max_panel_bytes)
+    return _iter_panels(s, bounds, indptr, drop_zeros)
+
+
+def _iter_panels(s: _Symbolic, bounds, indptr, drop_zeros):
+    import cupyx.scipy.sparse as csp
+    k = s.shape[1]
+    for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if s.empty:
+            P = csp.csr_matrix((r1 - r0, k), dtype=s.dtype)
+        else:
+            P = _numeric(s, r0, r1, int(indptr[r0]), int(indptr[r1]))
+            _finish_info(s)
+            if drop_zeros:
+                P.eliminate_zeros()
+        yield r0, r1, P
+        del P
+
+
+def _to_host(s: _Symbolic, max_panel_nnz, max_panel_bytes, drop_zeros):
+    """out='host': a SciPy CSR (int64 indices past 2^31 - 1 nonzeros) filled panel by panel."""
+    import scipy.sparse as sp
+    m, k = s.shape
+    bounds, indptr, _ = _panels(s, max_panel_nnz, max_panel_bytes)
+    idx_dtype = np.int64 if s.nnz_c > INT32_MAX else np.int32
+    isz = np.dtype(idx_dtype).itemsize
+    need = s.nnz_c * (isz + s.dtype.itemsize) + (m + 1) * isz
+    avail = host_available_bytes()
+    if need > HOST_MEM_FRACTION * avail:
+        raise MemoryError(f"spgemm(out='host'): C has {s.nnz_c:,} nonzeros, {need:,} bytes as a SciPy CSR "
+                          f"({np.dtype(idx_dtype)} indices, {s.dtype} values), more than "
+                          f"{HOST_MEM_FRACTION:.0%} of the {avail:,} bytes of host memory available; "
+                          f"spgemm_panels(A, B) streams the row panels instead")
+    data = np.empty(s.nnz_c, dtype=s.dtype)
+    indices = np.empty(s.nnz_c, dtype=idx_dtype)
+    for r0, r1, P in _iter_panels(s, bounds, indptr, drop_zeros=False):
+        c0, c1 = int(indptr[r0]), int(indptr[r1])
+        if c1 > c0:
+            P.data.get(out=data[c0:c1])
+            indices[c0:c1] = P.indices.get()
+        del P
+    C = sp.csr_matrix((data, indices, indptr.astype(idx_dtype, copy=False)), shape=(m, k), copy=False)
+    if s.sort:
+        C.has_canonical_format = True
     if drop_zeros:
         C.eliminate_zeros()
     return C
@@ -432,6 +733,28 @@ def describe_groups(f, smem_bytes: int) -> tuple:
     return balanced, f"{mode}; {glob}", n_global
 
 
+def predict_panels(est_nnz: float, m: int, itemsize: int, free_bytes: int | None) -> tuple:
+    """(panels, why) for a C of about ``est_nnz`` nonzeros and ``m`` rows: (1, '') when it fits one
+    int32 CSR in OUTPUT_MEM_FRACTION of ``free_bytes`` (None: device memory not known, int32 only);
+    else about how many panels spgemm_panels / out='host' cut it into, and why."""
+    nbytes = float(panel_bytes(est_nnz, m + 1, itemsize))
+    reasons = []
+    if est_nnz > INT32_MAX:
+        reasons.append("more than 2^31 - 1 nonzeros (a cupyx CSR has int32 indptr)")
+    if free_bytes is not None and nbytes > OUTPUT_MEM_FRACTION * free_bytes:
+        reasons.append(f"more than {OUTPUT_MEM_FRACTION:.0%} of the {free_bytes / 1e9:.1f} GB of free "
+                       "device memory")
+    if not reasons:
+        return 1, ""
+    n = math.ceil(est_nnz / INT32_MAX)
+    if free_bytes:
+        n = max(n, math.ceil(nbytes / (PANEL_MEM_FRACTION * free_bytes)))
+    return n, (f"C predicted at ~{est_nnz:,.0f} nonzeros (products / pi), {nbytes / 1e9:.1f} GB: "
+               f"{' and '.join(reasons)} -> about {n} row panels (each < 2^31 nonzeros"
+               + (f", <= {PANEL_MEM_FRACTION:.0%} of free memory" if free_bytes else "")
+               + "); spgemm() refuses one piece: use out='host' or spgemm_panels()")
+
+
 class HashSpGEMM(Kernel):
     name = "spgemm.hash"
     ops = ("spgemm",)
@@ -450,8 +773,11 @@ class HashSpGEMM(Kernel):
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
         t += HASH_FIXED_S + launches * LAUNCH_S
         est_c = min(f.products / COMPRESSION, f.m * f.k)
+        free = _free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
+        _, panels = predict_panels(est_c, f.m, itemsize, free)
         return Cost(0.0, t, f"RBSparse hash, {why}; ~{est_c:,.0f} nonzeros of C expected "
-                            f"(products / pi), {nbytes / 1e6:.1f} MB at {HASH_EFFICIENCY:.2f} of bandwidth")
+                            f"(products / pi), {nbytes / 1e6:.1f} MB at {HASH_EFFICIENCY:.2f} of bandwidth"
+                            + (f"; {panels}" if panels else ""))
 
     def prepare(self, A, params):
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
@@ -464,5 +790,6 @@ class HashSpGEMM(Kernel):
 
 register(HashSpGEMM())
 
-__all__ = ["spgemm", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape", "table_index",
-           "symbolic_index", "balance", "groups_of", "describe_groups"]
+__all__ = ["spgemm", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
+           "table_index", "symbolic_index", "balance", "groups_of", "describe_groups", "panel_bounds",
+           "panel_bytes", "predict_panels", "int32_operand", "host_available_bytes"]
