@@ -93,6 +93,9 @@ def test_byte_budget_cuts_inside_an_empty_run(cp, hs, rng):
     C = hs.spgemm(_dev(cp, A), _dev(cp, B), out="host", max_panel_bytes=budget, info=info)
     assert info["panel_bounds"] == expected.tolist()
     _assert_same(C, A, B, np.float64)
+    U = hs.spgemm(_dev(cp, A), _dev(cp, B), out="host", max_panel_bytes=budget, sort=False)
+    U.sort_indices()                                   # unsorted rows: the same entries
+    _assert_same(U, A, B, np.float64)
     got = [(r0, r1, P.get()) for r0, r1, P in hs.spgemm_panels(_dev(cp, A), _dev(cp, B), max_panel_bytes=budget)]
     assert [r0 for r0, _, _ in got] + [600] == expected.tolist()
     _assert_same(sp.vstack([P for _, _, P in got], format="csr"), A, B, np.float64)
@@ -125,10 +128,13 @@ def test_drop_zeros_and_unsorted_in_panels(cp, hs):
     assert H.nnz == 4 and np.array_equal(H.toarray(), ref)
     K = hs.spgemm(_dev(cp, A), _dev(cp, B), out="host", max_panel_nnz=2)
     assert K.nnz == 6 and np.array_equal(K.toarray(), ref)          # cancelled C[0,0], C[3,0] stay
-    parts = [(r0, P.get()) for r0, _, P in hs.spgemm_panels(_dev(cp, A), _dev(cp, B), max_panel_nnz=2,
-                                                             drop_zeros=True, sort=False)]
-    assert len(parts) == 3 and sum(P.nnz for _, P in parts) == 4
-    assert np.array_equal(sp.vstack([P for _, P in parts]).toarray(), ref)
+    parts = [P.get() for _, _, P in hs.spgemm_panels(_dev(cp, A), _dev(cp, B), max_panel_nnz=2,
+                                                      drop_zeros=True)]
+    assert len(parts) == 3 and sum(P.nnz for P in parts) == 4
+    assert np.array_equal(sp.vstack(parts).toarray(), ref)
+    unsorted = [P.get() for _, _, P in hs.spgemm_panels(_dev(cp, A), _dev(cp, B), max_panel_nnz=2, sort=False)]
+    assert len(unsorted) == 3 and sum(P.nnz for P in unsorted) == 6
+    assert np.array_equal(sp.vstack(unsorted).toarray(), ref)
 
 
 def test_int64_indices_are_read_as_int32(cp, hs, rng):
