@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._paths import user_folder
 from ..kernels.base import Cost
 
 #: Bumped when the feature vector changes; a model with another schema version is refused.
@@ -427,11 +428,7 @@ def user_model_dir() -> Path:
     env = os.environ.get(MODEL_DIR_ENV)
     if env:
         return Path(env).expanduser()
-    if os.name == "nt":
-        base = Path(os.environ.get("APPDATA", Path.home() / "AppData" / "Roaming"))
-    else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "matplan" / "models"
+    return user_folder("data") / "models"
 
 
 def model_dirs() -> list:

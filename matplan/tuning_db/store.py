@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .._paths import user_folder
+
 #: Environment variable naming the database file.
 DB_ENV = "MATPLAN_TUNING_DB"
 #: Written to SQLite's ``application_id`` header field ("MPLN"): marks the file as ours.
@@ -169,11 +171,7 @@ def default_path() -> Path:
     env = os.environ.get(DB_ENV)
     if env:
         return Path(env).expanduser()
-    if os.name == "nt":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "matplan" / "tuning.sqlite"
+    return user_folder("cache") / "tuning.sqlite"
 
 
 def _now() -> str:
