@@ -9,12 +9,12 @@ a bare empty RawKernel launch, ``bound(x)`` (prepared plan), ``plan.run(A, x)``,
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
 
 
 def per_call_us(cp, fn, calls=2000, rounds=5):
@@ -52,10 +52,7 @@ def main():
     }
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else name
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        commit = os.environ.get("MATPLAN_COMMIT", "unknown")
+    commit = git_commit()
     print(f"{name}, {datetime.date.today()}, commit {commit}, A 2000x2000 nnz={A.nnz}")
     for label, us in rows.items():
         print(f"  {label:<45} {us:8.2f} us/call")

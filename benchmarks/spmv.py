@@ -22,13 +22,13 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
 
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan._timing import cuda_median_s  # noqa: E402
@@ -139,16 +139,6 @@ def small_overhead(cp, csp, rng, calls=300):
     t, _ = sync_time(cp, lambda: [launch(x, y) for _ in range(calls)])
     out["one empty-ish launch"] = t / calls * 1e6
     return dict(nnz=int(A.nnz), planner_kernel=label(pl.kernel, pl.params), us_per_call=out)
-
-
-def git_commit():
-    if os.environ.get("MATPLAN_COMMIT"):       # the device copy of the tree has no .git
-        return os.environ["MATPLAN_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def main(argv=None):

@@ -17,21 +17,14 @@ import datetime
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _commit():
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
-                                       stderr=subprocess.DEVNULL).decode().strip()
-    except Exception:
-        return "unknown"
 
 
 def main(argv=None):
@@ -112,7 +105,7 @@ def save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start):
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"tsgemm-{tag}-{stamp}.json")
     with open(path + ".tmp", "w") as fh:
-        json.dump({"device": gpu, "date": stamp, "commit": _commit(), "copy_bandwidth": copy_bw,
+        json.dump({"device": gpu, "date": stamp, "commit": git_commit(), "copy_bandwidth": copy_bw,
                    "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
                    "seconds": time.perf_counter() - t_start, "rows": rows, "summary": summary,
                    "sweep": sweep, "t1_timings": {str(k): v for k, v in tsm2.T1_STORE.timings.items()}},
