@@ -1,0 +1,170 @@
+"""SpTRANS on the GPU: segmented merge (sptrans.transpose) vs CuPy's A.T.tocsr() (cuSPARSE csr2csc)
+and the sort-based transpose (spgemm.transpose_sort), same run.
+
+Matrices: the corpus families at >= 1M nonzeros (the 'spgemm' size set, R-MAT scales 17-18) and
+the real matrices (``matplan.corpus.real_matrices``: $MATPLAN_MATRICES, ../shared/matrices, or
+.data/matrices), float64 and float32. Times are CUDA-event wall times of whole calls (allocation
+and launches included), median of ``--reps`` runs after warm-up. ``frac_of_copy_bw``: the bytes a
+transpose must move (A's indptr, indices and values read; A.T's written) / time / the
+device-to-device copy bandwidth measured in this run. Every result is checked against
+SciPy's A.T (same indptr, indices and values).
+
+    PYTHONPATH=. python3 benchmarks/sptrans.py [--reps 30] [--out benchmarks/results]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spgemm import _commit  # noqa: E402  (reused helper: git commit of the tree)
+
+
+def cuda_median_ms(cp, fn, reps, warmup=3):
+    """Median CUDA-event time (ms) of ``fn`` over ``reps`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        out = fn()
+    cp.cuda.Device().synchronize()
+    del out
+    times = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        out = fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+        del out
+    return float(np.median(times))
+
+
+def matrices():
+    from matplan import corpus
+    for family in ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded"):
+        yield f"{family}-spgemm", lambda family=family: corpus.load(family, "spgemm")
+    for scale in (17, 18):
+        yield f"rmat-scale{scale}", lambda scale=scale: corpus.rmat(scale=scale, edge_factor=16, seed=0)
+    folder = None
+    if corpus.matrices_dir() is None and os.path.isdir(".data/matrices"):
+        folder = ".data/matrices"
+    for name, A in corpus.real_matrices(folder):
+        yield name, lambda A=A: A
+
+
+def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
+    from matplan.kernels import sptrans
+    from matplan.kernels.spgemm import transpose_sort
+    A_host = sp.csr_matrix(A_host, dtype=dtype)
+    m, n = A_host.shape
+    A = csp.csr_matrix((cp.asarray(A_host.data), cp.asarray(A_host.indices.astype(np.int32)),
+                        cp.asarray(A_host.indptr.astype(np.int32))), shape=A_host.shape)
+    ref = A_host.T.tocsr()
+    ref.sort_indices()
+    item = np.dtype(dtype).itemsize
+    nbytes = 4 * (m + 1) + (4 + item) * A_host.nnz + 4 * (n + 1) + (4 + item) * A_host.nnz
+    row = dict(matrix=name, dtype=np.dtype(dtype).name, m=m, n=n, nnz=int(A_host.nnz),
+               max_col_nnz=int(np.bincount(A_host.indices, minlength=n).max()) if A_host.nnz else 0,
+               bytes_moved=nbytes)
+
+    def same(T):
+        T = T.get()
+        return bool(np.array_equal(T.indptr, ref.indptr) and np.array_equal(T.indices, ref.indices)
+                    and np.array_equal(T.data, ref.data))
+
+    for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
+                    ("sort_ms", lambda: transpose_sort(A))):
+        try:
+            row[key] = cuda_median_ms(cp, fn, reps)
+            row[key.replace("ms", "correct")] = same(fn())
+        except Exception as e:  # recorded, not hidden
+            row[key] = None
+            row[key.replace("ms", "status")] = f"{type(e).__name__}: {str(e)[:200]}"
+        cp.get_default_memory_pool().free_all_blocks()
+    if row["ms"]:
+        row["frac_of_copy_bw"] = nbytes / (row["ms"] * 1e-3) / copy_bw
+        if row["vendor_ms"]:
+            row["speedup"] = row["vendor_ms"] / row["ms"]
+            row["vendor_frac_of_copy_bw"] = nbytes / (row["vendor_ms"] * 1e-3) / copy_bw
+        if row["sort_ms"]:
+            row["speedup_vs_sort"] = row["sort_ms"] / row["ms"]
+    # host time of one call (launch path only; the GPU may still be working)
+    cp.cuda.Device().synchronize()
+    t = time.perf_counter()
+    T = sptrans.transpose(A)
+    row["host_us"] = (time.perf_counter() - t) * 1e6
+    del T
+    cp.cuda.Device().synchronize()
+    return row
+
+
+def geomean(xs):
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = ap.parse_args(argv)
+    if args.reps < 20:
+        sys.exit("--reps: at least 20 timed runs")
+    from matplan._xp import cupy_module
+    cp = cupy_module()
+    if cp is None:
+        sys.exit("benchmarks/sptrans.py needs CuPy and an NVIDIA GPU")
+    import cupyx.scipy.sparse as csp
+    from matplan.models import device as device_mod
+    copy_bw = device_mod.measure_copy_bandwidth()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
+          flush=True)
+    print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
+          f"{'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
+    t0 = time.time()
+    rows = []
+    for name, load in matrices():
+        A = load()
+        for dtype in (np.float64, np.float32):
+            r = bench(cp, csp, name, A, dtype, args.reps, copy_bw)
+            rows.append(r)
+            f = lambda v: float("nan") if v is None else v  # noqa: E731
+            print(f"{name:<24} {r['dtype']:<7} {r['nnz']:>9,} {r['max_col_nnz']:>7,} {f(r['ms']):7.3f} "
+                  f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['sort_ms']):7.3f} "
+                  f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {r.get('correct')}"
+                  + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}"), flush=True)
+        del A
+    summary = {}
+    for dt in ("float64", "float32"):
+        rs = [r for r in rows if r["dtype"] == dt and r.get("speedup") and r.get("correct")]
+        summary[dt] = dict(geomean_speedup_vs_vendor=geomean([r["speedup"] for r in rs]),
+                           min_speedup=min((r["speedup"] for r in rs), default=None),
+                           geomean_speedup_vs_sort=geomean([r["speedup_vs_sort"] for r in rs
+                                                            if r.get("speedup_vs_sort")]),
+                           geomean_frac_of_copy_bw=geomean([r["frac_of_copy_bw"] for r in rs]),
+                           matrices=len(rs))
+    summary["all_correct"] = all(r.get("correct") for r in rows)
+    print("summary", json.dumps(summary, indent=1), flush=True)
+    today = datetime.date.today().isoformat()
+    tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"sptrans-{tag}-{today}.json")
+    doc = dict(benchmark="sptrans", gpu=gpu, date=today, commit=os.environ.get("MATPLAN_COMMIT") or _commit(),
+               cupy=cp.__version__, copy_bandwidth_gbs=copy_bw / 1e9, reps=args.reps, summary=summary,
+               results=rows, wall_s=time.time() - t0)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
+    print("wrote", path, flush=True)
+
+
+if __name__ == "__main__":
+    main()
