@@ -15,20 +15,12 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 import scipy.sparse as sp
-
-
-def _commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
+from _common import git_commit  # this folder is on sys.path when run as a script
 
 
 def timed(cp, fn, reps):
@@ -193,7 +185,7 @@ def main(argv=None):
     today = datetime.date.today().isoformat()
     gpu = dev.name.replace(" ", "_")
     doc = dict(benchmark="spgemm", device=dev.name, copy_bandwidth=dev.mem_bandwidth, date=today,
-               commit=_commit(), cupy=cp.__version__, dtype="float64", summary=summary, results=rows,
+               commit=git_commit(), cupy=cp.__version__, dtype="float64", summary=summary, results=rows,
                wall_s=time.time() - t0)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"spgemm-{gpu}-{today}.json")

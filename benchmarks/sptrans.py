@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spgemm import _commit  # noqa: E402  (reused helper: git commit of the tree)
+from _common import git_commit  # noqa: E402
 
 
 def cuda_median_ms(cp, fn, reps, warmup=3):
@@ -156,7 +156,7 @@ def main(argv=None):
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"sptrans-{tag}-{today}.json")
-    doc = dict(benchmark="sptrans", gpu=gpu, date=today, commit=os.environ.get("MATPLAN_COMMIT") or _commit(),
+    doc = dict(benchmark="sptrans", gpu=gpu, date=today, commit=git_commit(),
                cupy=cp.__version__, copy_bandwidth_gbs=copy_bw / 1e9, reps=args.reps, summary=summary,
                results=rows, wall_s=time.time() - t0)
     tmp = path + ".tmp"
