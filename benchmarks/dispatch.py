@@ -10,9 +10,17 @@ synchronises anyway, since the fingerprint comes back to the host):
   kernel    the chosen kernel alone: Kernel.run(prepared A, B) of the cached entry
   hit       matplan.matmul(A, B, reuse=R) on a cache hit
   overhead  hit - kernel                       (issue 7's target: <= 20 us on the H100)
-  norm      validating (A, B) (matplan.validation.normalize; part of the overhead)
-  key       finding the entry: the fingerprint, plus on the host the bitwise comparison with
-            the entry's copy of A (part of the overhead), and the rate that reads A's bytes at
+  norm      validating (A, B) (matplan.validation.normalize; part of the overhead on the full
+            path only: the identity fast path skips it)
+  key       finding and confirming the entry on the path the hit takes (part of the overhead):
+              alias    identity key + lookup; the format is A's own arrays, nothing is read
+              compare  identity key + lookup + bitwise comparison of A with the entry's copy
+                       (GPU: the fused kernel and its 8-byte flag read back)
+              full     the fingerprint, plus on the host the bitwise comparison with the copy
+            and the rate it reads bytes at ("-" when it reads none)
+  path      which of the three the hit takes
+  fp us     the full path's fingerprint (+ host comparison), what a hit cost before the identity
+            path and still costs for a new object or SpGEMM
   plan x    planner.plan(A, B): statistics + choice, as a multiple of the kernel's time
   prep x    the chosen format's conversion (plan.prepare) / kernel time
   miss x    a whole miss (fingerprint, plan, private copy, prepare, run) / kernel time
@@ -35,6 +43,7 @@ import matplan
 from matplan import corpus, planner
 from matplan._xp import cupy_module
 from matplan.dispatch import fingerprint as fp_mod
+from matplan.dispatch import identity
 from matplan.dispatch.cache import nbytes_of
 from matplan.kernels import get
 from matplan.validation import normalize
@@ -80,10 +89,13 @@ def measure(name, A, B, device, sync, cp=None, repeats=200):
     problem = normalize(A, B)
     if fp.backend == "cpu":
         reference = problem.A.copy()
-        key = per_call(lambda: fp_mod.same_content(problem.A, reference) and fp_mod.fingerprint(problem, False),
-                       sync, repeats)
+        full_key = per_call(lambda: fp_mod.same_content(problem.A, reference)
+                            and fp_mod.fingerprint(problem, False), sync, repeats)
     else:
-        key = per_call(lambda: fp_mod.fingerprint(problem, False), sync, repeats)
+        full_key = per_call(lambda: fp_mod.fingerprint(problem, False), sync, repeats)
+    path, key, key_bytes = _identity_check(A, B, cache, sync, repeats)
+    if path == "full":
+        key, key_bytes = full_key, nbytes_of(A) + (nbytes_of(B) if fp.op == "spgemm" else 0)
     assert cache.misses == 1 and cache.replans == 0, "an unexpected miss or re-plan in the timing loops"
     plan_s = per_call(lambda: planner.plan(A, B, reuse=REUSE), sync, 5, warmup=1)
     prep_s = per_call(lambda: bound.plan.prepare(A), sync, 5, warmup=1)
@@ -93,12 +105,31 @@ def measure(name, A, B, device, sync, cp=None, repeats=200):
         matplan.matmul(A, B, reuse=REUSE)
     miss_s = per_call(miss, sync, 5, warmup=1)
     dev_s = event_time(cp, lambda: run(bound.prepared, B)) if cp is not None else float("nan")
-    nbytes = nbytes_of(A) + (nbytes_of(B) if fp.op == "spgemm" else 0)
     us = 1e6
+    rate = f"{key_bytes / key / 1e9:7.1f}" if key_bytes else f"{'-':>7}"
     print(f"{name:<30} {bound.plan.kernel:<16} {fp.nnz:>11,} {kernel * us:9.1f} {dev_s * us:9.1f} "
-          f"{hit * us:9.1f} {(hit - kernel) * us:9.1f} {norm * us:7.1f} {key * us:9.1f} {nbytes / key / 1e9:7.1f} "
-          f"{plan_s / kernel:8.1f} {prep_s / kernel:7.1f} {miss_s / kernel:8.1f}", flush=True)
+          f"{hit * us:9.1f} {(hit - kernel) * us:9.1f} {norm * us:7.1f} {key * us:9.1f} {rate} "
+          f"{plan_s / kernel:8.1f} {prep_s / kernel:7.1f} {miss_s / kernel:8.1f} {path:>8} {full_key * us:9.1f}",
+          flush=True)
     cache.clear()
+
+
+def _identity_check(A, B, cache, sync, repeats):
+    """(path, seconds, bytes read) of what a hit on the identity path does before the kernel."""
+    found = identity.identity_key(A, B, False)
+    entry = cache.find(found[1]) if found is not None else None
+    if entry is None:
+        return "full", float("nan"), 0
+    if entry.reference is None:
+        return "alias", per_call(lambda: cache.find(identity.identity_key(A, B, False)[1]), sync, repeats), 0
+    if found[0] == "cpu":
+        def check():
+            return fp_mod.same_content(A, cache.find(identity.identity_key(A, B, False)[1]).reference)
+    else:
+        def check():
+            device, key = identity.identity_key(A, B, False)
+            assert identity.start_compare(A, cache.find(key).reference, device).same()
+    return "compare", per_call(check, sync, repeats), 2 * nbytes_of(A)
 
 
 def _check(C, A, B):
@@ -114,7 +145,8 @@ def _check(C, A, B):
 
 
 HEADER = (f"{'case':<30} {'kernel':<16} {'nnz(A)':>11} {'kern us':>9} {'dev us':>9} {'hit us':>9} "
-          f"{'ovh us':>9} {'norm us':>7} {'key us':>9} {'key GB/s':>7} {'plan x':>8} {'prep x':>7} {'miss x':>8}")
+          f"{'ovh us':>9} {'norm us':>7} {'key us':>9} {'key GB/s':>7} {'plan x':>8} {'prep x':>7} {'miss x':>8} "
+          f"{'path':>8} {'fp us':>9}")
 
 
 def gpu_cases(quick):
@@ -173,8 +205,8 @@ def main(argv=None):
                 failures += 1
                 print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
     import os
-    print(f"\nhost: {os.cpu_count()} CPUs; key = digest of {fp_mod.SAMPLE} sampled items per array + bitwise "
-          "comparison with the entry's copy (SpGEMM: B's structure in full, BLAKE2b)")
+    print(f"\nhost: {os.cpu_count()} CPUs; full path key = digest of {fp_mod.SAMPLE} sampled items per array + "
+          "bitwise comparison with the entry's copy (SpGEMM: B's structure in full, BLAKE2b)")
     print(HEADER)
     for label, spec, kind in host_cases(args.quick):
         try:

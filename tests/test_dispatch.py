@@ -68,18 +68,53 @@ def test_equal_content_other_object_hits(rng, fresh_cache):
     assert (fresh_cache.misses, fresh_cache.hits) == (1, 1)
 
 
-def test_changed_values_in_place_miss_never_stale(rng, fresh_cache):
+class _CopyingKernel(Kernel):
+    """A host SpMV/SpMM on its own copy of A, cheaper than SciPy by its cost: a format the cache
+    must confirm (it is not A's own arrays), like ELL-R or BRCP on the GPU."""
+    name = "cpu.zz_copying"
+    ops = ("spmv", "spmm")
+    backend = "cpu"
+
+    def cost(self, f, params, device):
+        return Cost(0.0, 0.5 * get("cpu.scipy").cost(f, {}, device).run_s, "test kernel")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A.copy()}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        return prepared.arrays["A"] @ B
+
+
+@pytest.fixture(params=["aliasing", "copying"])
+def host_format(request):
+    """Each test runs with SciPy's format (A's own arrays) and with a copying format."""
+    if request.param == "copying":
+        registry.all_kernels()
+        kernel = registry.register(_CopyingKernel())
+        yield "cpu.zz_copying"
+        registry._REGISTRY.pop(kernel.name, None)
+    else:
+        yield "cpu.scipy"
+
+
+def _stats(cache):
+    return cache.misses, cache.hits
+
+
+def test_changed_values_in_place_never_stale(rng, fresh_cache, host_format):
+    """In place: a format that is A's own arrays reads the new values (hits); a copy is compared (misses)."""
     A = random_csr(rng, 100, 100, 0.1)
     x = rng.standard_normal(100)
     matplan.matmul(A, x)
+    assert entries(fresh_cache)[0][1].plan.kernel == host_format
     A.data[7] *= -3.0
     check(matplan.matmul(A, x), A, x)
     A.data[:] = rng.standard_normal(A.nnz)
     check(matplan.matmul(A, x), A, x)
-    assert (fresh_cache.misses, fresh_cache.hits) == (3, 0)
+    assert _stats(fresh_cache) == ((1, 2) if host_format == "cpu.scipy" else (3, 0))
 
 
-def test_changed_structure_in_place_miss(rng, fresh_cache):
+def test_changed_structure_in_place_never_stale(rng, fresh_cache, host_format):
     A = random_csr(rng, 80, 80, 0.05)
     x = rng.standard_normal(80)
     matplan.matmul(A, x)
@@ -88,10 +123,13 @@ def test_changed_structure_in_place_miss(rng, fresh_cache):
     present = set(A.indices[A.indptr[row]:A.indptr[row + 1]].tolist())
     A.indices[k] = next(c for c in range(80) if c not in present)  # same nnz, other column
     check(matplan.matmul(A, x), A.toarray(), x)
-    assert (fresh_cache.misses, fresh_cache.hits) == (2, 0)
+    assert _stats(fresh_cache) == ((1, 1) if host_format == "cpu.scipy" else (2, 0))
+    A.indptr[row + 1] -= 1                  # the row's last nonzero moves to the next row
+    check(matplan.matmul(A, x), A.toarray(), x)
+    assert _stats(fresh_cache) == ((1, 2) if host_format == "cpu.scipy" else (3, 0))
 
 
-def test_change_outside_the_host_sample_is_caught(rng, fresh_cache):
+def test_change_outside_the_host_sample_is_caught(rng, fresh_cache, host_format):
     """Host keys digest a sample; a change elsewhere keeps the key but fails the bitwise check."""
     from matplan.validation import normalize
     A = random_csr(rng, 400, 400, 0.05)
@@ -99,16 +137,21 @@ def test_change_outside_the_host_sample_is_caught(rng, fresh_cache):
     matplan.matmul(A, x)
     before = fp_mod.fingerprint(normalize(A, x), False)
     unsampled = next(i for i in range(1, A.nnz) if i not in set(fp_mod._sample_positions(A.nnz).tolist()))
-    A.data[unsampled] += 0.5
-    assert fp_mod.fingerprint(normalize(A, x), False) == before
+    A2 = A.copy()                             # another object: the full path, keyed by the sample
+    A2.data[unsampled] += 0.5
+    assert fp_mod.fingerprint(normalize(A2, x), False) == before
+    check(matplan.matmul(A2, x), A2, x)
+    if host_format == "cpu.scipy":            # the entry now runs on A2's arrays
+        assert _stats(fresh_cache) == (1, 1) and entries(fresh_cache)[0][1].prepared.arrays["A"] is A2
+    else:                                     # the bitwise check fails: the old version is replaced
+        assert (fresh_cache.misses, fresh_cache.hits, len(fresh_cache)) == (2, 0, 1)
+    A.data[unsampled] += 0.5                  # now equal to A2: a hit either way
     check(matplan.matmul(A, x), A, x)
-    assert (fresh_cache.misses, fresh_cache.hits, len(fresh_cache)) == (2, 0, 1)   # the old version replaced
-    check(matplan.matmul(A, x), A, x)
-    assert fresh_cache.hits == 1
+    assert fresh_cache.hits == (2 if host_format == "cpu.scipy" else 1)
 
 
-def test_entry_owns_a_copy_of_A(rng, fresh_cache):
-    """An entry made from A1 must not change when A1 is written in place later."""
+def test_entry_not_stale_for_other_objects(rng, fresh_cache, host_format):
+    """An entry made from A1 serves A2 (equal content) right after A1 is written in place."""
     A1 = random_csr(rng, 90, 70, 0.08)
     A2 = A1.copy()
     x = rng.standard_normal(70)
@@ -116,6 +159,7 @@ def test_entry_owns_a_copy_of_A(rng, fresh_cache):
     A1.data *= 2.0                           # A2 still holds the original content
     check(matplan.matmul(A2, x), A2, x)      # a hit on the original fingerprint
     assert fresh_cache.hits == 1
+    check(matplan.matmul(A1, x), A1, x)
 
 
 def test_key_covers_k_op_deterministic_and_versions(rng, fresh_cache, monkeypatch):
@@ -147,10 +191,12 @@ def test_dense_tall_skinny(rng, fresh_cache):
     B = rng.standard_normal((256, 4))
     check(matplan.matmul(A, B), A, B)
     check(matplan.matmul(A, B + 1.0), A, B + 1.0)
-    A[3, 4] += 1.0
+    A[3, 4] += 1.0                             # NumPy's format is A itself: read anew, a hit
     check(matplan.matmul(A, B), A, B)
-    assert (fresh_cache.misses, fresh_cache.hits) == (2, 1)
-    assert entries(fresh_cache)[0][0].layout == "F"
+    assert (fresh_cache.misses, fresh_cache.hits) == (1, 2)
+    assert entries(fresh_cache)[0][0].layout == "F" and entries(fresh_cache)[0][1].prepared.arrays["A"] is A
+    check(matplan.matmul(A.copy(order="C"), B), A, B)   # another layout: another key
+    assert (fresh_cache.misses, fresh_cache.hits) == (2, 2)
 
 
 def test_mixed_dtypes_upcast(rng, fresh_cache):
@@ -241,11 +287,11 @@ def test_reuse_estimated_from_history(rng, fresh_cache):
     for _ in range(10):
         matplan.matmul(A, x)
     assert entries(fresh_cache)[0][1].plan.reuse == 1       # first version: nothing known
-    A.data *= 1.5                                           # version 2 of the same structure
+    A = A * 1.5                                             # version 2 of the same structure
     for _ in range(6):
         matplan.matmul(A, x)
     assert entries(fresh_cache)[0][1].plan.reuse == 10      # 10 calls / 1 earlier version
-    A.data *= 1.5
+    A = A * 1.5
     matplan.matmul(A, x)
     assert entries(fresh_cache)[0][1].plan.reuse == 8       # 16 calls / 2 earlier versions
     matplan.matmul(A, x, reuse=5)                           # an explicit reuse re-plans
@@ -397,6 +443,117 @@ def test_linear_operator_dtype_and_errors(rng):
     B = random_csr(rng, 40, 10, 0.2)
     with pytest.raises(TypeError, match="spgemm"):
         planner.plan(A, B.astype(np.float32)).as_linear_operator(A)
+
+
+# -- the identity fast path --------------------------------------------------------------------
+class _Counter:
+    """Wraps a function and counts its calls."""
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        return self.fn(*a, **kw)
+
+
+@pytest.fixture
+def full_path(monkeypatch):
+    """Counts the full path's validations and fingerprints (the identity fast path does neither)."""
+    from matplan.dispatch import auto
+    counters = {"normalize": _Counter(auto.normalize), "fingerprint": _Counter(auto.fingerprint)}
+    for name, c in counters.items():
+        monkeypatch.setattr(auto, name, c)
+    return counters
+
+
+def test_identity_hit_skips_validation_and_fingerprint(rng, fresh_cache, full_path, host_format):
+    A = random_csr(rng, 120, 90, 0.05)
+    for _ in range(5):
+        x = rng.standard_normal(90)
+        check(matplan.matmul(A, x), A, x)
+    assert _stats(fresh_cache) == (1, 4)
+    assert full_path["normalize"].calls == 1 and full_path["fingerprint"].calls == 1
+    (_, bound), = entries(fresh_cache)
+    entry = fresh_cache.find(next(iter(fresh_cache._by_key)))
+    if host_format == "cpu.scipy":            # the format is A itself: no copy, A pinned by the key
+        assert bound.prepared.arrays["A"] is A and entry.reference is None and entry.pins[0] is A
+    else:                                     # a private copy, compared on each hit
+        assert entry.reference is not None and entry.reference is not A and entry.pins is None
+        assert fresh_cache.get_curr_memsize() == 2 * cache_mod.nbytes_of(A)
+
+
+@pytest.mark.parametrize("change", ["data", "indices", "indptr", "reassigned", "same values"])
+def test_identity_path_after_in_place_change(rng, fresh_cache, full_path, host_format, change):
+    """Mutate A after a hit: the next call returns the new product (never the old format's)."""
+    A = random_csr(rng, 150, 150, 0.05)
+    x = rng.standard_normal(150)
+    matplan.matmul(A, x)
+    matplan.matmul(A, x)
+    row = int(np.argmax(np.diff(A.indptr)))
+    if change == "data":
+        A.data[A.nnz // 2] = 7.0
+    elif change == "indices":
+        present = set(A.indices[A.indptr[row]:A.indptr[row + 1]].tolist())
+        A.indices[A.indptr[row]] = next(c for c in range(150) if c not in present)
+    elif change == "indptr":
+        A.indptr[row + 1] -= 1
+    elif change == "reassigned":
+        A.data = A.data * -2.0                # a new array object: another key, the full path
+    else:
+        A.data[:] = A.data.copy()             # same bits: still a hit
+    for _ in range(2):
+        check(matplan.matmul(A, x), A.toarray(), x)
+    changed = change != "same values"
+    aliasing = host_format == "cpu.scipy"
+    missed = changed and (not aliasing or change == "reassigned")   # new values in new arrays: a new key
+    assert _stats(fresh_cache) == ((2, 2) if missed else (1, 3))
+    assert full_path["fingerprint"].calls == (2 if missed else 1)
+
+
+def test_identity_shared_arrays_other_object(rng, fresh_cache, host_format):
+    """Two matrix objects over the same arrays; one then gets new arrays: each call stays right."""
+    A1 = random_csr(rng, 60, 60, 0.1)
+    A2 = sp.csr_matrix((A1.data, A1.indices, A1.indptr), shape=A1.shape, copy=False)
+    x = rng.standard_normal(60)
+    check(matplan.matmul(A1, x), A1, x)
+    check(matplan.matmul(A2, x), A2, x)       # the full path: a hit, the entry now on A2
+    A1.data = rng.standard_normal(A1.nnz)     # A1 gets other values; A2 keeps the old ones
+    check(matplan.matmul(A2, x), A2, x)
+    check(matplan.matmul(A1, x), A1, x)
+    check(matplan.matmul(A2, x), A2, x)
+
+
+def test_identity_key_only_for_unconverted_operands(rng):
+    from matplan.dispatch import identity
+    A = random_csr(rng, 20, 20, 0.2)
+    x = rng.standard_normal(20)
+    assert identity.identity_key(A, x, False) is not None
+    assert identity.identity_key(A, x, False) != identity.identity_key(A, x, True)
+    assert identity.identity_key(A.tocsc(), x, False) is None                     # converted by normalize
+    assert identity.identity_key(A, x.astype(np.float32), False) is None         # upcast by normalize
+    assert identity.identity_key(A, list(x), False) is None
+    assert identity.identity_key(A, sp.csr_matrix(x.reshape(-1, 1)), False) is None   # SpGEMM: full path
+    D = rng.standard_normal((20, 20))
+    assert identity.identity_key(D, x, False)[1] != identity.identity_key(D.T, x, False)[1]
+
+
+def test_identity_path_in_routed_products(rng, fresh_cache, full_path):
+    A = poisson2d(10)
+    b = rng.standard_normal(A.shape[0])
+    with matplan.dispatch.route_sparse_matmul():
+        x, info, its = _cg_iterations(A, b)
+    assert info == 0 and full_path["fingerprint"].calls == 1 and fresh_cache.hits >= its - 1
+
+
+def test_aliasing_kernels_prepare_without_copying(rng):
+    """The kernels listed as aliasing A (host ones here; GPU ones in the GPU tests) hold A's arrays."""
+    from matplan.dispatch import identity
+    A = random_csr(rng, 40, 30, 0.2)
+    D = np.asfortranarray(rng.standard_normal((64, 4)))
+    assert identity.aliases(get("cpu.scipy").prepare(A, {}), A)
+    assert identity.aliases(get("cpu.numpy").prepare(D, {}), D)
+    assert not identity.aliases(get("cpu.scipy").prepare(A.copy(), {}), A)
+    assert not identity.aliases(Prepared("cpu.zz_other", {}, {"A": A}, A.shape, A.dtype), A)   # not listed
 
 
 # -- routing ------------------------------------------------------------------------------
@@ -593,10 +750,12 @@ def test_gpu_dense_tall_skinny(cp, rng):
     dA, dB = cp.asfortranarray(cp.asarray(A)), cp.asfortranarray(cp.asarray(B))
     np.testing.assert_allclose(matplan.matmul(dA, dB).get(), A @ B, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(matplan.matmul(dA, dB).get(), A @ B, rtol=1e-10, atol=1e-10)
-    dA[7, 9] += 1.0
+    dA[7, 9] += 1.0                              # cuBLAS/TSM2 read A itself: a hit, the new product
     A[7, 9] += 1.0
     np.testing.assert_allclose(matplan.matmul(dA, dB).get(), A @ B, rtol=1e-10, atol=1e-10)
-    assert (cache.misses, cache.hits) == (2, 1)
+    assert (cache.misses, cache.hits) == (1, 2)
+    (_, bound), = list(cache)
+    assert bound.prepared.arrays["A"] is dA
     cache.clear()
 
 
@@ -615,8 +774,9 @@ def test_gpu_matmul_cache_and_changes(cp, rng):
     dA.data[5] *= -3.0                                   # in place, on the device
     A.data[5] *= -3.0
     x = rng.standard_normal(1500)
+    aliasing = all(e.reference is None for e in cache._entries.values() if e.fp.k == 1)
     np.testing.assert_allclose(matplan.matmul(dA, cp.asarray(x)).get(), A @ x, rtol=1e-12, atol=1e-12)
-    assert cache.misses == 3
+    assert cache.misses == (2 if aliasing else 3)     # A's own arrays read anew, or a copy compared
     B = random_csr(rng, 1500, 300, 0.01)
     C = matplan.matmul(dA, _gpu_csr(cp, B))
     np.testing.assert_allclose(C.get().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-12)
@@ -652,3 +812,120 @@ def test_gpu_routing(cp, rng):
         np.testing.assert_allclose(dA.dot(cp.asarray(x)).get(), A @ x, rtol=1e-12, atol=1e-12)
     assert (cache.misses, cache.hits) == (1, 1) and _own(csp.csr_matrix, "__matmul__") == own
     cache.clear()
+
+
+# -- GPU: the identity fast path ---------------------------------------------------------------
+def _poison_pool(cp, nbytes):
+    """Fill soon-to-be-reused pool memory with NaN, so an output element the kernel misses shows."""
+    junk = cp.full(max(1, nbytes // 8), np.nan, dtype=cp.float64)
+    del junk
+
+
+@pytest.fixture
+def gpu_format(request, cp):
+    """A GPU format that is A's own arrays (CSR vector) or one prepared from a copy (the compare path)."""
+    from matplan.kernels import spmv
+    registry.all_kernels()
+
+    class _Pick(spmv.CsrVector):
+        name = "spmv.zz_" + request.param
+
+        def cost(self, f, params, device):
+            return Cost(0.0, 1e-9, "test kernel: always chosen")
+
+        def prepare(self, A, params):
+            return super().prepare(A.copy() if request.param == "copying" else A, params)
+
+    kernel = registry.register(_Pick())
+    from matplan.dispatch import identity
+    if request.param == "aliasing":                  # the same code as spmv.csr_vector: listed as such
+        identity.ALIASING_KERNELS = identity.ALIASING_KERNELS | {kernel.name}
+    yield request.param
+    identity.ALIASING_KERNELS = identity.ALIASING_KERNELS - {kernel.name}
+    registry._REGISTRY.pop(kernel.name, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_format", ["aliasing", "copying"], indirect=True)
+@pytest.mark.parametrize("change", ["data", "indices", "indptr", "same pointer new values", "none"])
+def test_gpu_identity_path_after_in_place_change(cp, rng, gpu_format, change, full_path):
+    cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
+    cache.clear()
+    m, n = 3000, 2500
+    A = random_csr(rng, m, n, 0.004)
+    dA = _gpu_csr(cp, A)
+    x = rng.standard_normal(n)
+    dx = cp.asarray(x)
+    for _ in range(3):
+        _poison_pool(cp, 8 * m)
+        np.testing.assert_allclose(matplan.matmul(dA, dx).get(), A @ x, rtol=1e-12, atol=1e-12)
+    entry, = cache._entries.values()
+    assert entry.bound.plan.kernel == "spmv.zz_" + gpu_format
+    assert (entry.reference is None) == (gpu_format == "aliasing")
+    assert (cache.misses, cache.hits) == (1, 2) and full_path["fingerprint"].calls == 1
+    ptr = dA.data.data.ptr
+    row = int(np.argmax(np.diff(A.indptr)[:-1]))
+    if change == "data":
+        dA.data[A.nnz // 2] = 7.0
+        A.data[A.nnz // 2] = 7.0
+    elif change == "indices":
+        present = set(A.indices[A.indptr[row]:A.indptr[row + 1]].tolist())
+        col = next(c for c in range(n) if c not in present)
+        dA.indices[int(A.indptr[row])] = col
+        A.indices[A.indptr[row]] = col
+    elif change == "indptr":
+        dA.indptr[row + 1] -= 1
+        A.indptr[row + 1] -= 1
+    elif change == "same pointer new values":
+        new = rng.standard_normal(A.nnz)
+        dA.data[...] = cp.asarray(new)
+        A.data[:] = new
+    assert dA.data.data.ptr == ptr
+    for _ in range(2):
+        _poison_pool(cp, 8 * m)
+        np.testing.assert_allclose(matplan.matmul(dA, dx).get(), A.toarray() @ x, rtol=1e-12, atol=1e-12)
+    missed = change != "none" and gpu_format == "copying"
+    assert (cache.misses, cache.hits) == ((2, 3) if missed else (1, 4))
+    assert full_path["fingerprint"].calls == (2 if missed else 1)
+    cache.clear()
+
+
+@pytest.mark.gpu
+def test_gpu_compare_kernel(cp, rng):
+    from matplan.dispatch import identity
+    dev = cp.cuda.runtime.getDevice()
+    for n, offset in ((1, 0), (5, 1), (1000, 0), (1000, 1), (3_000_001, 0), (3_000_001, 3)):
+        base = cp.asarray(rng.standard_normal(n + offset).astype(np.float32))
+        a = base[offset:]                       # offset 1 or 3: not 16-byte aligned (the word path)
+        r = a.copy()
+        assert identity.start_compare(a, r, dev).same()
+        for pos in sorted({0, n // 2, n - 1}):
+            r2 = r.copy()
+            r2[pos] = cp.float32(np.nextafter(np.float32(r2[pos].get()), np.float32(np.inf)))
+            assert not identity.start_compare(a, r2, dev).same(), (n, offset, pos)
+        assert identity.start_compare(a, r, dev).same()   # the flag from the last miss does not linger
+    A = random_csr(rng, 500, 400, 0.02)
+    dA = _gpu_csr(cp, A)
+    ref = dA.copy()
+    assert identity.start_compare(dA, ref, dev).same()
+    ref.indptr[250] += 1
+    assert not identity.start_compare(dA, ref, dev).same()
+    assert identity.start_compare(cp.zeros((4, 4))[:, ::2], cp.zeros((4, 2)), dev) is None
+
+
+@pytest.mark.gpu
+def test_gpu_aliasing_kernels_hold_A(cp, rng):
+    """Every GPU kernel listed as aliasing prepares on A's own arrays (CSR and dense problems)."""
+    from matplan.dispatch import identity
+    A = random_csr(rng, 2000, 1500, 0.01)
+    dA, dx = _gpu_csr(cp, A), cp.asarray(rng.standard_normal(1500))
+    D = cp.asfortranarray(cp.asarray(rng.standard_normal((4096, 64))))
+    dB = cp.asarray(rng.standard_normal((64, 4)))
+    seen = set()
+    for a, b in ((dA, dx), (dA, cp.asarray(rng.standard_normal((1500, 4)))), (D, dB), (cp.ascontiguousarray(D), dB)):
+        plan = planner.plan(a, b, reuse=1)
+        for c in plan.candidates:
+            if c.kernel in identity.ALIASING_KERNELS and c.source != "rejected":
+                assert identity.aliases(get(c.kernel).prepare(a, dict(c.params)), a), c.label()
+                seen.add(c.kernel)
+    assert {"spmv.csr_vector", "gemm.cublas"} <= seen

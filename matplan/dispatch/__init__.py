@@ -6,8 +6,10 @@
     with matplan.dispatch.route_sparse_matmul():
         x, info = scipy.sparse.linalg.cg(A, b)   # A.dot / A @ x inside SciPy run matplan.matmul
 
-Modules: fingerprint (the cache key, digests of A where it lives), cache (per
-thread, per device, LRU by count and bytes), auto (matmul), linop
+Modules: fingerprint (the cache key, digests of A where it lives, and what a
+hit checks), identity (the fast path of a hit: identity key, formats that are
+A's own arrays, the fused GPU comparison), cache (per thread, per device, LRU by
+count and bytes), auto (matmul), linop
 (LinearOperator), routing (the dispatch hook and its protocol).
 """
 from .auto import REPLAN_FACTOR, matmul

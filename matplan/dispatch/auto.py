@@ -1,11 +1,15 @@
 """``matplan.matmul(A, B)``: plan and run in one call, reusing plans from the plan cache.
 
-Per call: validate (A, B), fingerprint A, look the fingerprint up in this
-thread's cache for A's device; on the host, confirm a hit by comparing A with
-the entry's copy (every byte of A is read once either way, see fingerprint.py).
-A hit runs the cached plan's kernel on the prepared A and B (B was validated
-once, by ``normalize``): no statistics, no choice, no format conversion. A miss plans, prepares a private copy of A (so the entry never
-aliases the caller's arrays, which may change later) and caches the result.
+Per call, first the identity fast path: the same A and B objects as an earlier
+call (by identity key), and either a format that is A's own arrays or A equal
+to the entry's private copy bit for bit; then the kernel runs on the prepared A
+and B with no validation, fingerprint, statistics or choice. Otherwise the full
+path: validate (A, B), fingerprint A, look the fingerprint up in this thread's
+cache for A's device (on the host, confirm a hit by comparing A with the entry's
+copy). A miss plans and prepares the chosen format: on A's own arrays when the
+kernel reads them at run time (such a format cannot go stale), else on a private
+copy of A the entry keeps (A may change later). See fingerprint.py for why no
+hit can reuse a stale format.
 
 ``reuse`` (applications of the plan to the same A, which amortise format
 conversion, see ``planner.plan``):
@@ -29,6 +33,7 @@ from ..planner import BoundPlan
 from ..validation import normalize
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
+from .identity import aliases, aliasing_kernel, identity_key, pins, start_compare
 
 #: Re-plan a cached entry when its calls reach this multiple of the reuse it was planned for.
 REPLAN_FACTOR = 8
@@ -55,12 +60,12 @@ def matmul(A, B, *, reuse=None, deterministic=False):
     deterministic: admit only bitwise-reproducible kernels; part of the cache key.
 
     A changed A (values or structure, in place or not) is never served a stale
-    prepared format: the fingerprint covers every byte of A. For a loop over one A
-    known not to change, ``planner.plan(A, B, reuse=n).bind(A)`` avoids the
-    per-call fingerprint.
+    prepared format: see ``dispatch.fingerprint`` for what a hit checks. For a loop
+    over one A known not to change, ``planner.plan(A, B, reuse=n).bind(A)`` avoids
+    even the identity check.
     """
     check_args(reuse, deterministic)
-    return run(normalize(A, B), reuse, deterministic)
+    return _dispatch(A, B, reuse, deterministic, None)
 
 
 def busy() -> bool:
@@ -70,6 +75,22 @@ def busy() -> bool:
 
 def run(problem, reuse=None, deterministic=False):
     """matmul on an already validated Problem (the routing hook enters here)."""
+    return _dispatch(problem.A, problem.B, reuse, deterministic, problem)
+
+
+_MISS = object()
+
+
+def _dispatch(A, B, reuse, deterministic, problem):
+    """The identity fast path (no validation, no fingerprint) when it applies, else the full path."""
+    found = identity_key(A, B, deterministic)
+    if found is not None:
+        C = _identity_hit(found[0], found[1], A, B, reuse, deterministic)
+        if C is not _MISS:
+            return C
+    if problem is None:
+        problem = normalize(A, B)
+    key = found[1] if found is not None and problem.A is A and problem.B is B else None
     _load_kernels_once()
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
@@ -78,38 +99,108 @@ def run(problem, reuse=None, deterministic=False):
             dev = device_of(problem.A)
             if dev != cp.cuda.runtime.getDevice():      # run where A lives
                 with cp.cuda.Device(dev):
-                    return _run(problem, reuse, deterministic)
-        return _run(problem, reuse, deterministic)
+                    return _run(problem, reuse, deterministic, key)
+        return _run(problem, reuse, deterministic, key)
     finally:
         _state.depth -= 1
 
 
-def _run(problem, reuse, deterministic):
+def _identity_hit(device, key, A, B, reuse, deterministic):
+    """C from the entry registered under identity ``key`` once A is known to be unchanged, else _MISS.
+
+    A and B are as ``normalize`` would return them (the key says so). A format that is A's
+    own arrays needs no check; otherwise A is compared bit for bit with the entry's copy (on
+    the GPU the kernel is launched behind the comparison on the same stream and its result
+    dropped if A differs, so the check costs no extra round trip before the launch).
+    """
+    cache = cache_for(device)
+    entry = cache.find(key)
+    if entry is None:
+        return _MISS
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        if entry.reference is None:
+            C = entry.run(B)
+        elif device == "cpu":
+            if not same_content(A, entry.reference):
+                return _MISS
+            C = entry.run(B)
+        else:
+            pending = start_compare(A, entry.reference, device)
+            if pending is None:
+                return _MISS
+            C = entry.run(B)
+            if not pending.same():
+                return _MISS
+        cache.count_hit(entry)
+        _maybe_replan(cache, entry, A, B, reuse, deterministic, key)
+        return C
+    finally:
+        _state.depth -= 1
+
+
+def _run(problem, reuse, deterministic, key):
+    """The full path: fingerprint, lookup (confirmed on the host), plan on a miss."""
+    A = problem.A
     fp = fingerprint(problem, deterministic)
     cache = cache_for(fp.device)
     host = problem.backend == "cpu"
-    entry = cache.lookup(fp, (lambda ref: same_content(problem.A, ref)) if host else None)
+    entry = cache.lookup(fp, (lambda ref: same_content(A, ref)) if host else None)
     if entry is None:
         want = reuse if reuse is not None else cache.estimate_reuse(fp)
-        plan = planner.plan(problem.A, problem.B, reuse=want, deterministic=deterministic)
-        if cache.fits(nbytes_of(problem.A)):
-            copy = _private_copy(problem.A)
-            bound = plan.bind(copy)
-            cache.insert(fp, bound, next_replan=plan.reuse * REPLAN_FACTOR, reference=copy if host else None)
-        else:
-            bound = plan.bind(problem.A)
+        plan = planner.plan(A, problem.B, reuse=want, deterministic=deterministic)
+        if not cache.fits(nbytes_of(A)):
             cache.decline(fp)
+            return plan.bind(A)(problem.B)
+        bound, reference = _prepare(plan, A)
+        cache.insert(fp, bound, plan.reuse * REPLAN_FACTOR, reference, key, _pins(key, reference, A))
         return bound(problem.B)
-    want = _wanted_reuse(entry, reuse)
-    if want is not None:
-        old = entry.bound
-        plan = planner.plan(problem.A, problem.B, reuse=want, deterministic=deterministic)
-        if (plan.kernel, plan.params) == (old.plan.kernel, old.plan.params):
-            bound = BoundPlan(plan, old.prepared)
-        else:
-            bound = plan.bind(entry.reference if entry.reference is not None else _private_copy(problem.A))
-        cache.replace(fp, entry, bound)
+    if entry.reference is None and (key is not None or not aliases(entry.bound.prepared, A)):
+        bound = entry.bound.plan.bind(A)         # the format aliases another object: A's arrays instead
+        if not aliases(bound.prepared, A):       # (converted on the way: right for this call only)
+            return bound(problem.B)
+        cache.replace(entry, bound, None, replan=False)
+        cache.claim(entry, key, _pins(key, None, A))
+    elif entry.reference is not None and key is not None:
+        cache.claim(entry, key)
+    _maybe_replan(cache, entry, A, problem.B, reuse, deterministic, key)
     return entry.run(problem.B)
+
+
+def _prepare(plan, A):
+    """(BoundPlan, private copy of A or None): the chosen format on A's own arrays when the
+    kernel aliases them (it cannot go stale), else on a copy the cache owns (A may change later)."""
+    if aliasing_kernel(plan.kernel):
+        bound = plan.bind(A)
+        if aliases(bound.prepared, A):
+            return bound, None
+    copy = _private_copy(A)
+    return plan.bind(copy), copy
+
+
+def _pins(key, reference, A):
+    """What an entry registered under ``key`` keeps alive: A's objects when its format aliases them."""
+    return pins(A) if key is not None and reference is None else None
+
+
+def _maybe_replan(cache, entry, A, B, reuse, deterministic, key) -> None:
+    """Re-plan ``entry`` when its calls or the caller's ``reuse`` ask for it (see the module docstring).
+
+    A is the object registered under identity ``key`` (or None) if the entry has one.
+    """
+    want = _wanted_reuse(entry, reuse)
+    if want is None:
+        return
+    old = entry.bound
+    plan = planner.plan(A, B, reuse=want, deterministic=deterministic)
+    if (plan.kernel, plan.params) == (old.plan.kernel, old.plan.params):
+        cache.replace(entry, BoundPlan(plan, old.prepared), entry.reference)
+    elif entry.reference is not None:            # A equals the entry's copy: prepare from the copy
+        cache.replace(entry, plan.bind(entry.reference), entry.reference)
+    else:
+        bound, reference = _prepare(plan, A)
+        cache.replace(entry, bound, reference)
+        cache.claim(entry, key, _pins(key, reference, A))
 
 
 def _wanted_reuse(entry, reuse):

@@ -6,9 +6,11 @@ device id for GPU ones. Threads therefore never share an entry and need no
 lock; a thread's cache is only ever touched by that thread. An entry maps a
 :class:`~matplan.dispatch.fingerprint.Fingerprint` to a
 :class:`~matplan.planner.BoundPlan` (the plan and A in the chosen format), and
-is charged the bytes of that prepared format. Host entries also keep the copy
-of A they were prepared from, to confirm a hit byte for byte (see
-fingerprint.py); its bytes count once when the format holds it (SciPy's does).
+is charged the bytes it keeps alive: its prepared format and, for a format made
+from a private copy of A, that copy (kept to confirm hits bit for bit, see
+fingerprint.py); each buffer counts once. A format that is A's own arrays (SciPy,
+NumPy, the CSR kernels, cuSPARSE, cuBLAS, TSM2) keeps the caller's arrays alive
+instead of a copy. Entries are also found by identity key (``find``/``claim``).
 The cache also keeps a small
 history per matrix *structure* (calls, and how many value versions were
 prepared), from which ``matmul(reuse=None)`` estimates the reuse of a new version.
@@ -44,8 +46,8 @@ def held_nbytes(*objs) -> int:
     """Bytes of the arrays inside ``objs`` (Prepared formats, sparse matrices, arrays), each buffer once."""
     seen = {}
     for obj in objs:
-        for a in _leaves(obj):
-            seen[_buffer_key(a)] = int(a.nbytes)
+        for a in leaves(obj):
+            seen[buffer_key(a)] = int(a.nbytes)
     return sum(seen.values())
 
 
@@ -54,20 +56,20 @@ def prepared_nbytes(bound) -> int:
     return held_nbytes(bound.prepared)
 
 
-def _leaves(x):
+def leaves(x):
     if x is None:
         return
     arrays = getattr(x, "arrays", None)
     if isinstance(arrays, dict):                       # a kernels.base.Prepared
         for a in arrays.values():
-            yield from _leaves(a)
+            yield from leaves(a)
     elif hasattr(x, "indptr"):
         yield from (x.data, x.indices, x.indptr)
     elif hasattr(x, "nbytes"):
         yield x
 
 
-def _buffer_key(a):
+def buffer_key(a):
     iface = getattr(a, "__array_interface__", None)    # NumPy
     if iface is not None:
         return iface["data"][0], a.nbytes
@@ -76,12 +78,16 @@ def _buffer_key(a):
 
 
 class _Entry:
-    """One cached BoundPlan, its registered kernel, the A copy confirming hits (host), its counters."""
-    __slots__ = ("bound", "kernel", "reference", "nbytes", "calls", "next_replan", "history")
+    """One cached BoundPlan, its registered kernel, the A copy confirming hits (None when the
+    format is A's own arrays), its counters, and the identity key that finds it without a digest."""
+    __slots__ = ("fp", "bound", "kernel", "reference", "nbytes", "calls", "next_replan", "history",
+                 "key", "pins")
 
-    def __init__(self, bound, reference, nbytes, next_replan, history):
-        self.bound, self.kernel, self.reference, self.nbytes = bound, get(bound.plan.kernel), reference, nbytes
+    def __init__(self, fp, bound, reference, nbytes, next_replan, history):
+        self.fp, self.bound, self.kernel, self.reference, self.nbytes = \
+            fp, bound, get(bound.plan.kernel), reference, nbytes
         self.calls, self.next_replan, self.history = 1, next_replan, history
+        self.key = self.pins = None
 
     def run(self, B):
         """The kernel on B, which the caller validated for this entry's fingerprint (op, k, dtype)."""
@@ -96,6 +102,7 @@ class PlanCache:
         self._size = _check_size(size)
         self._memsize = _check_memsize(memsize)
         self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._by_key: dict = {}          # identity key (see identity.py) -> entry
         self._bytes = 0
         self._history: collections.OrderedDict = collections.OrderedDict()
         self.hits = self.misses = self.evictions = self.replans = self.too_large = 0
@@ -111,17 +118,39 @@ class PlanCache:
         entry = self._entries.get(fp)
         if entry is not None and entry.reference is not None and confirm is not None \
                 and not confirm(entry.reference):
-            self._bytes -= self._entries.pop(fp).nbytes
+            self._remove(fp)
             entry = None
         if entry is None:
             self._history_for(fp)[0] += 1
             self.misses += 1
             return None
+        self.count_hit(entry)
+        return entry
+
+    def find(self, key):
+        """The entry registered under identity ``key`` (not counted: the caller confirms it first)."""
+        return self._by_key.get(key)
+
+    def count_hit(self, entry) -> None:
+        """Count a confirmed hit on ``entry`` and make it the most recently used."""
         entry.history[0] += 1
         entry.calls += 1
         self.hits += 1
-        self._entries.move_to_end(fp)
-        return entry
+        self._entries.move_to_end(entry.fp)
+
+    def claim(self, entry, key, pins=None) -> None:
+        """Register ``entry`` under identity ``key`` instead of its older key (None: under none), taking
+        the key from any other entry; ``pins`` are kept alive while it is registered."""
+        if entry.key is not None and self._by_key.get(entry.key) is entry:
+            del self._by_key[entry.key]
+        entry.key = entry.pins = None
+        if key is None or self._entries.get(entry.fp) is not entry:
+            return
+        other = self._by_key.get(key)
+        if other is not None and other is not entry:
+            other.key = other.pins = None
+        self._by_key[key] = entry
+        entry.key, entry.pins = key, pins
 
     def _history_for(self, fp) -> list:
         """[calls, versions prepared] of ``fp``'s structure (LRU-bounded; refreshed on misses)."""
@@ -148,39 +177,48 @@ class PlanCache:
         """Whether an entry of ``nbytes`` can be cached at all."""
         return self._size > 0 and (self._memsize < 0 or nbytes <= self._memsize)
 
-    def insert(self, fp, bound, next_replan: int, reference=None) -> bool:
-        """Cache ``bound`` (and the A it was prepared from, to confirm hits) under ``fp``, evicting
-        least recently used entries; False if it does not fit."""
+    def insert(self, fp, bound, next_replan: int, reference=None, key=None, pins=None):
+        """Cache ``bound`` (and the A copy it was prepared from, to confirm hits) under ``fp`` and
+        identity ``key``, evicting least recently used entries; the entry, or None if it does not fit."""
         nbytes = held_nbytes(bound.prepared, reference)
         if not self.fits(nbytes):
             self.decline(fp)
-            return False
+            return None
         hist = self._history_for(fp)
         hist[1] += 1
-        old = self._entries.pop(fp, None)
-        if old is not None:
-            self._bytes -= old.nbytes
-        self._entries[fp] = _Entry(bound, reference, nbytes, next_replan, hist)
+        if fp in self._entries:
+            self._remove(fp)
+        entry = self._entries[fp] = _Entry(fp, bound, reference, nbytes, next_replan, hist)
         self._bytes += nbytes
+        if key is not None:
+            self.claim(entry, key, pins)
         self._shrink()
-        return True
+        return entry
 
     def decline(self, fp) -> None:
         """Record a version of ``fp``'s structure that was prepared but is too large to cache."""
         self.too_large += 1
         self._history_for(fp)[1] += 1
 
-    def replace(self, fp, entry, bound) -> None:
-        """Give ``entry`` a re-planned ``bound`` (and its bytes); drop it if it no longer fits."""
-        self.replans += 1
-        nbytes = held_nbytes(bound.prepared, entry.reference)
+    def replace(self, entry, bound, reference=None, replan=True) -> None:
+        """Give ``entry`` a new ``bound`` (re-planned, or the same plan bound to other arrays) and the
+        A copy it was prepared from (None: the format is A's own arrays); drop it if it no longer fits."""
+        self.replans += replan
+        nbytes = held_nbytes(bound.prepared, reference)
         self._bytes += nbytes - entry.nbytes
-        entry.bound, entry.nbytes = bound, nbytes
+        entry.bound, entry.reference, entry.nbytes = bound, reference, nbytes
         entry.kernel = get(bound.plan.kernel)
         if not self.fits(nbytes):
             self.too_large += 1
-            self._bytes -= self._entries.pop(fp).nbytes
+            self._remove(entry.fp)
         self._shrink()
+
+    def _remove(self, fp) -> None:
+        entry = self._entries.pop(fp)
+        self._bytes -= entry.nbytes
+        if entry.key is not None and self._by_key.get(entry.key) is entry:
+            del self._by_key[entry.key]
+        entry.key = entry.pins = None
 
     # -- cupy.fft-style controls ----------------------------------------------
     def get_size(self) -> int:
@@ -208,6 +246,7 @@ class PlanCache:
     def clear(self) -> None:
         """Drop every entry and the history, and zero the counters."""
         self._entries.clear()
+        self._by_key.clear()
         self._history.clear()
         self._bytes = 0
         self.hits = self.misses = self.evictions = self.replans = self.too_large = 0
@@ -250,8 +289,7 @@ class PlanCache:
     def _shrink(self) -> None:
         while self._entries and (len(self._entries) > self._size
                                  or (self._memsize >= 0 and self._bytes > self._memsize)):
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.nbytes
+            self._remove(next(iter(self._entries)))
             self.evictions += 1
 
 
@@ -314,4 +352,5 @@ def show_plan_cache_info() -> None:
 
 
 __all__ = ["PlanCache", "get_plan_cache", "show_plan_cache_info", "cache_for", "DEFAULT_SIZE",
-           "DEFAULT_MEMSIZE", "HISTORY_SIZE", "nbytes_of", "held_nbytes", "prepared_nbytes"]
+           "DEFAULT_MEMSIZE", "HISTORY_SIZE", "nbytes_of", "held_nbytes", "prepared_nbytes", "leaves",
+           "buffer_key"]

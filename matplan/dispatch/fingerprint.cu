@@ -80,3 +80,49 @@ extern "C" __global__ void matplan_fingerprint(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Bitwise comparison of up to three pairs of byte ranges (A's data, indices, indptr against the
+// cache entry's private copy), for the identity fast path of a hit (matplan/dispatch/identity.py).
+//
+// Sizes are in bytes, multiples of 4 (float32/64, int32/64 items). A pair whose two addresses are
+// both 16-byte aligned is read as uint4, otherwise as 32-bit words. Grid-stride; no early exit.
+// Any difference makes the block write ``token`` to *flag (every writer writes the same value, so
+// the race is benign); the host reads *flag back and sees a difference iff it equals the token it
+// passed. Tokens never repeat within a process, so *flag needs no reset between calls.
+
+__device__ __forceinline__ bool matplan_range_differs(u64 a_addr, u64 b_addr, long long nbytes,
+                                                      long long start, long long stride) {
+    u32 diff = 0;
+    long long done = 0;
+    if (((a_addr | b_addr) & 15ULL) == 0) {
+        const uint4 *__restrict__ a = (const uint4 *)a_addr;
+        const uint4 *__restrict__ b = (const uint4 *)b_addr;
+        const long long n = nbytes >> 4;
+#pragma unroll 4
+        for (long long i = start; i < n; i += stride) {
+            uint4 x = __ldg(a + i), y = __ldg(b + i);
+            diff |= (x.x ^ y.x) | (x.y ^ y.y) | (x.z ^ y.z) | (x.w ^ y.w);
+        }
+        done = n << 4;
+    }
+    const u32 *__restrict__ a = (const u32 *)(a_addr + done);
+    const u32 *__restrict__ b = (const u32 *)(b_addr + done);
+    const long long n = (nbytes - done) >> 2;
+#pragma unroll 4
+    for (long long i = start; i < n; i += stride)
+        diff |= __ldg(a + i) ^ __ldg(b + i);
+    return diff != 0;
+}
+
+extern "C" __global__ void matplan_differs(
+        u64 a0, u64 b0, long long n0, u64 a1, u64 b1, long long n1, u64 a2, u64 b2, long long n2,
+        long long token, long long *flag) {
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool diff = matplan_range_differs(a0, b0, n0, start, stride);
+    diff |= matplan_range_differs(a1, b1, n1, start, stride);
+    diff |= matplan_range_differs(a2, b2, n2, start, stride);
+    if (__syncthreads_or(diff) && threadIdx.x == 0)
+        *flag = token;
+}

@@ -1,4 +1,4 @@
-"""Fingerprints: what identifies "the same A" for the plan cache.
+"""Fingerprints, and exactly what a plan-cache hit checks.
 
 A fingerprint holds the op, backend and device, A's shape, nnz, dtypes and
 (dense A) memory layout, B's column count, for SpGEMM a digest of B's
@@ -6,26 +6,49 @@ structure (the plan depends on it), the ``deterministic`` flag, the matplan,
 NumPy, SciPy and CuPy versions, and digests of A's structure (``indptr``,
 ``indices``) and of A's values.
 
-Why every byte of A is read on every call: NumPy and CuPy arrays carry no
-modification counter, so an in-place write (``A.data[i] = v``,
-``A.sort_indices()``, a solver updating a matrix) is invisible to any check that
-does not read the data; identity, pointers, shapes or samples alone would hand
-back a stale prepared format after such a write. Two ways of reading it, each
-the cheaper where it runs (``benchmarks/dispatch.py`` measures both):
+What a hit checks. NumPy and CuPy arrays carry no modification counter, so an
+in-place write (``A.data[i] = v``, ``A.sort_indices()``, a solver updating a
+matrix) is invisible to identity, pointers or shapes. A cached format can
+therefore only be reused in one of two ways, and ``matmul`` never takes another:
 
-* GPU: full 128-bit digests, one launch of ``fingerprint.cu`` (a sum of
-  splitmix64-mixed words in two 64-bit lanes per digest) that reads A once,
-  then a 32-byte copy to the host, which synchronises. A stale format can only
-  come back through a digest collision (probability about 2^-128 per pair).
-* host: the digests cover a strided sample of ``SAMPLE`` elements per array
-  (first and last included), and a hit is confirmed by comparing A bit for bit
-  with the copy of A the cache entry owns (:func:`same_content`): exact, and a
-  memory-speed pass where a cryptographic hash runs at about 1 GB/s per core.
-  Versions of one matrix that differ only outside the sample share a key; the
-  newer replaces the older.
+1. The identity fast path (``identity.py``; no validation, no digest). The call's
+   (A, B) are of exact types that ``normalize`` passes through unchanged, and
+   their identity key (ids of A and of its data/indices/indptr with their
+   shapes, strides and dtypes; B's type and shape; ``deterministic``; versions)
+   names a cache entry. Then either
 
-Callers that apply one A many times and know it does not change skip all this
-with ``planner.plan(...).bind(A)`` or ``plan.as_linear_operator(A)``.
+   a. the entry's format *is* A's own arrays (kernel in
+      ``identity.ALIASING_KERNELS`` and ``identity.aliases`` true when it was
+      bound): the kernel reads A's current values, indices and indptr on every
+      run and keeps nothing derived from their content, so no write to them can
+      make it stale. The entry holds the objects its key names, so their ids
+      cannot pass to other objects while the key is registered. An in-place
+      change keeps the plan chosen for A's earlier statistics (results exact; the
+      choice may be worse until the next re-plan), or
+   b. the format was prepared from the entry's private copy of A, and A equals
+      that copy bit for bit: host, :func:`same_content`; GPU, one launch of
+      ``matplan_differs`` (fingerprint.cu) over data, indices and indptr and an
+      8-byte flag copied into pinned memory. The GPU kernel is launched behind
+      the comparison on the same stream and its result dropped if A differs.
+      Exact: any changed bit is a miss.
+
+2. The full path, for everything else: validate, fingerprint, look up.
+
+   * GPU: full 128-bit digests, one launch of ``fingerprint.cu`` (a sum of
+     splitmix64-mixed words in two 64-bit lanes per digest) that reads A once,
+     then a 32-byte copy to the host, which synchronises. A stale format could
+     only come back through a digest collision (probability about 2^-128 per pair).
+   * host: the digests cover a strided sample of ``SAMPLE`` elements per array
+     (first and last included), and a hit is confirmed by comparing A bit for bit
+     with the entry's copy (:func:`same_content`). Versions of one matrix that
+     differ only outside the sample share a key; the newer replaces the older.
+
+   A hit on an entry of kind (a) binds the plan to *this* A's arrays (a zero-copy
+   prepare) before running, so it never runs on another object's arrays.
+
+Callers that apply one A many times and know it does not change skip even the
+identity check with ``planner.plan(...).bind(A)`` or ``plan.as_linear_operator(A)``.
+``benchmarks/dispatch.py`` measures both paths.
 """
 from __future__ import annotations
 

@@ -31,8 +31,9 @@ The protocol, modelled on ``scipy.fft``'s ``set_backend`` / ``skip_backend``:
   patched process-wide, so other threads pass through a router that falls
   through at once (about a microsecond).
 
-Every routed product pays ``matplan.matmul``'s fingerprint of A (one read of A's
-bytes); loops over one A do better with ``plan.as_linear_operator(A)``.
+Every routed product pays ``matplan.matmul``'s check of A (the identity fast path
+when A is the same object as before, else a fingerprint reading A's bytes once);
+loops over one A do better with ``plan.as_linear_operator(A)``.
 """
 from __future__ import annotations
 
