@@ -146,7 +146,7 @@ __global__ void numeric_shared(
         }
         if (row >= 0) {
             const long long base = Cp[row] - c_base;
-            const int c = (int)(Cp[row + 1] - base);
+            const int c = (int)(Cp[row + 1] - Cp[row]);   // the row's nnz (base is panel-relative)
             for (int i = lane; i < c; i += tpr) { Cj[base + i] = keys[i]; Cx[base + i] = vals[i]; }
         }
     } else if (row >= 0) {
