@@ -215,6 +215,17 @@ def test_planner_falls_back_to_analytic(kernels, saved, monkeypatch):
     assert {c.source for c in planner.plan(A, x).candidates} <= {"analytic", "rejected"}
 
 
+def test_planner_keeps_analytic_costs_outside_the_training_range(kernels, saved):
+    """Trees do not extrapolate: a matrix larger than any in the training data is planned analytically."""
+    from matplan import corpus
+    A = corpus.load("uniform", "medium", seed=0)       # the model saw only the 'small' size
+    x = np.random.default_rng(2).random(A.shape[1])
+    p = planner.plan(A, x)
+    assert {c.source for c in p.candidates} <= {"analytic", "rejected"}
+    assert "outside the training range of learned model 'cpu'" in p.candidates[0].why
+    np.testing.assert_allclose(p.run(A, x), A @ x, rtol=1e-12)
+
+
 def test_planner_warns_and_falls_back_on_a_tampered_model(kernels, saved):
     saved.write_bytes(saved.read_bytes()[:-10] + b"0123456789")
     A, x = _spmv_problem()

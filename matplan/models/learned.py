@@ -595,10 +595,13 @@ def rescore(feats, dev, pending) -> list:
         return out
     queries = [Query(feats, pending[i][0], pending[i][1], dev, pending[i][2]) for i in idx]
     Z = model.schema_.transform(queries)
-    pred = model._predict_z(Z)
     outside = model.schema_.outside(Z[0])
-    note = (f"; low confidence: {', '.join(outside)} outside the training range" if outside else "")
-    about = model.describe() + note
+    if outside:  # trees do not extrapolate: past the training range the analytic models decide
+        return [(Cost(cost.prepare_s, cost.run_s,
+                      f"{cost.why} (analytic: {', '.join(outside)} outside the training range of "
+                      f"{model.describe()})"), "analytic") for _, _, cost in pending]
+    pred = model._predict_z(Z)
+    about = model.describe()
     for row, i in enumerate(idx):
         analytic = pending[i][2]
         run_s, prep_s = float(pred[row, 0]), float(pred[row, 1])
