@@ -1,7 +1,8 @@
 """SpTRANS on the GPU by the segmented merge of SEEDS section 3: CSR of A.T, rows sorted by column.
 
 :func:`transpose` takes a cupyx CSR A (m x n, float32 or float64) and returns the cupyx CSR of
-A.T (n x m) in four launches and one CuPy scan, with no host synchronisation (nnz(A.T) = nnz(A)):
+A.T (n x m) in four launches and one CuPy scan, with no host synchronisation of ours (nnz(A.T) = nnz(A); cupyx's csr_matrix constructor,
+which wraps the result, does wait for the GPU in CuPy 14.2):
 
 1. ``count_rank``: per-column counts by atomics (one atomic per column per warp, ``__match_any``)
    and each nonzero's rank among its column's nonzeros, in the atomics' (arbitrary) order;
