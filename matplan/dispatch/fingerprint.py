@@ -17,8 +17,8 @@ therefore only be reused in one of two ways, and ``matmul`` never takes another:
    shapes, strides and dtypes; B's type and shape; ``deterministic``; versions)
    names a cache entry. Then either
 
-   a. the entry's format *is* A's own arrays (kernel in
-      ``identity.ALIASING_KERNELS`` and ``identity.aliases`` true when it was
+   a. the entry's format *is* A's own arrays (its kernel declares
+      ``reads_a_at_run`` and ``identity.aliases`` was true when it was
       bound): the kernel reads A's current values, indices and indptr on every
       run and keeps nothing derived from their content, so no write to them can
       make it stale. The entry holds the objects its key names, so their ids

@@ -10,7 +10,7 @@ What a call checks before it may skip validation and the fingerprint (see
   ``deterministic`` flag and the library versions: for such operands
   ``validation.normalize`` returns (A, B) unchanged, so a matching key stands for
   the same validated problem.
-* :data:`ALIASING_KERNELS` / :func:`aliases`: a cached format that *is* A's own
+* ``Kernel.reads_a_at_run`` / :func:`aliases`: a cached format that *is* A's own
   arrays (the kernel reads them on every run, nothing derived from their content
   is kept) cannot go stale: an in-place write to A's values, indices or indptr
   is read by the next run. Such an entry pins the objects its key names, so
@@ -32,11 +32,6 @@ from .._xp import cupy_module
 from . import fingerprint as fp_mod
 from .fingerprint import GPU_BLOCK, _CU_FILE, _max_blocks
 
-#: Kernels whose ``prepare`` wraps A (or its data/indices/indptr) without copying and whose ``run``
-#: reads those arrays on every call, keeping nothing derived from their content (only from A's
-#: shape, dtype, strides and the plan's parameters, which the identity key covers).
-ALIASING_KERNELS = frozenset({"cpu.scipy", "cpu.numpy", "spmv.csr_scalar", "spmv.csr_vector",
-                              "spmv.cusparse", "gemm.cublas", "tsgemm.tsm2"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,13 +68,18 @@ def pins(A) -> tuple:
 
 
 def aliasing_kernel(name: str) -> bool:
-    """Whether kernel ``name`` is one of :data:`ALIASING_KERNELS`."""
-    return name in ALIASING_KERNELS
+    """Whether kernel ``name`` declares ``reads_a_at_run``: its prepared format is A's own arrays,
+    read on every run (only A's shape, dtype and strides matter, which the identity key covers)."""
+    from ..kernels import get
+    try:
+        return bool(get(name).reads_a_at_run)
+    except KeyError:
+        return False
 
 
 def aliases(prepared, A) -> bool:
     """Whether ``prepared`` is A's own arrays (a format that cannot go stale; see the module docstring)."""
-    if prepared.kernel not in ALIASING_KERNELS:
+    if not aliasing_kernel(prepared.kernel):
         return False
     from .cache import buffer_key, leaves
     own = {buffer_key(a) for a in leaves(A)}
@@ -161,4 +161,4 @@ def _compare_kernel(device_id: int):
     return _cuda.function(_CU_FILE, "matplan_differs", ())
 
 
-__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending", "ALIASING_KERNELS"]
+__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending"]

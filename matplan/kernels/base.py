@@ -61,6 +61,9 @@ class Kernel:
     backend: str = "gpu"          # "cpu" (NumPy/SciPy) or "gpu" (CuPy)
     deterministic: bool = True    # bitwise-identical output run to run
     vendor: bool = False          # a vendor library (cuSPARSE/cuBLAS) path
+    #: prepare() keeps A's own arrays (no copy) and run() reads them on every call, keeping nothing
+    #: derived from their content: a cached plan then cannot go stale when A changes in place.
+    reads_a_at_run: bool = False
 
     def available(self) -> bool:
         """Whether the kernel can run in this process (CuPy present for GPU kernels)."""

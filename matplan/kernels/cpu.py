@@ -31,6 +31,7 @@ class _HostKernel(Kernel):
 
 class ScipySparse(_HostKernel):
     name = "cpu.scipy"
+    reads_a_at_run = True
     ops = ("spmv", "spmm", "spgemm")
 
     def cost(self, f, params, device):
@@ -48,6 +49,7 @@ class ScipySparse(_HostKernel):
 
 class NumpyDense(_HostKernel):
     name = "cpu.numpy"
+    reads_a_at_run = True
     ops = ("tsgemm", "gemm")
 
     def cost(self, f, params, device):

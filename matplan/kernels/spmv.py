@@ -160,6 +160,7 @@ class _CSR(_SpMV):
 class CsrScalar(_CSR):
     """Thread per row: good for very short rows; loads of A do not coalesce."""
     name = "spmv.csr_scalar"
+    reads_a_at_run = True
 
     def _fn_name(self, dt, it, params):
         return f"csr_scalar<{_cuda.ctype(dt)},{_cuda.ctype(it)}>"
@@ -180,6 +181,7 @@ class CsrScalar(_CSR):
 class CsrVector(_CSR):
     """W lanes per row (W = 2..32 from the mean row length): coalesced loads, shuffle reduction."""
     name = "spmv.csr_vector"
+    reads_a_at_run = True
 
     def candidates(self, f, device):
         w = fmt.vector_width(f.row_mean)

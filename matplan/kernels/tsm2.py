@@ -326,6 +326,7 @@ def _model():
 
 class TSM2(Kernel):
     name = "tsgemm.tsm2"
+    reads_a_at_run = True
     ops = ("tsgemm",)
     backend = "gpu"
     deterministic = True   # no atomics: each element of C is one fixed-order sum

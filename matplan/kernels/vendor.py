@@ -51,6 +51,7 @@ class _VendorKernel(Kernel):
 
 class CusparseSpMV(_VendorKernel):
     name = "spmv.cusparse"
+    reads_a_at_run = True
     ops = ("spmv", "spmm")
     deterministic = False  # cuSPARSE's default SpMV algorithm does not promise run-to-run reproducibility
 
@@ -88,6 +89,7 @@ class CusparseSpGEMM(_VendorKernel):
 
 class Cublas(_VendorKernel):
     name = "gemm.cublas"
+    reads_a_at_run = True
     ops = ("tsgemm", "gemm")
     deterministic = True
 
