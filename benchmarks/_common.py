@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import numpy as np
+
 
 def git_commit() -> str:
     """The tree's commit: $MATPLAN_COMMIT (the device's copy of the tree has no .git), else git's."""
@@ -14,3 +16,23 @@ def git_commit() -> str:
                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+def timed(cp, fn, reps, warmup=1):
+    """(median CUDA-event ms, last result) of ``fn()`` over ``reps`` runs after ``warmup`` runs.
+
+    Each result is dropped before the next call: SpGEMM and SpTRANS outputs can be large."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        del out
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        out = fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times)), out

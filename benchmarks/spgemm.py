@@ -24,23 +24,7 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from _common import git_commit  # this folder is on sys.path when run as a script
-
-
-def timed(cp, fn, reps):
-    """(median ms, last result) over ``reps`` runs after one warm-up."""
-    out = fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        del out
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        out = fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times)), out
+from _common import git_commit, timed  # this folder is on sys.path when run as a script
 
 
 def peak(cp, fn):

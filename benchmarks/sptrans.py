@@ -24,25 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import git_commit  # noqa: E402
-
-
-def cuda_median_ms(cp, fn, reps, warmup=3):
-    """Median CUDA-event time (ms) of ``fn`` over ``reps`` runs after ``warmup`` runs."""
-    for _ in range(warmup):
-        out = fn()
-    cp.cuda.Device().synchronize()
-    del out
-    times = []
-    for _ in range(reps):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        out = fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-        del out
-    return float(np.median(times))
+from _common import git_commit, timed  # noqa: E402
 
 
 def matrices():
@@ -81,7 +63,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
                     ("sort_ms", lambda: transpose_sort(A))):
         try:
-            row[key] = cuda_median_ms(cp, fn, reps)
+            row[key] = timed(cp, fn, reps, warmup=3)[0]
             row[key.replace("ms", "correct")] = same(fn())
         except Exception as e:  # recorded, not hidden
             row[key] = None
