@@ -40,11 +40,6 @@ FAMILIES = ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded")
 QUICK_FAMILIES = ("poisson3d", "rmat", "skewed")
 
 
-def cuda_time(cp, fn, reps, warmup=3):
-    """Median seconds of ``fn()`` over ``reps`` runs, each bracketed by CUDA events."""
-    return cuda_median_s(fn, reps, warmup)
-
-
 def sync_time(cp, fn):
     cp.cuda.Device().synchronize()
     t = time.perf_counter()
@@ -91,7 +86,7 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng):
             kernel.run(prep, x, out=y)
             err = np.abs(cp.asnumpy(y).astype(np.float64) - ref)
             ok = bool(np.all(err <= tol * (scale + 1e-30)))
-            ms = cuda_time(cp, lambda: kernel.run(prep, x, out=y), reps) * 1e3
+            ms = cuda_median_s(lambda: kernel.run(prep, x, out=y), reps, warmup=3) * 1e3
             del prep
         except Exception as e:  # a failing candidate is reported, never silently dropped
             rows.append(dict(kernel=label(kernel_name, params), error=f"{type(e).__name__}: {e}"))

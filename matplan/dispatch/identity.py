@@ -33,7 +33,6 @@ from . import fingerprint as fp_mod
 from .fingerprint import GPU_BLOCK, _CU_FILE, _max_blocks
 
 
-
 @functools.lru_cache(maxsize=None)
 def _kinds() -> dict:
     """type -> (sparse?, backend) for the exact types the fast path takes."""

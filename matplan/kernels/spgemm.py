@@ -548,7 +548,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
 
 
 def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):
-    """(bounds, host indptr, why) of the panels C is cut into; one transfer of C's indptr."""
+    """(bounds, host indptr) of the panels C is cut into, the reason in ``info``; one transfer of C's indptr."""
     m = s.shape[0]
     free = _free_device_bytes()
     budget = int(free * PANEL_MEM_FRACTION) if max_panel_bytes is None else max_panel_bytes
@@ -562,7 +562,7 @@ def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):
               else " (max_panel_bytes)"))
     s.info.update(panels=len(bounds) - 1, panel_why=why, panel_nnz_limit=limit, panel_byte_budget=budget,
                   panel_bounds=bounds.tolist() if len(bounds) <= 4097 else None)
-    return bounds, indptr, why
+    return bounds, indptr
 
 
 def _finish_info(s: _Symbolic):
@@ -632,7 +632,7 @@ def spgemm_panels(A, B, *, sort: bool = True, smem_limit: int | None = None, dro
     max_panel_bytes = _positive_limit("max_panel_bytes", max_panel_bytes)
     info = info if info is not None else {}
     s = _symbolic(A, B, sort, smem_limit, grouping, info)
-    bounds, indptr, _ = _panels(s, max_panel_nnz, max_panel_bytes)
+    bounds, indptr = _panels(s, max_panel_nnz, max_panel_bytes)
     return _iter_panels(s, bounds, indptr, drop_zeros)
 
 
@@ -655,7 +655,7 @@ def _to_host(s: _Symbolic, max_panel_nnz, max_panel_bytes, drop_zeros):
     """out='host': a SciPy CSR (int64 indices past 2^31 - 1 nonzeros) filled panel by panel."""
     import scipy.sparse as sp
     m, k = s.shape
-    bounds, indptr, _ = _panels(s, max_panel_nnz, max_panel_bytes)
+    bounds, indptr = _panels(s, max_panel_nnz, max_panel_bytes)
     idx_dtype = np.int64 if s.nnz_c > INT32_MAX else np.int32
     isz = np.dtype(idx_dtype).itemsize
     need = s.nnz_c * (isz + s.dtype.itemsize) + (m + 1) * isz
@@ -685,7 +685,8 @@ def _to_host(s: _Symbolic, max_panel_nnz, max_panel_bytes, drop_zeros):
 def transpose_sort(A):
     """CSR of A.T by one radix sort of the (column, row) keys: rows come out sorted in each column.
 
-    A plain sort-based transpose, not the segmented-merge one of SEEDS section 3 (not built yet).
+    A plain sort-based transpose, kept as a baseline for the segmented-merge one of SEEDS section 3
+    (:func:`matplan.kernels.sptrans.transpose`).
     """
     cp = cupy_module()
     import cupyx.scipy.sparse as csp
