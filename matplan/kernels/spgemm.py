@@ -251,14 +251,19 @@ def _global_blocks(nrows, slab_bytes, what):
     return max(1, min(nrows, sms * GLOBAL_BLOCKS_PER_SM, fit))
 
 
+def check_csr(name: str, M):
+    """Raise naming ``name`` unless M is a cupyx CSR matrix of float32 or float64 (SpGEMM, SpTRANS)."""
+    import cupyx.scipy.sparse as csp
+    if not csp.isspmatrix_csr(M):
+        raise TypeError(f"{name}: expected a cupyx.scipy.sparse.csr_matrix, got {type(M).__name__}")
+    if np.dtype(M.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{name}: dtype {M.dtype} is not supported; expected float32 or float64")
+
+
 def check_operands(A, B):
     """Raise naming the argument unless A, B are cupyx CSR matrices of one float dtype that conform."""
-    import cupyx.scipy.sparse as csp
-    for name, M in (("A", A), ("B", B)):
-        if not csp.isspmatrix_csr(M):
-            raise TypeError(f"{name}: expected a cupyx.scipy.sparse.csr_matrix, got {type(M).__name__}")
-        if np.dtype(M.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"{name}: dtype {M.dtype} is not supported; expected float32 or float64")
+    check_csr("A", A)
+    check_csr("B", B)
     if A.dtype != B.dtype:
         raise TypeError(f"A and B: dtypes differ ({A.dtype} vs {B.dtype}); cast one of them")
     if A.shape[1] != B.shape[0]:
@@ -791,6 +796,6 @@ class HashSpGEMM(Kernel):
 
 register(HashSpGEMM())
 
-__all__ = ["spgemm", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
+__all__ = ["spgemm", "check_csr", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
            "table_index", "symbolic_index", "balance", "groups_of", "describe_groups", "panel_bounds",
            "panel_bytes", "predict_panels", "int32_operand", "host_available_bytes"]

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._xp import cupy_module
 from . import _cuda
+from .spgemm import check_csr
 
 _CU = "sptrans.cu"
 _NAMES = ("count_rank", "scatter_keys", "tile_sort<float>", "tile_sort<double>",
@@ -60,15 +61,6 @@ def _int32_arrays(A):
     return indptr, indices
 
 
-def check_operand(A):
-    """Raise naming A unless it is a cupyx CSR matrix of float32/float64."""
-    import cupyx.scipy.sparse as csp
-    if not csp.isspmatrix_csr(A):
-        raise TypeError(f"A: expected a cupyx.scipy.sparse.csr_matrix, got {type(A).__name__}")
-    if np.dtype(A.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"A: dtype {A.dtype} is not supported; expected float32 or float64")
-
-
 def transpose(A, *, check: bool = False):
     """CSR of A.T (cupyx), rows sorted by column; see the module docstring.
 
@@ -78,7 +70,7 @@ def transpose(A, *, check: bool = False):
     if cp is None:
         raise RuntimeError("sptrans needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    check_operand(A)
+    check_csr("A", A)
     m, n = A.shape
     dtype = np.dtype(A.dtype)
     indptr_a, indices = _int32_arrays(A)
@@ -116,4 +108,4 @@ def transpose(A, *, check: bool = False):
     return T
 
 
-__all__ = ["transpose", "check_operand", "BLOCK", "ITEMS", "TILE"]
+__all__ = ["transpose", "BLOCK", "ITEMS", "TILE"]
