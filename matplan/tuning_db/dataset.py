@@ -39,6 +39,13 @@ class Dataset:
     rows: list                   # of Row, sorted by (problem, kernel, params)
     failed: list                 # (problem, kernel, params, error) of failed or mismatched timings
     unregistered: list = dataclasses.field(default_factory=list)  # kernels timed but not registered now
+    calibrations: list = dataclasses.field(default_factory=list)  # CalibrationRecords of the class
+
+    def calibrated(self):
+        """Context manager: the planner's online calibrations of these timings installed (see
+        :mod:`.calibration`), so kernels' analytic costs are the ones the live planner used."""
+        from . import calibration
+        return calibration.installed(self.calibrations)
 
     def __len__(self):
         return len(self.rows)
@@ -110,7 +117,8 @@ def load_dataset(store: TuningDB, device_class: str | None = None) -> Dataset:
                             float(np.median([t.prepare_ms or 0.0 for t in good])) * 1e-3))
         else:
             failed.append((fp, kernel, json.loads(params), recs[-1].error.splitlines()[0] if recs[-1].error else ""))
-    return Dataset(device_class, spec, devices[0].name, problems, rows, failed, sorted(unregistered))
+    return Dataset(device_class, spec, devices[0].name, problems, rows, failed, sorted(unregistered),
+                   store.calibrations(device_class))
 
 
 __all__ = ["Dataset", "Row", "load_dataset", "pick_device_class"]

@@ -1,7 +1,7 @@
 """The tuning database: measured timings of every (matrix, kernel, params) on every device.
 
 SQLite in WAL mode, one file (default ``~/.cache/matplan/tuning.sqlite``;
-``$MATPLAN_TUNING_DB`` or the ``db=`` argument override it). Three tables keyed
+``$MATPLAN_TUNING_DB`` or the ``db=`` argument override it). Four tables keyed
 by natural keys, so records from different machines pool without renumbering:
 
 * ``devices``  -- one row per device identity (name, compute capability, SMs,
@@ -10,7 +10,11 @@ by natural keys, so records from different machines pool without renumbering:
   with the corpus name, family and the planner's features as JSON;
 * ``timings``  -- one row per (device, problem, kernel, params, matplan version):
   prepare ms, run ms median/min/max, repeats, whether the result matched the
-  SciPy reference, status ``ok``/``failed`` with the error.
+  SciPy reference, status ``ok``/``failed`` with the error;
+* ``calibrations`` -- what a kernel measured online while planning (TSM2's timed
+  block size and measured/model ratio per shape bucket), one row per (device,
+  kernel, key, matplan version), so training and ``matplan report`` score
+  candidates with the calibrated costs the live planner uses.
 
 Several processes may write at once: every write is one ``BEGIN IMMEDIATE``
 transaction of ``INSERT ... ON CONFLICT`` on the natural key (never a
@@ -44,7 +48,9 @@ BUSY_TIMEOUT_S = 30.0
 WRITE_RETRIES = 8
 #: First line of a JSON-lines export.
 EXPORT_FORMAT = "matplan-tuning-export"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+#: Export versions this matplan reads (1 has no calibration records).
+EXPORT_VERSIONS_READ = (1, 2)
 STATUSES = ("ok", "failed")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -117,7 +123,22 @@ class TimingRecord:
         return (self.device_key, self.problem, self.kernel, self.params, self.matplan_version)
 
 
-_RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": TimingRecord}
+@dataclasses.dataclass(frozen=True)
+class CalibrationRecord:
+    device_key: str
+    kernel: str                  # "tsgemm.tsm2"
+    key: str                     # canonical JSON of the kernel's own key (e.g. dtype, layout, k and n buckets)
+    value: dict                  # what the kernel measured (e.g. best t1/t3, per-candidate seconds, ratio)
+    matplan_version: str
+    created_at: str = ""
+
+    @property
+    def natural_key(self) -> tuple:
+        return (self.device_key, self.kernel, self.key, self.matplan_version)
+
+
+_RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": TimingRecord,
+                 "calibration": CalibrationRecord}
 
 
 def _record_from_dict(kind: str, d: dict):
@@ -159,6 +180,10 @@ _V1 = [
 #: Add a step (never edit a released one) when the schema changes.
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, _V1),
+    (2, ["""CREATE TABLE calibrations (
+        device_key TEXT NOT NULL REFERENCES devices(key), kernel TEXT NOT NULL, key TEXT NOT NULL,
+        value TEXT NOT NULL, matplan_version TEXT NOT NULL, created_at TEXT NOT NULL,
+        UNIQUE (device_key, kernel, key, matplan_version))"""]),
 ]
 
 
@@ -353,19 +378,33 @@ class TuningDB:
             f"{updates} WHERE timings.status = 'failed' AND excluded.status = 'ok'", values)
         return cur.rowcount
 
+    @staticmethod
+    def _insert_calibration(conn, c: CalibrationRecord) -> int:
+        cur = conn.execute(
+            "INSERT INTO calibrations (device_key, kernel, key, value, matplan_version, created_at) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT (device_key, kernel, key, matplan_version) DO NOTHING",
+            (c.device_key, c.kernel, c.key, json.dumps(c.value, sort_keys=True), c.matplan_version,
+             c.created_at or _now()))
+        return cur.rowcount
+
     def put(self, device: DeviceRecord | None = None, problem: ProblemRecord | None = None,
-            timings: Iterable[TimingRecord] = ()) -> int:
-        """Write a device, a problem and its timings in one transaction; returns timings added/updated."""
-        timings = list(timings)
-        for t in timings:
-            if not isinstance(t, TimingRecord):
-                raise TypeError(f"timings: expected TimingRecord items, got {type(t).__name__}")
+            timings: Iterable[TimingRecord] = (), calibrations: Iterable[CalibrationRecord] = ()) -> int:
+        """Write a device, a problem, its timings and calibrations in one transaction; returns timings
+        added/updated (a calibration already recorded for its key and version is kept, not replaced)."""
+        timings, calibrations = list(timings), list(calibrations)
+        for name, items, cls in (("timings", timings, TimingRecord),
+                                 ("calibrations", calibrations, CalibrationRecord)):
+            for t in items:
+                if not isinstance(t, cls):
+                    raise TypeError(f"{name}: expected {cls.__name__} items, got {type(t).__name__}")
 
         def write(conn):
             if device is not None:
                 self._insert_device(conn, device)
             if problem is not None:
                 self._insert_problem(conn, problem)
+            for c in calibrations:
+                self._insert_calibration(conn, c)
             return sum(self._insert_timing(conn, t) for t in timings)
         return self._write(write)
 
@@ -377,7 +416,8 @@ class TuningDB:
             raise TuningDBError(f"tuning database {self.path}: {e}") from e
 
     def counts(self) -> dict:
-        out = {t: self._query(f"SELECT count(*) FROM {t}")[0][0] for t in ("devices", "problems", "timings")}
+        out = {t: self._query(f"SELECT count(*) FROM {t}")[0][0]
+               for t in ("devices", "problems", "timings", "calibrations")}
         out["failed"] = self._query("SELECT count(*) FROM timings WHERE status='failed'")[0][0]
         out["mismatched"] = self._query("SELECT count(*) FROM timings WHERE matched = 0")[0][0]
         return out
@@ -411,6 +451,21 @@ class TuningDB:
         sql += " ORDER BY t.device_key, t.problem, t.kernel, t.params, t.matplan_version"
         return [self._timing(r) for r in self._query(sql, args)]
 
+    def calibrations(self, device_class: str | None = None, kernel: str | None = None) -> list[CalibrationRecord]:
+        sql = "SELECT c.* FROM calibrations c JOIN devices d ON d.key = c.device_key WHERE 1=1"
+        args: list = []
+        for col, value in (("d.device_class", device_class), ("c.kernel", kernel)):
+            if value is not None:
+                sql += f" AND {col} = ?"
+                args.append(value)
+        sql += " ORDER BY c.device_key, c.kernel, c.key, c.matplan_version"
+        out = []
+        for row in self._query(sql, args):
+            d = dict(row)
+            d["value"] = json.loads(d["value"])
+            out.append(_record_from_dict("calibration", d))
+        return out
+
     def device_classes(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT device_class FROM devices ORDER BY 1")]
 
@@ -436,13 +491,15 @@ class TuningDB:
 
     # -- pooling ----------------------------------------------------------------------------
     def records(self) -> Iterator[tuple[str, object]]:
-        """Every record as (kind, record): devices, then problems, then timings."""
+        """Every record as (kind, record): devices, problems, timings, then calibrations."""
         for d in self.devices():
             yield "device", d
         for p in self.problems():
             yield "problem", p
         for t in self.timings():
             yield "timing", t
+        for c in self.calibrations():
+            yield "calibration", c
 
     def export(self, path) -> dict:
         """Write every record to ``path``: JSON lines, or an SQLite copy when it ends in .sqlite/.db."""
@@ -456,7 +513,7 @@ class TuningDB:
             finally:
                 dest.close()
             return self.counts()
-        counts = {"device": 0, "problem": 0, "timing": 0}
+        counts = dict.fromkeys(_RECORD_TYPES, 0)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         with open(tmp, "w") as f:
             f.write(json.dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
@@ -486,10 +543,10 @@ class TuningDB:
         return self._merge_records(_read_export(path), batch)
 
     def _merge_records(self, records, batch) -> dict:
-        added = {"device": 0, "problem": 0, "timing": 0}
+        added = dict.fromkeys(_RECORD_TYPES, 0)
         seen = dict.fromkeys(added, 0)
         inserters = {"device": self._insert_device, "problem": self._insert_problem,
-                     "timing": self._insert_timing}
+                     "timing": self._insert_timing, "calibration": self._insert_calibration}
         chunk: list = []
 
         def flush():
@@ -517,9 +574,9 @@ def _read_export(path: Path):
         if not isinstance(head, dict) or head.get("format") != EXPORT_FORMAT:
             raise TuningDBError(f"{path} is not a matplan tuning export (first line should name "
                                 f"format {EXPORT_FORMAT!r})")
-        if head.get("version") != EXPORT_VERSION:
+        if head.get("version") not in EXPORT_VERSIONS_READ:
             raise TuningDBError(f"{path}: export version {head.get('version')} is not supported "
-                                f"(expected {EXPORT_VERSION})")
+                                f"(this matplan reads {EXPORT_VERSIONS_READ})")
         for lineno, line in enumerate(f, start=2):
             if not line.strip():
                 continue
@@ -540,5 +597,6 @@ def open_db(db=None, **kw) -> TuningDB:
     return TuningDB(db, **kw)
 
 
-__all__ = ["TuningDB", "TuningDBError", "DeviceRecord", "ProblemRecord", "TimingRecord", "open_db",
+__all__ = ["TuningDB", "TuningDBError", "DeviceRecord", "ProblemRecord", "TimingRecord", "CalibrationRecord",
+           "open_db",
            "default_path", "canonical_params", "MIGRATIONS", "DB_ENV"]

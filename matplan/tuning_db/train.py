@@ -9,9 +9,11 @@ from .store import open_db
 
 
 def fit(dataset, kind: str = "combined", cv: int = 5, **params) -> learned.LearnedCostModel:
-    """A LearnedCostModel fitted on every row of ``dataset``, validated leave-family-out."""
-    return learned.LearnedCostModel(kind=kind, cv=cv, **params).fit(
-        dataset.queries(), dataset.y(), groups=dataset.groups())
+    """A LearnedCostModel fitted on every row of ``dataset``, validated leave-family-out (analytic
+    costs, a feature of the combined model, with the online calibrations the planner made)."""
+    with dataset.calibrated():
+        return learned.LearnedCostModel(kind=kind, cv=cv, **params).fit(
+            dataset.queries(), dataset.y(), groups=dataset.groups())
 
 
 def train(db=None, device_class: str | None = None, *, kind: str = "combined", name: str | None = None,
@@ -38,7 +40,8 @@ def train(db=None, device_class: str | None = None, *, kind: str = "combined", n
                                                 "families": families,
                                                 "kernels": sorted({r.kernel for r in ds.rows}),
                                                 "excluded_failed_or_mismatched": len(ds.failed),
-                                                "excluded_unregistered_kernels": ds.unregistered},
+                                                "excluded_unregistered_kernels": ds.unregistered,
+                                                "online_calibrations": len(ds.calibrations)},
                                "device": ds.device.to_dict()})
     model.metadata_ = json.loads(path.with_suffix(".json").read_text())
     return path, model

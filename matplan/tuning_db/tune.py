@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import __version__
+from . import calibration
 from .store import ProblemRecord, TimingRecord, TuningDB, canonical_params, open_db
 
 #: Default dense-B widths for SpMM, and k for the tall-and-skinny products.
@@ -330,6 +331,7 @@ class UnitResult:
     device: object = None                # DeviceRecord
     problem: ProblemRecord | None = None
     timings: list = dataclasses.field(default_factory=list)
+    calibrations: list = dataclasses.field(default_factory=list)   # online calibrations made meanwhile
     skipped: int = 0
     error: str = ""                      # the unit itself could not be built
     seconds: float = 0.0
@@ -451,6 +453,8 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
                                         params=canonical_params(params), matplan_version=s.version,
                                         host=host, **fields))
     todo = []
+    online = calibration.recording_store()
+    online.drain()          # what an earlier unit left in this process was recorded with that unit
     for kernel in kernels_for(problem.op, s.backend):
         if (s.kernels is not None and kernel.name not in s.kernels) or not kernel.available():
             continue
@@ -468,6 +472,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
                 res.skipped += 1
             else:
                 todo.append((kernel, params))
+    res.calibrations = calibration.records(res.device.key, s.version, online.drain())
     if todo:
         ref, bound = reference(A, B)
         tol = tolerance(feats)
@@ -607,7 +612,7 @@ def _record(store, res, summary, bar):
         bar.write(f"matplan tune: could not build {res.error.splitlines()[0]}")
         return
     summary.device_classes.add(res.device.device_class)
-    store.put(res.device, res.problem, res.timings)
+    store.put(res.device, res.problem, res.timings, res.calibrations)
     summary.units += not res.context_lost
     summary.workers[res.worker] += 1
     summary.timed += len(res.timings)
