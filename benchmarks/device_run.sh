@@ -2,6 +2,8 @@
 # One batched run on a lent GPU machine:
 #   bash benchmarks/device_run.sh tests   # every GPU test, then a tuning run of the small corpus
 #   bash benchmarks/device_run.sh bench   # every benchmark script
+#   bash benchmarks/device_run.sh tune [matplan tune args]   # a tuning run into a fresh database,
+#        exported (with the planner's online calibrations) to tuning.jsonl, e.g. `tune --size medium --real`
 # Logs and JSON go to a work folder packed into $OUT/<mode>.tgz (the device tool returns at most
 # 8 files); a one-line status per step is printed. Needs $OUT, MATPLAN_COMMIT (the tree on the
 # device has no .git) and the real matrices in .data/matrices (git-ignored; carry it).
@@ -32,7 +34,12 @@ case "$mode" in
     done
     step bench_dispatch python3 benchmarks/dispatch.py
     OUT=$work step bench_launch_overhead python3 benchmarks/launch_overhead.py ;;
-  *) echo "usage: $0 tests|bench" >&2; exit 2 ;;
+  tune)
+    shift
+    step tune python3 -m matplan.cli tune --no-progress --db "$work/tuning.sqlite" "$@"
+    step export python3 -m matplan.cli db --db "$work/tuning.sqlite" export "$work/tuning.jsonl"
+    rm -f "$work"/tuning.sqlite* ;;
+  *) echo "usage: $0 tests|bench|tune [args]" >&2; exit 2 ;;
 esac
 tar -C "$work" -czf "$OUT/$mode.tgz" .
 exit $status
