@@ -2,7 +2,8 @@
 
 The GPU kernels read exactly these arrays (built with CuPy there); the emulations
 follow spmv.cu's loops (ELL-R thread per row, BRCP segmented warp sums and the
-fixed-order reduction of rows spanning blocks, BRC per block-row adds) and must
+fixed-order reduction of rows spanning blocks, BRC per block-row adds, the merge
+path's tiles, per-thread items, carries and fix-up) and must
 match SciPy.
 """
 import numpy as np
@@ -147,6 +148,34 @@ def test_brcp_spanning_rows_use_partials(rng):
     assert b["fix_ptr"][1] - b["fix_ptr"][0] == len(blocks_of_row0)
 
 
+@pytest.mark.parametrize("ipt", [1, 3, *fmt.MERGE_IPT])
+def test_merge_path_split_and_emulation(rng, ipt):
+    for name, A in matrices(rng):
+        m = A.shape[0]
+        mp = fmt.merge_path(A.indptr, ipt)
+        tr, tile = mp["tile_row"], mp["tile"]
+        assert tr[0] == 0 and tr[-1] == m and np.all(np.diff(tr) >= 0), name
+        # each tile boundary is a valid merge-path point: row ends before it, nonzeros before it
+        for t, r in enumerate(tr):
+            d = min(t * tile, m + A.nnz)
+            nz = d - r
+            assert 0 <= nz <= A.nnz and (r == 0 or A.indptr[r] <= nz) and (r == m or nz <= A.indptr[r + 1]), (name, t)
+        assert np.all(np.diff(mp["fix_rows"]) > 0) and np.all(mp["fix_hi"] > mp["fix_lo"]), name
+        for k in (1, 2):
+            X = _X(rng, A, k)
+            np.testing.assert_allclose(fmt.merge_emulate(A.indptr, A.indices, A.data, X, ipt), A @ X,
+                                       rtol=1e-12, atol=1e-12, err_msg=f"{name} ipt={ipt}")
+
+
+def test_merge_path_long_row_carries_over_many_tiles(rng):
+    """A row of 5000 nonzeros crosses many tiles: one fix-up record naming all its tiles."""
+    L = np.array([2] * 100 + [5000] + [1] * 100)
+    indptr = np.concatenate([[0], np.cumsum(L)])
+    mp = fmt.merge_path(indptr, 2)
+    (i,) = np.flatnonzero(mp["fix_rows"] == 100)
+    assert mp["fix_hi"][i] - mp["fix_lo"][i] >= 5000 // mp["tile"] - 1
+
+
 def test_int64_indices_kept():
     A = sp.random(30, 20, density=0.2, format="csr", random_state=1)
     A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
@@ -187,7 +216,8 @@ def test_costs_positive_and_explained(rng):
     A = random_csr(rng, 2000, 2000, 0.01)
     for k in (1, 8):
         f = _features(A, k)
-        for name in ("spmv.csr_scalar", "spmv.csr_vector", "spmv.ellr", "spmv.brc", "spmv.brcp"):
+        for name in ("spmv.csr_scalar", "spmv.csr_vector", "spmv.ellr", "spmv.brc", "spmv.brcp",
+                     "spmv.csr_merge"):
             kern = get(name)
             for params in kern.candidates(f, device.known("H100")):
                 c = kern.cost(f, params, device.known("H100"))

@@ -19,7 +19,8 @@ CONFIGS = ([("spmv.csr_scalar", {})]
            + [("spmv.ellr", {"sorted": s}) for s in (False, True)]
            + [("spmv.brc", {"long_factor": 64})]
            + [("spmv.brcp", {"long_factor": lf}) for lf in (64, 8192)]
-           + [("spmv.brcp", {"T": 3, "long_factor": 8192})])         # many rows spanning blocks
+           + [("spmv.brcp", {"T": 3, "long_factor": 8192})]          # many rows spanning blocks
+           + [("spmv.csr_merge", {})])
 KS = (1, 2, 7, 64)
 
 
@@ -111,7 +112,8 @@ def test_brcp_bitwise_reproducible_and_error_table(cp, rng, capsys):
     ref = _longdouble_reference(A, x)
     rows = []
     for name, params in [("spmv.brcp", {"long_factor": 64}), ("spmv.brcp", {"T": 32, "long_factor": 8192}),
-                         ("spmv.brc", {"long_factor": 64}), ("spmv.csr_vector", {"W": 32})]:
+                         ("spmv.brc", {"long_factor": 64}), ("spmv.csr_vector", {"W": 32}),
+                         ("spmv.csr_merge", {})]:
         kernel = get(name)
         p = kernel.prepare(Ag, dict(params))
         xg = cp.asarray(x)
@@ -169,7 +171,7 @@ def test_int64_indices_past_2_31_nonzeros(cp, rng):
     csum = cp.concatenate([cp.zeros(1), cp.cumsum(x.astype(cp.float64))])
     start = (cp.arange(m, dtype=cp.int64) * L) % n
     ref = csum[start + L] - csum[start]
-    for name, params in [("spmv.csr_vector", {"W": 32}), ("spmv.csr_scalar", {})]:
+    for name, params in [("spmv.csr_vector", {"W": 32}), ("spmv.csr_scalar", {}), ("spmv.csr_merge", {})]:
         kernel = get(name)
         y = kernel.run(kernel.prepare(A, params), x, out=cp.full(m, np.nan, dtype=cp.float32))
         err = float(cp.abs(y.astype(cp.float64) - ref).max())

@@ -210,6 +210,130 @@ __global__ void brcp_fixup(const I nfix, const int k, const I* __restrict__ fix_
     if (lane == 0) y[(long long)fix_rows[t] * k + j] = s;
 }
 
+// ---------------------------------------------------------------- CSR merge path
+// Merrill & Garland (2016): the m row ends and the nnz nonzeros are merged into one
+// path of m + nnz items, and every thread block takes MERGE_NT * IPT consecutive
+// items whatever the row lengths (load balance for power-law and skewed rows).
+// Row end r sits at path position r + indptr[r + 1]; tile_row[t] (built in prepare)
+// is the row at diagonal t * TILE. A block stages its row ends and its products
+// (coalesced loads) in shared memory; each thread binary-searches its own start
+// there and consumes IPT items: a nonzero adds its product, a row end stores the
+// row. A thread's first row end may continue rows of earlier threads: their sums come
+// from a fixed-order segmented scan over the block's threads. The part of the row
+// still open at the end of the tile goes to carry[tile]; merge_fixup adds each row's
+// carries in tile order. No atomics: bitwise reproducible.
+#define MERGE_NT 128
+
+template <typename T, typename I, int IPT>
+__global__ void __launch_bounds__(MERGE_NT)
+csr_merge(const long long m, const long long nnz, const int k, const long long* __restrict__ tile_row,
+          const I* __restrict__ indptr, const I* __restrict__ indices, const T* __restrict__ data,
+          const T* __restrict__ x, T* __restrict__ y, T* __restrict__ carry) {
+    constexpr int TILE = MERGE_NT * IPT;
+    __shared__ T s_prod[TILE];
+    __shared__ I s_end[TILE + 1];
+    __shared__ T s_wsum[MERGE_NT / 32];
+    __shared__ int s_wflag[MERGE_NT / 32];
+    const long long tile = blockIdx.x;
+    const int j = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long total = m + nnz;
+    const long long d0 = tile * TILE;
+    const long long d1 = (d0 + TILE < total) ? d0 + TILE : total;
+    const long long r0 = tile_row[tile], r1 = tile_row[tile + 1];
+    const long long n0 = d0 - r0, n1 = d1 - r1;
+    const int nlen = (int)(n1 - n0), rcount = (int)(r1 - r0);
+    // stage: products of the tile's nonzeros (loads first, then gathers, then stores)
+    {
+        I c[IPT]; T v[IPT], xv[IPT];
+#pragma unroll
+        for (int u = 0; u < IPT; ++u) {
+            const int i = tid + u * MERGE_NT;
+            if (i < nlen) { c[u] = indices[n0 + i]; v[u] = data[n0 + i]; }
+        }
+#pragma unroll
+        for (int u = 0; u < IPT; ++u) {
+            const int i = tid + u * MERGE_NT;
+            if (i < nlen) xv[u] = x[(long long)c[u] * k + j];
+        }
+#pragma unroll
+        for (int u = 0; u < IPT; ++u) {
+            const int i = tid + u * MERGE_NT;
+            if (i < nlen) s_prod[i] = v[u] * xv[u];
+        }
+    }
+    for (int i = tid; i <= rcount; i += MERGE_NT)   // row ends of rows r0 .. r1 (r1 = m: nnz)
+        s_end[i] = (r0 + i < m) ? indptr[r0 + i + 1] : (I)nnz;
+    __syncthreads();
+    // this thread's start on the path: local row tr = #{i < rcount : r0 + i + s_end[i] < D}
+    long long D = d0 + (long long)tid * IPT;
+    if (D > d1) D = d1;
+    int lo = 0, hi = rcount;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (r0 + mid + (long long)s_end[mid] < D) lo = mid + 1; else hi = mid;
+    }
+    int tr = lo;
+    long long nz = D - (r0 + tr);
+    T sum = 0, first_val = 0;
+    long long first_row = -1;
+#pragma unroll
+    for (int it = 0; it < IPT; ++it) {
+        if (D + it >= d1) break;
+        if ((long long)s_end[tr] <= nz) {          // row end: the row is complete here
+            const long long row = r0 + tr;
+            if (first_row < 0) { first_row = row; first_val = sum; }
+            else y[row * k + j] = sum;
+            sum = 0;
+            ++tr;
+        } else {
+            sum += s_prod[nz - n0];
+            ++nz;
+        }
+    }
+    // segmented scan over threads of (has a row end, trailing sum): fixed order
+    int f = first_row >= 0;
+    T s = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const T ts = __shfl_up_sync(FULL_MASK, s, d);
+        const int tf = __shfl_up_sync(FULL_MASK, f, d);
+        if (lane >= d) { if (!f) s = ts + s; f |= tf; }
+    }
+    if (lane == 31) { s_wsum[warp] = s; s_wflag[warp] = f; }
+    T ex = __shfl_up_sync(FULL_MASK, s, 1);
+    int exf = __shfl_up_sync(FULL_MASK, f, 1);
+    if (lane == 0) { ex = 0; exf = 0; }
+    __syncthreads();
+    T ps = 0;                                      // prefix of the earlier warps, in warp order
+    for (int w = 0; w < warp; ++w) ps = s_wflag[w] ? s_wsum[w] : ps + s_wsum[w];
+    if (first_row >= 0) {
+        const T carry_in = exf ? ex : ps + ex;
+        y[first_row * k + j] = carry_in + first_val;
+    }
+    if (tid == MERGE_NT - 1 && r1 < m)
+        carry[tile * k + j] = f ? s : ps + s;
+}
+
+// Rows whose sums cross tiles: a warp per row adds carry[lo .. hi) in tile order (lane l
+// takes lo + l, lo + l + 32, ..., then a fixed shuffle tree) onto the row's stored part.
+template <typename T>
+__global__ void merge_fixup(const long long nfix, const int k, const long long* __restrict__ fix_rows,
+                            const long long* __restrict__ fix_lo, const long long* __restrict__ fix_hi,
+                            const T* __restrict__ carry, T* __restrict__ y) {
+    const long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= nfix) return;   // whole warps exit together
+    const int lane = threadIdx.x & 31;
+    const int j = blockIdx.y;
+    T s = 0;
+    for (long long p = fix_lo[t] + lane, e = fix_hi[t]; p < e; p += 32)
+        s += carry[p * k + j];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_down_sync(FULL_MASK, s, off);
+    if (lane == 0) y[fix_rows[t] * k + j] += s;
+}
+
 // Explicit instantiations so that plain `nvcc -c` checks every template.
 #ifndef __CUDACC_RTC__
 #define MP_INST(T, I)                                                                              \
@@ -225,9 +349,16 @@ __global__ void brcp_fixup(const I nfix, const int k, const I* __restrict__ fix_
                                        const T*, const T*, T*);                                    \
     template __global__ void brcp<T, I>(const long long, const int, const I*, const int*,          \
                                         const I*, const I*, const T*, const T*, T*, T*);           \
-    template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*);
+    template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
+    template __global__ void csr_merge<T, I, 8>(const long long, const long long, const int,         \
+                                                const long long*, const I*, const I*, const T*,      \
+                                                const T*, T*, T*);
 MP_INST(float, int)
 MP_INST(double, int)
 MP_INST(float, long long)
 MP_INST(double, long long)
+template __global__ void merge_fixup<float>(const long long, const int, const long long*, const long long*,
+                                           const long long*, const float*, float*);
+template __global__ void merge_fixup<double>(const long long, const int, const long long*, const long long*,
+                                            const long long*, const double*, double*);
 #endif

@@ -26,7 +26,7 @@ THREADS = 256
 #: Fraction of the copy bandwidth each kernel sustains on the bytes it streams (first H100
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
-              "spmv.brc": 0.75, "spmv.brcp": 0.75}
+              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.7}
 #: One kernel launch from Python (CuPy RawKernel), seconds.
 LAUNCH_S = 6e-6
 #: One loop iteration of a lone warp: the longest row or block runs alone at the end. An H100
@@ -49,7 +49,8 @@ BRCP_PAD_CAP = 0.5
 def _names(ctype, itype):
     return ([f"csr_scalar<{ctype},{itype}>"]
             + [f"csr_vector<{ctype},{itype},{w}>" for w in fmt.VECTOR_WIDTHS]
-            + [f"{k}<{ctype},{itype}>" for k in ("ellr", "brc", "brcp", "brcp_fixup")])
+            + [f"{k}<{ctype},{itype}>" for k in ("ellr", "brc", "brcp", "brcp_fixup")]
+            + [f"csr_merge<{ctype},{itype},{ipt}>" for ipt in fmt.MERGE_IPT] + [f"merge_fixup<{ctype}>"])
 
 
 def functions(dtype, index_dtype) -> dict:
@@ -374,6 +375,59 @@ class Brcp(_Blocked):
                         (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_ptr"], partials, out))
 
 
-KERNELS = (CsrScalar(), CsrVector(), Ellr(), Brc(), Brcp())
+# ------------------------------------------------------------------ CSR merge path
+class CsrMerge(_SpMV):
+    """Merge-path CSR (Merrill & Garland 2016): equal shares of rows + nonzeros per thread.
+
+    Load-balanced whatever the row lengths (no straggler row); prepare only splits the
+    merge path into tiles (a searchsorted over indptr), the values and indices are A's own.
+    Deterministic: carries of rows crossing threads and tiles are added in a fixed order.
+    """
+    name = "spmv.csr_merge"
+    deterministic = True
+
+    def candidates(self, f, device):
+        for ipt in fmt.MERGE_IPT:
+            yield {"ipt": ipt}
+
+    def cost(self, f, params, device):
+        v, i = self._sizes(f)
+        tiles = (f.m + f.nnz) / (fmt.MERGE_NT * int(params["ipt"]))
+        nbytes = (f.nnz * (v + i) * f.k + (f.m + 1) * i + self._dense_bytes(f)
+                  + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
+        return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device),
+                    self._time(nbytes, device, 2, 0.0, tiles * fmt.MERGE_NT),
+                    f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(np.ceil(tiles)):,} tiles of "
+                    f"{fmt.MERGE_NT}x{params['ipt']} items, no straggler (longest row {f.row_max}), "
+                    f"~{EFFICIENCY[self.name]:.2f} of bandwidth")
+
+    def prepare(self, A, params):
+        indptr, indices, data = _csr_arrays(A)
+        ipt = int(params.get("ipt", fmt.MERGE_IPT[0]))
+        if ipt not in fmt.MERGE_IPT:
+            raise ValueError(f"params['ipt']: expected one of {fmt.MERGE_IPT}, got {ipt}")
+        mp = fmt.merge_path(indptr, ipt, xp=_cupy())
+        fns = functions(data.dtype, indices.dtype)
+        ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
+        arrays = dict(indptr=indptr, indices=indices, data=data, tile_row=mp["tile_row"],
+                      fix_rows=mp["fix_rows"], fix_lo=mp["fix_lo"], fix_hi=mp["fix_hi"])
+        return self._prepared(dict(params, ipt=ipt), arrays, A.shape, data.dtype,
+                              fn=fns[f"csr_merge<{ct},{it},{ipt}>"], fix=fns[f"merge_fixup<{ct}>"],
+                              m=np.int64(A.shape[0]), nnz=np.int64(mp["nnz"]),
+                              ntiles=int(mp["ntiles"]), nfix=np.int64(mp["fix_rows"].shape[0]))
+
+    def _launch(self, p, B, out, k):
+        cp = _cupy()
+        a, meta = p.arrays, p.meta
+        carry = cp.empty(meta["ntiles"] * k, dtype=out.dtype)
+        meta["fn"]((meta["ntiles"], k), (fmt.MERGE_NT,),
+                   (meta["m"], meta["nnz"], np.int32(k), a["tile_row"], a["indptr"], a["indices"],
+                    a["data"], B, out, carry))
+        if int(meta["nfix"]):
+            meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
+                        (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
+
+
+KERNELS = (CsrScalar(), CsrVector(), Ellr(), Brc(), Brcp(), CsrMerge())
 for _k in KERNELS:
     register(_k)

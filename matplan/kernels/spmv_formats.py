@@ -211,3 +211,88 @@ def brcp(indptr, indices, data, T: int, long_factor: int = analytic.BRCP_LONG_FA
                 dest=red["dest"].astype(idt), fix_rows=red["fix_rows"].astype(idt),
                 fix_ptr=red["fix_ptr"].astype(idt), nblocks=lay["nblocks"], total=lay["total"],
                 partials=red["partials"], pieces=lay["pieces"])
+
+
+# ---------------------------------------------------------------- CSR merge path
+#: Threads per block of the merge-path kernel (MERGE_NT in spmv.cu) and the items per thread
+#: compiled there; a tile is MERGE_NT * ipt consecutive items of the merge path.
+MERGE_NT = 128
+MERGE_IPT = (8,)
+
+
+def merge_path(indptr, ipt: int, xp=np):
+    """Tile split of the merge path (row ends + nonzeros) and the rows whose sums cross tiles.
+
+    Row end r sits at path position ``r + indptr[r + 1]``, so the row at diagonal d is
+    the number of row ends before d (a searchsorted, no loop). Tile t's open row at its
+    end is ``tile_row[t + 1]``; it carries a partial sum when some of its nonzeros lie in
+    the tile. ``fix_rows``/``fix_lo``/``fix_hi``: each such row and its carrying tiles
+    [lo, hi) (consecutive, added in tile order by ``merge_fixup``).
+    """
+    tile = MERGE_NT * int(ipt)
+    m = indptr.shape[0] - 1
+    nnz = int(indptr[-1]) if m else 0
+    total = m + nnz
+    ntiles = _cdiv(total, tile)
+    ends = indptr[1:].astype(xp.int64) + xp.arange(m, dtype=xp.int64)
+    diag = xp.minimum(xp.arange(ntiles + 1, dtype=xp.int64) * tile, total)
+    tile_row = xp.searchsorted(ends, diag, side="left").astype(xp.int64)
+    r1 = tile_row[1:]
+    n1 = diag[1:] - r1
+    open_ = r1 < m
+    start = xp.zeros_like(r1)
+    start[open_] = indptr[r1[open_]].astype(xp.int64)
+    tiles = xp.flatnonzero(open_ & (n1 > start)).astype(xp.int64)
+    rows = r1[tiles]
+    head = xp.ones(rows.shape[0], dtype=bool)
+    head[1:] = rows[1:] != rows[:-1]
+    hp = xp.flatnonzero(head)
+    last = xp.concatenate([hp[1:], xp.asarray([rows.shape[0]], dtype=hp.dtype)]) - 1
+    return dict(tile_row=tile_row, ntiles=ntiles, fix_rows=rows[hp], fix_lo=tiles[hp],
+                fix_hi=tiles[last] + 1 if hp.shape[0] else tiles[hp], tile=tile, nnz=nnz)
+
+
+def merge_emulate(indptr, indices, data, X, ipt: int):
+    """NumPy emulation of ``csr_merge`` + ``merge_fixup`` (loops as in spmv.cu; for tests only)."""
+    m = indptr.shape[0] - 1
+    nnz = int(indptr[-1]) if m else 0
+    k = X.shape[1]
+    mp = merge_path(indptr, ipt)
+    tile, tr_ = mp["tile"], mp["tile_row"]
+    Y = np.full((m, k), np.nan)
+    carry = np.full((mp["ntiles"], k), np.nan)
+    for t in range(mp["ntiles"]):
+        d0, d1 = t * tile, min((t + 1) * tile, m + nnz)
+        r0, r1 = int(tr_[t]), int(tr_[t + 1])
+        n0 = d0 - r0
+        prod = data[n0:d1 - r1, None] * X[indices[n0:d1 - r1]]
+        end = [int(indptr[r + 1]) if r < m else nnz for r in range(r0, r1 + 1)]
+        flags, sums, firsts = [], [], []
+        for th in range(MERGE_NT):
+            D = min(d0 + th * ipt, d1)
+            tr = int(np.searchsorted(np.arange(r0, r1) + np.asarray(end[:-1], dtype=np.int64), D, "left"))
+            nz, s, first = D - (r0 + tr), np.zeros(k), None
+            for it in range(ipt):
+                if D + it >= d1:
+                    break
+                if end[tr] <= nz:
+                    if first is None:
+                        first = (r0 + tr, s)
+                    else:
+                        Y[r0 + tr] = s
+                    s, tr = np.zeros(k), tr + 1
+                else:
+                    s, nz = s + prod[nz - n0], nz + 1
+            flags.append(first is not None)
+            sums.append(s)
+            firsts.append(first)
+        run = np.zeros(k)                       # sequential segmented scan over the threads
+        for th in range(MERGE_NT):
+            if firsts[th] is not None:
+                Y[firsts[th][0]] = run + firsts[th][1]
+            run = sums[th] if flags[th] else run + sums[th]
+        if r1 < m:
+            carry[t] = run
+    for row, lo, hi in zip(mp["fix_rows"], mp["fix_lo"], mp["fix_hi"]):
+        Y[int(row)] += carry[int(lo):int(hi)].sum(axis=0)
+    return Y
