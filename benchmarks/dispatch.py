@@ -14,13 +14,18 @@ synchronises anyway, since the fingerprint comes back to the host):
             path only: the identity fast path skips it)
   key       finding and confirming the entry on the path the hit takes (part of the overhead):
               alias    identity key + lookup; the format is A's own arrays, nothing is read
+                       (SpGEMM: both A and B are read by the kernel at run time)
+              products alias + the SpGEMM products count before cuSPARSE (its products limit;
+                       skipped when nnz(A) * nnz(B) is within it), one launch + 16-byte read back
               compare  identity key + lookup + bitwise comparison of A with the entry's copy
                        (GPU: the fused kernel and its 8-byte flag read back)
+              trusted  identity key + lookup on a copied format, with matmul(assume_unchanged=True):
+                       the caller promises A is not written in place, nothing is compared
               full     the fingerprint, plus on the host the bitwise comparison with the copy
             and the rate it reads bytes at ("-" when it reads none)
   path      which of the three the hit takes
   fp us     the full path's fingerprint (+ host comparison), what a hit cost before the identity
-            path and still costs for a new object or SpGEMM
+            path and still costs for a new object
   plan x    planner.plan(A, B): statistics + choice, as a multiple of the kernel's time
   prep x    the chosen format's conversion (plan.prepare) / kernel time
   miss x    a whole miss (fingerprint, plan, private copy, prepare, run) / kernel time
@@ -76,15 +81,15 @@ def event_time(cp, fn, repeats=100):
     return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats
 
 
-def measure(name, A, B, device, sync, cp=None, repeats=200):
+def measure(name, A, B, device, sync, cp=None, repeats=200, trust=False):
     cache = matplan.get_plan_cache(device)
     cache.clear()
-    C = matplan.matmul(A, B, reuse=REUSE)                    # the miss that fills the cache
+    C = matplan.matmul(A, B, reuse=REUSE, assume_unchanged=trust)   # the miss that fills the cache
     _check(C, A, B)
     (fp, bound), = list(cache)
     run = get(bound.plan.kernel).run
     kernel = per_call(lambda: run(bound.prepared, B), sync, repeats)
-    hit = per_call(lambda: matplan.matmul(A, B, reuse=REUSE), sync, repeats)
+    hit = per_call(lambda: matplan.matmul(A, B, reuse=REUSE, assume_unchanged=trust), sync, repeats)
     norm = per_call(lambda: normalize(A, B), sync, repeats)
     problem = normalize(A, B)
     if fp.backend == "cpu":
@@ -93,7 +98,7 @@ def measure(name, A, B, device, sync, cp=None, repeats=200):
                             and fp_mod.fingerprint(problem, False), sync, repeats)
     else:
         full_key = per_call(lambda: fp_mod.fingerprint(problem, False), sync, repeats)
-    path, key, key_bytes = _identity_check(A, B, cache, sync, repeats)
+    path, key, key_bytes = _identity_check(A, B, cache, sync, repeats, trust)
     if path == "full":
         key, key_bytes = full_key, nbytes_of(A) + (nbytes_of(B) if fp.op == "spgemm" else 0)
     assert cache.misses == 1 and cache.replans == 0, "an unexpected miss or re-plan in the timing loops"
@@ -102,7 +107,7 @@ def measure(name, A, B, device, sync, cp=None, repeats=200):
 
     def miss():
         cache.clear()
-        matplan.matmul(A, B, reuse=REUSE)
+        matplan.matmul(A, B, reuse=REUSE, assume_unchanged=trust)
     miss_s = per_call(miss, sync, 5, warmup=1)
     dev_s = event_time(cp, lambda: run(bound.prepared, B)) if cp is not None else float("nan")
     us = 1e6
@@ -114,14 +119,23 @@ def measure(name, A, B, device, sync, cp=None, repeats=200):
     cache.clear()
 
 
-def _identity_check(A, B, cache, sync, repeats):
+def _identity_check(A, B, cache, sync, repeats, trust):
     """(path, seconds, bytes read) of what a hit on the identity path does before the kernel."""
     found = identity.identity_key(A, B, False)
     entry = cache.find(found[1]) if found is not None else None
     if entry is None:
         return "full", float("nan"), 0
-    if entry.reference is None:
-        return "alias", per_call(lambda: cache.find(identity.identity_key(A, B, False)[1]), sync, repeats), 0
+    trusted = trust and entry.pins is not None
+    limit = identity.product_limit(entry.kernel.name)
+    if limit is not None and not trusted and A.indices.shape[0] * B.indices.shape[0] > limit:
+        def count():
+            device, key = identity.identity_key(A, B, False)
+            cache.find(key)
+            assert identity.within_product_limit(limit, A, B, device)
+        return "products", per_call(count, sync, repeats), A.indices.nbytes
+    if entry.reference is None or trusted:
+        return ("alias" if entry.reference is None else "trusted",
+                per_call(lambda: cache.find(identity.identity_key(A, B, False)[1]), sync, repeats), 0)
     if found[0] == "cpu":
         def check():
             return fp_mod.same_content(A, cache.find(identity.identity_key(A, B, False)[1]).reference)
@@ -152,19 +166,22 @@ HEADER = (f"{'case':<30} {'kernel':<16} {'nnz(A)':>11} {'kern us':>9} {'dev us':
 def gpu_cases(quick):
     rows = [1_000, 10_000, 100_000, 1_000_000] + ([] if quick else [2_000_000])
     for m in rows:
-        yield f"spmv uniform m={m:,} 8/row", ("uniform", dict(m=m, n=m, nnz_per_row=8)), "vec"
-    yield "spmv poisson3d 64^3", ("poisson3d", dict(n=64)), "vec"
-    yield "spmm uniform m=100,000 k=8", ("uniform", dict(m=100_000, n=100_000, nnz_per_row=8)), 8
-    yield "spgemm poisson3d 32^3 A@A", ("poisson3d", dict(n=32)), "self"
-    yield "tsgemm dense 4096 k=8", ("tall_skinny", dict(n=4096, k=8)), "dense"
+        yield f"spmv uniform m={m:,} 8/row", ("uniform", dict(m=m, n=m, nnz_per_row=8)), "vec", False
+    for m in [1_000_000] + ([] if quick else [2_000_000]):   # ELL-R: a copied format, compared by default
+        yield f"spmv m={m:,} assume_unchanged", ("uniform", dict(m=m, n=m, nnz_per_row=8)), "vec", True
+    yield "spmv poisson3d 64^3", ("poisson3d", dict(n=64)), "vec", False
+    yield "spmm uniform m=100,000 k=8", ("uniform", dict(m=100_000, n=100_000, nnz_per_row=8)), 8, False
+    yield "spgemm poisson3d 16^3 A@A", ("poisson3d", dict(n=16)), "self", False
+    yield "spgemm poisson3d 32^3 A@A", ("poisson3d", dict(n=32)), "self", False
+    yield "tsgemm dense 4096 k=8", ("tall_skinny", dict(n=4096, k=8)), "dense", False
 
 
 def host_cases(quick):
     rows = [1_000, 100_000] + ([] if quick else [1_000_000])
     for m in rows:
-        yield f"host spmv uniform m={m:,}", ("uniform", dict(m=m, n=m, nnz_per_row=8)), "vec"
-    yield "host spgemm poisson3d 16^3", ("poisson3d", dict(n=16)), "self"
-    yield "host tsgemm dense 1024 k=8", ("tall_skinny", dict(n=1024, k=8)), "dense"
+        yield f"host spmv uniform m={m:,}", ("uniform", dict(m=m, n=m, nnz_per_row=8)), "vec", False
+    yield "host spgemm poisson3d 16^3", ("poisson3d", dict(n=16)), "self", False
+    yield "host tsgemm dense 1024 k=8", ("tall_skinny", dict(n=1024, k=8)), "dense", False
 
 
 def operands(spec, kind, xp, to_dev):
@@ -197,10 +214,10 @@ def main(argv=None):
         print(f"\nGPU {dev}: {name.decode() if isinstance(name, bytes) else name}, CuPy {cp.__version__}")
         print(HEADER)
         sync = cp.cuda.get_current_stream().synchronize
-        for label, spec, kind in gpu_cases(args.quick):
+        for label, spec, kind, trust in gpu_cases(args.quick):
             try:
                 A, B = operands(spec, kind, cp, csp.csr_matrix)
-                measure(label, A, B, dev, sync, cp)
+                measure(label, A, B, dev, sync, cp, trust=trust)
             except Exception:
                 failures += 1
                 print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
@@ -208,7 +225,7 @@ def main(argv=None):
     print(f"\nhost: {os.cpu_count()} CPUs; full path key = digest of {fp_mod.SAMPLE} sampled items per array + "
           "bitwise comparison with the entry's copy (SpGEMM: B's structure in full, BLAKE2b)")
     print(HEADER)
-    for label, spec, kind in host_cases(args.quick):
+    for label, spec, kind, trust in host_cases(args.quick):
         try:
             A, B = operands(spec, kind, np, lambda A: A)
             measure(label, A, B, "cpu", lambda: None)

@@ -346,6 +346,7 @@ def test_no_replan_when_no_costlier_conversion(rng, fresh_cache):
 # -- threads ---------------------------------------------------------------------------
 def test_threads_correct_and_caches_consistent(rng):
     mats = [random_csr(rng, 400, 300, d) for d in (0.01, 0.03, 0.05)] + [messy_csr(rng, 300, 300)]
+    Bs = random_csr(rng, 300, 50, 0.05)
     nthreads, calls = 8, 40
     barrier = threading.Barrier(nthreads)
     errors, stats = [], {}
@@ -357,15 +358,22 @@ def test_threads_correct_and_caches_consistent(rng):
             barrier.wait()
             for i in range(calls):
                 A = mats[(i + tid) % len(mats)]
-                x = local.standard_normal((A.shape[1], 2)) if i % 5 == 0 else local.standard_normal(A.shape[1])
-                keys.add((id(A), x.ndim))
+                if i % 7 == 3:                    # SpGEMM with a B every thread shares
+                    x, kind = Bs, "spgemm"
+                else:
+                    x = local.standard_normal((A.shape[1], 2)) if i % 5 == 0 else local.standard_normal(A.shape[1])
+                    kind = x.ndim
+                keys.add((id(A), kind))
                 C = matplan.matmul(A, x)
-                ref = A.toarray() @ x
+                ref = A.toarray() @ (x.toarray() if sp.issparse(x) else x)
+                if sp.issparse(C):
+                    C = C.toarray()
                 if not np.allclose(C, ref, rtol=1e-12, atol=1e-12):
                     errors.append(f"thread {tid} call {i}: wrong result")
             cache = matplan.get_plan_cache("cpu")
             stats[tid] = (cache.hits, cache.misses, len(cache), cache.get_curr_memsize(),
-                          sum(cache_mod.prepared_nbytes(b) for _, b in cache), len(keys))
+                          sum(cache_mod.held_nbytes(e.bound.prepared, e.reference, *(e.pins or ()))
+                              for e in cache._entries.values()), len(keys))
         except Exception as exc:  # reported below with the thread id
             errors.append(f"thread {tid}: {exc!r}")
 
@@ -377,7 +385,7 @@ def test_threads_correct_and_caches_consistent(rng):
     assert not errors, errors
     assert len(stats) == nthreads
     for tid, (hits, misses, size, mem, held, distinct) in stats.items():
-        # one miss per distinct (matrix, vector or 2 columns) this thread used, hits for the rest
+        # one miss per distinct (matrix, vector / 2 columns / SpGEMM) this thread used, hits for the rest
         assert (hits, misses, size) == (calls - distinct, distinct, distinct), (tid, hits, misses, size)
         assert mem == held
     assert matplan.get_plan_cache("cpu").misses == 0   # the main thread's cache is its own
@@ -532,7 +540,11 @@ def test_identity_key_only_for_unconverted_operands(rng):
     assert identity.identity_key(A.tocsc(), x, False) is None                     # converted by normalize
     assert identity.identity_key(A, x.astype(np.float32), False) is None         # upcast by normalize
     assert identity.identity_key(A, list(x), False) is None
-    assert identity.identity_key(A, sp.csr_matrix(x.reshape(-1, 1)), False) is None   # SpGEMM: full path
+    B = sp.csr_matrix(x.reshape(-1, 1))
+    assert identity.identity_key(A, B, False) is not None                         # SpGEMM: B keyed too
+    assert identity.identity_key(A, B, False) != identity.identity_key(A, B.copy(), False)
+    assert identity.identity_key(A, B.tocsc(), False) is None                     # converted by normalize
+    assert identity.identity_key(A.toarray(), B, False) is None                   # dense A, sparse B: an error
     D = rng.standard_normal((20, 20))
     assert identity.identity_key(D, x, False)[1] != identity.identity_key(D.T, x, False)[1]
 
@@ -543,6 +555,189 @@ def test_identity_path_in_routed_products(rng, fresh_cache, full_path):
     with matplan.dispatch.route_sparse_matmul():
         x, info, its = _cg_iterations(A, b)
     assert info == 0 and full_path["fingerprint"].calls == 1 and fresh_cache.hits >= its - 1
+
+
+# -- SpGEMM on the identity path ---------------------------------------------------------------
+def _mutate_csr(M, how, rng):
+    """Change one of M's arrays in place (values, a column index, a row boundary)."""
+    row = int(np.argmax(np.diff(M.indptr)[:-1]))
+    if how == "data":
+        M.data[M.nnz // 2] = 7.0
+    elif how == "indices":
+        present = set(M.indices[M.indptr[row]:M.indptr[row + 1]].tolist())
+        M.indices[M.indptr[row]] = next(c for c in range(M.shape[1]) if c not in present)
+    elif how == "indptr":
+        M.indptr[row + 1] -= 1
+    else:
+        M.data[:] = rng.standard_normal(M.nnz)
+
+
+@pytest.mark.parametrize("change", ["A data", "A indices", "A indptr", "B data", "B indices", "B indptr",
+                                    "B all values", "none"])
+def test_spgemm_identity_path_after_in_place_change(rng, fresh_cache, full_path, change):
+    """SpGEMM hits take the identity path (both operands read at run time); in-place changes of A
+    or B are computed, never served from an older product or format."""
+    A = random_csr(rng, 80, 60, 0.08)
+    B = random_csr(rng, 60, 70, 0.08)
+    for _ in range(3):
+        check(matplan.matmul(A, B), A, B)
+    entry, = fresh_cache._entries.values()
+    assert entry.bound.plan.kernel == "cpu.scipy" and entry.reference is None
+    assert entry.pins[0] is A and entry.pins[4] is B            # both keyed objects kept alive
+    assert fresh_cache.get_curr_memsize() == cache_mod.nbytes_of(A) + cache_mod.nbytes_of(B)
+    if change != "none":
+        which, how = change.split(" ", 1)
+        _mutate_csr(A if which == "A" else B, how if how != "all values" else "all", rng)
+    for _ in range(2):
+        check(matplan.matmul(A, B), A.toarray(), B.toarray())
+    assert _stats(fresh_cache) == (1, 4) and full_path["fingerprint"].calls == 1
+    B2 = B.copy()                                             # another B object: its own key, the full path
+    check(matplan.matmul(A, B2), A.toarray(), B2.toarray())
+    assert full_path["fingerprint"].calls == 2
+
+
+class _LimitedSpGEMM(Kernel):
+    """A host SpGEMM with a products limit (like cuSPARSE's), cheaper than SciPy by its cost; it
+    fails loudly if run past its limit (cuSPARSE returns an empty matrix there, see VENDOR_LIMITS)."""
+    name = "cpu.zz_limited"
+    ops = ("spgemm",)
+    backend = "cpu"
+    reads_a_at_run = True
+    limit = 0
+
+    def supports(self, f):
+        return None if f.products <= self.limit else "past the products limit"
+
+    def cost(self, f, params, device):
+        return Cost(0.0, 0.5 * get("cpu.scipy").cost(f, {}, device).run_s, "test kernel")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        A = prepared.arrays["A"]
+        products = int(np.diff(B.indptr)[A.indices].sum())
+        if products > self.limit:
+            raise AssertionError(f"run past the products limit: {products} > {self.limit}")
+        return (A @ B).tocsr()
+
+
+@pytest.fixture
+def limited_spgemm(monkeypatch):
+    from matplan.dispatch import identity
+    from matplan.kernels import vendor
+    registry.all_kernels()
+    kernel = registry.register(_LimitedSpGEMM())
+    monkeypatch.setitem(vendor.VENDOR_LIMITS, kernel.name, {"max_products": 0, "evidence": "test"})
+    identity.product_limit.cache_clear()
+    yield kernel
+    registry._REGISTRY.pop(kernel.name, None)
+    identity.product_limit.cache_clear()
+
+
+def test_within_product_limit_host(rng):
+    from matplan.dispatch import identity
+    A, B = random_csr(rng, 50, 40, 0.1), random_csr(rng, 40, 30, 0.2)
+    products = int(np.diff(B.indptr)[A.indices].sum())
+    assert A.nnz * B.nnz > products > 0
+    assert identity.within_product_limit(products, A, B, "cpu")
+    assert not identity.within_product_limit(products - 1, A, B, "cpu")
+    assert identity.within_product_limit(A.nnz * B.nnz, A, B, "cpu")            # the free bound
+    A.indices[0] = B.shape[0]                                                  # outside B's rows
+    assert not identity.within_product_limit(products + 100, A, B, "cpu")
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_spgemm_products_limit_checked_on_hits(rng, fresh_cache, full_path, limited_spgemm, trust):
+    """An in-place change that moves A @ B past the chosen kernel's products limit re-plans
+    (unless the caller promised no in-place change, which this test then does not make)."""
+    from matplan.kernels import vendor
+    A, B = random_csr(rng, 60, 50, 0.1), random_csr(rng, 50, 40, 0.1)
+    products = int(np.diff(B.indptr)[A.indices].sum())
+    limited_spgemm.limit = products
+    vendor.VENDOR_LIMITS[limited_spgemm.name]["max_products"] = products
+    for _ in range(3):
+        check(matplan.matmul(A, B), A, B)
+    assert [e.bound.plan.kernel for e in fresh_cache._entries.values()] == ["cpu.zz_limited"]
+    assert _stats(fresh_cache) == (1, 2) and full_path["fingerprint"].calls == 1
+    longest = int(np.argmax(np.diff(B.indptr)))
+    A.indices[:] = longest                                    # every product now hits B's longest row
+    check(matplan.matmul(A, B), A.toarray(), B.toarray())
+    assert _stats(fresh_cache) == (2, 2) and full_path["fingerprint"].calls == 2
+    assert list(fresh_cache)[0][1].plan.kernel == "cpu.scipy"   # the new structure is past the limit
+
+
+# -- assume_unchanged: trusting identity for copied formats --------------------------------------
+def test_assume_unchanged_skips_comparison_after_first_hit(rng, fresh_cache, monkeypatch):
+    from matplan.dispatch import auto
+    registry.all_kernels()
+    kernel = registry.register(_CopyingKernel())
+    try:
+        compared = _Counter(auto.same_content)
+        monkeypatch.setattr(auto, "same_content", compared)
+        A = random_csr(rng, 100, 90, 0.05)
+        x = rng.standard_normal(90)
+        check(matplan.matmul(A, x, assume_unchanged=True), A, x)      # miss: prepared from a copy
+        entry, = fresh_cache._entries.values()
+        assert entry.reference is not None and entry.pins is not None and entry.pins[0] is A
+        # the cache is charged for the format, the copy and the pinned A
+        assert fresh_cache.get_curr_memsize() == 3 * cache_mod.nbytes_of(A)
+        for _ in range(3):
+            check(matplan.matmul(A, x, assume_unchanged=True), A, x)
+        assert compared.calls == 0 and _stats(fresh_cache) == (1, 3)
+        old = A @ x
+        A.data[3] += 1.0                                               # the promise broken: stale
+        np.testing.assert_array_equal(matplan.matmul(A, x, assume_unchanged=True), old)
+        check(matplan.matmul(A, x), A, x)                              # the default checks: a miss
+        assert compared.calls == 1 and fresh_cache.misses == 2
+        A.data = A.data * 2.0                                          # new arrays: a new key even trusted
+        check(matplan.matmul(A, x, assume_unchanged=True), A, x)
+        assert fresh_cache.misses == 3
+    finally:
+        registry._REGISTRY.pop(kernel.name, None)
+
+
+def test_assume_unchanged_first_trusted_hit_compares_then_pins(rng, fresh_cache, monkeypatch):
+    """An entry made without the promise pins nothing (a reused id would only cost a comparison);
+    the first trusted hit compares once, then pins A's objects so its ids stay A's."""
+    from matplan.dispatch import auto
+    registry.all_kernels()
+    kernel = registry.register(_CopyingKernel())
+    try:
+        compared = _Counter(auto.same_content)
+        monkeypatch.setattr(auto, "same_content", compared)
+        A = random_csr(rng, 100, 90, 0.05)
+        x = rng.standard_normal(90)
+        matplan.matmul(A, x)
+        entry, = fresh_cache._entries.values()
+        assert entry.pins is None and fresh_cache.get_curr_memsize() == 2 * cache_mod.nbytes_of(A)
+        fresh_cache.set_assume_unchanged(True)                         # the cache setting, no argument
+        check(matplan.matmul(A, x), A, x)
+        assert compared.calls == 1 and entry.pins[0] is A
+        check(matplan.matmul(A, x), A, x)
+        assert compared.calls == 1 and _stats(fresh_cache) == (1, 2)
+        check(matplan.matmul(A, x, assume_unchanged=False), A, x)      # the argument wins
+        assert compared.calls == 2
+        assert "assume unchanged (copied formats trusted without comparison)? True" in fresh_cache.info()
+    finally:
+        fresh_cache.set_assume_unchanged(False)
+        registry._REGISTRY.pop(kernel.name, None)
+
+
+def test_assume_unchanged_argument_errors(rng, fresh_cache):
+    A, x = random_csr(rng, 10, 10, 0.3), rng.standard_normal(10)
+    with pytest.raises(TypeError, match="assume_unchanged"):
+        matplan.matmul(A, x, assume_unchanged=1)
+    with pytest.raises(TypeError, match="flag"):
+        fresh_cache.set_assume_unchanged("yes")
+    with pytest.raises(TypeError, match="assume_unchanged"):
+        with matplan.dispatch.route_sparse_matmul(assume_unchanged="no"):
+            pass
+    with matplan.dispatch.route_sparse_matmul(assume_unchanged=True):
+        ys = [A @ x, A @ x]
+    for y in ys:
+        check(y, A, x)
+    assert _stats(fresh_cache) == (1, 1)
 
 
 def test_aliasing_kernels_prepare_without_copying(rng):
@@ -919,10 +1114,146 @@ def test_gpu_aliasing_kernels_hold_A(cp, rng):
     D = cp.asfortranarray(cp.asarray(rng.standard_normal((4096, 64))))
     dB = cp.asarray(rng.standard_normal((64, 4)))
     seen = set()
-    for a, b in ((dA, dx), (dA, cp.asarray(rng.standard_normal((1500, 4)))), (D, dB), (cp.ascontiguousarray(D), dB)):
+    dS = _gpu_csr(cp, random_csr(rng, 1500, 800, 0.01))
+    for a, b in ((dA, dx), (dA, cp.asarray(rng.standard_normal((1500, 4)))), (D, dB), (cp.ascontiguousarray(D), dB),
+                 (dA, dS)):
         plan = planner.plan(a, b, reuse=1)
         for c in plan.candidates:
             if identity.aliasing_kernel(c.kernel) and c.source != "rejected":
                 assert identity.aliases(get(c.kernel).prepare(a, dict(c.params)), a), c.label()
                 seen.add(c.kernel)
-    assert {"spmv.csr_vector", "gemm.cublas"} <= seen
+    assert {"spmv.csr_vector", "gemm.cublas", "spgemm.cusparse", "spgemm.hash"} <= seen
+
+
+# -- GPU: SpGEMM on the identity path ----------------------------------------------------------
+def _sorted_change(M, how):
+    """Change host CSR M in place keeping every row sorted and duplicate-free (cupyx caches
+    canonical form); return the (array name, position, value) to apply to its GPU twin."""
+    ind, ptr = M.indices, M.indptr
+    if how == "data":
+        M.data[M.nnz // 2] = 7.0
+        return "data", M.nnz // 2, 7.0
+    if how == "indices":                 # lower one column index into a gap before it in its row
+        for r in range(M.shape[0]):
+            for p in range(ptr[r], ptr[r + 1]):
+                low = ind[p - 1] if p > ptr[r] else -1
+                if ind[p] - 1 > low:
+                    ind[p] -= 1
+                    return "indices", p, int(ind[p])
+    if how == "indptr":                  # move a row's last entry to the start of the next row
+        for r in range(M.shape[0] - 1):
+            a, b, c = ptr[r], ptr[r + 1], ptr[r + 2]
+            if b > a and (c == b or ind[b - 1] < ind[b]):
+                ptr[r + 1] -= 1
+                return "indptr", r + 1, int(ptr[r + 1])
+    raise AssertionError(f"no sorted in-place change of {how} found")
+
+
+@pytest.fixture
+def gpu_spgemm(request, cp, monkeypatch):
+    """Force a SpGEMM kernel: a copy of cuSPARSE's (with its products limit) or of the hash kernel."""
+    from matplan.dispatch import identity
+    from matplan.kernels import spgemm, vendor
+    registry.all_kernels()
+    base = vendor.CusparseSpGEMM if request.param == "cusparse" else spgemm.HashSpGEMM
+
+    class _Pick(base):
+        name = "spgemm.zz_" + request.param
+
+        def cost(self, f, params, device):
+            return Cost(0.0, 1e-9, "test kernel: always chosen")
+
+    monkeypatch.setitem(vendor.VENDOR_LIMITS, _Pick.name, vendor.VENDOR_LIMITS["spgemm.cusparse"])
+    identity.product_limit.cache_clear()
+    kernel = registry.register(_Pick())
+    yield kernel.name
+    registry._REGISTRY.pop(kernel.name, None)
+    identity.product_limit.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_spgemm", ["cusparse", "hash"], indirect=True)
+@pytest.mark.parametrize("change", ["A data", "A indices", "A indptr", "B data", "B indices", "B indptr", "none"])
+def test_gpu_spgemm_identity_path_after_in_place_change(cp, rng, gpu_spgemm, change, full_path):
+    """Both SpGEMM kernels read A and B at run time: hits skip the fingerprint, and an in-place
+    change of either operand gives the new product (poisoned pool: unwritten output shows)."""
+    cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
+    cache.clear()
+    A, B = random_csr(rng, 400, 300, 0.02), random_csr(rng, 300, 350, 0.02)
+    dA, dB = _gpu_csr(cp, A), _gpu_csr(cp, B)
+    for _ in range(3):
+        _poison_pool(cp, 1 << 22)
+        C = matplan.matmul(dA, dB)
+        np.testing.assert_allclose(C.get().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-12)
+    entry, = cache._entries.values()
+    assert entry.bound.plan.kernel == gpu_spgemm and entry.reference is None
+    assert entry.pins[0] is dA and entry.pins[4] is dB
+    assert (cache.misses, cache.hits) == (1, 2) and full_path["fingerprint"].calls == 1
+    if change != "none":
+        which, how = change.split(" ")
+        host, dev = (A, dA) if which == "A" else (B, dB)
+        name, pos, value = _sorted_change(host, how)
+        getattr(dev, name)[pos] = value
+    for _ in range(2):
+        _poison_pool(cp, 1 << 22)
+        C = matplan.matmul(dA, dB)
+        np.testing.assert_allclose(C.get().toarray(), A.toarray() @ B.toarray(), rtol=1e-12, atol=1e-12)
+    assert (cache.misses, cache.hits) == (1, 4) and full_path["fingerprint"].calls == 1
+    cache.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_gpu_products_kernel(cp, rng, index):
+    """matplan_products against NumPy: exact at the limit, one below it, out-of-range indices, empty A."""
+    import types
+    from matplan.dispatch import identity
+    dev = cp.cuda.runtime.getDevice()
+    for m, k, n, density in ((1, 1, 1, 1.0), (300, 200, 250, 0.05), (20_000, 3_000, 500, 0.01)):
+        A, B = random_csr(rng, m, k, density), random_csr(rng, k, n, density)
+        products = int(np.diff(B.indptr)[A.indices].sum())
+        dA = types.SimpleNamespace(indices=cp.asarray(A.indices.astype(index)))
+        dB = types.SimpleNamespace(indices=cp.asarray(B.indices), indptr=cp.asarray(B.indptr.astype(index)),
+                                   shape=B.shape)
+        if A.nnz * B.nnz > products:          # else the free bound answers without the kernel
+            assert identity.within_product_limit(products, dA, dB, dev)
+            assert not identity.within_product_limit(products - 1, dA, dB, dev)
+            dA.indices[A.nnz // 2] = k        # one index outside B's rows
+            assert not identity.within_product_limit(A.nnz * B.nnz - 1, dA, dB, dev)
+    empty = types.SimpleNamespace(indices=cp.zeros(0, dtype=index))
+    assert identity.within_product_limit(0, empty, dB, dev)
+
+
+@pytest.mark.gpu
+def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
+    """cuSPARSE planned at its products limit: every hit counts the products on the GPU, and an
+    in-place change past the limit takes the full path and re-plans (the hash kernel), never
+    running cuSPARSE where it is known to return wrong results."""
+    from matplan.dispatch import identity
+    from matplan.kernels import vendor
+    cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
+    cache.clear()
+    A, B = random_csr(rng, 500, 400, 0.02), random_csr(rng, 400, 300, 0.02)
+    products = int(np.diff(B.indptr)[A.indices].sum())
+    monkeypatch.setitem(vendor.VENDOR_LIMITS["spgemm.cusparse"], "max_products", products)
+    identity.product_limit.cache_clear()
+    counted = _Counter(identity.within_product_limit)
+    from matplan.dispatch import auto
+    monkeypatch.setattr(auto, "within_product_limit", counted)
+    try:
+        dA, dB = _gpu_csr(cp, A), _gpu_csr(cp, B)
+        for _ in range(3):
+            C = matplan.matmul(dA, dB)
+            np.testing.assert_allclose(C.get().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-12)
+        assert [e.bound.plan.kernel for e in cache._entries.values()] == ["spgemm.cusparse"]
+        assert counted.calls == 2 and full_path["fingerprint"].calls == 1
+        longest = int(np.argmax(np.diff(B.indptr)))
+        A.indices[:] = longest
+        dA.indices[...] = longest            # every product now meets B's longest row: past the limit
+        C = matplan.matmul(dA, dB)
+        np.testing.assert_allclose(C.get().toarray(), A.toarray() @ B.toarray(), rtol=1e-12, atol=1e-9)
+        assert full_path["fingerprint"].calls == 2 and cache.misses == 2
+        assert list(cache)[0][1].plan.kernel == "spgemm.hash"
+    finally:
+        identity.product_limit.cache_clear()
+        cache.clear()

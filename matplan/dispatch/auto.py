@@ -2,8 +2,9 @@
 
 Per call, first the identity fast path: the same A and B objects as an earlier
 call (by identity key), and either a format that is A's own arrays or A equal
-to the entry's private copy bit for bit; then the kernel runs on the prepared A
-and B with no validation, fingerprint, statistics or choice. Otherwise the full
+to the entry's private copy bit for bit (or, with ``assume_unchanged``, the
+caller's promise that A was not written in place); then the kernel runs on the
+prepared A and B with no validation, fingerprint, statistics or choice. Otherwise the full
 path: validate (A, B), fingerprint A, look the fingerprint up in this thread's
 cache for A's device (on the host, confirm a hit by comparing A with the entry's
 copy). A miss plans and prepares the chosen format: on A's own arrays when the
@@ -22,6 +23,17 @@ conversion, see ``planner.plan``):
   reuse it was planned for (then 8x that, and so on), and only if some candidate
   with a costlier conversion could win at a larger reuse. The format is prepared
   again only when the choice changes.
+
+``assume_unchanged`` trades the check of a hit on a copied format for a promise.
+By default (False) a hit on ELL-R, BRC or BRCP compares A bit for bit with the
+entry's copy, which reads A and the copy (about as much as the SpMV itself: 92 /
+160 us at 8M / 16M nonzeros on an H100), so nothing stale can come back. True
+says A's arrays are not written in place between calls (replacing them, as
+``A.data = new`` does, is still seen): the hit skips the comparison and costs a
+few microseconds. A broken promise returns the product with A's old values.
+None (default) takes the setting of this thread's cache for A's device
+(``PlanCache.set_assume_unchanged``), which is False unless set; formats that
+are A's own arrays never need the promise.
 """
 from __future__ import annotations
 
@@ -33,7 +45,8 @@ from ..planner import BoundPlan
 from ..validation import normalize
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
-from .identity import aliases, aliasing_kernel, identity_key, pins, start_compare
+from .identity import (aliases, aliasing_kernel, identity_key, pins, product_limit, start_compare,
+                       within_product_limit)
 
 #: Re-plan a cached entry when its calls reach this multiple of the reuse it was planned for.
 REPLAN_FACTOR = 8
@@ -43,7 +56,10 @@ _ready_lock = threading.Lock()
 _ready = False
 
 
-def check_args(reuse, deterministic) -> None:
+def check_args(reuse, deterministic, assume_unchanged=None) -> None:
+    if assume_unchanged is not None and not isinstance(assume_unchanged, bool):
+        raise TypeError(f"assume_unchanged: expected None (the plan cache's setting), True or False, "
+                        f"got {assume_unchanged!r}")
     if reuse is not None and (isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1):
         raise ValueError("reuse: expected None (estimated from the plan cache) or a positive integer "
                          f"(applications of the plan to the same A), got {reuse!r}")
@@ -51,21 +67,25 @@ def check_args(reuse, deterministic) -> None:
         raise TypeError(f"deterministic: expected True or False, got {deterministic!r}")
 
 
-def matmul(A, B, *, reuse=None, deterministic=False):
+def matmul(A, B, *, reuse=None, deterministic=False, assume_unchanged=None):
     """C = A @ B, planned once per distinct A and reused from this thread's plan cache.
 
     A, B: as for ``planner.plan`` (SciPy/cupyx sparse, NumPy/CuPy arrays, ...).
     reuse: None estimates it from the cache's history (see the module docstring); an
         int is passed to the planner.
     deterministic: admit only bitwise-reproducible kernels; part of the cache key.
+    assume_unchanged: True promises that A's arrays (and a sparse B's) are not written
+        in place between calls, so a hit on a format copied from A (ELL-R, BRC, BRCP)
+        skips its bit-for-bit comparison with A; None takes the cache's setting
+        (False unless ``PlanCache.set_assume_unchanged(True)``). See the module docstring.
 
-    A changed A (values or structure, in place or not) is never served a stale
-    prepared format: see ``dispatch.fingerprint`` for what a hit checks. For a loop
-    over one A known not to change, ``planner.plan(A, B, reuse=n).bind(A)`` avoids
-    even the identity check.
+    By default a changed A (values or structure, in place or not) is never served a
+    stale prepared format: see ``dispatch.fingerprint`` for what a hit checks. For a
+    loop over one A known not to change, ``planner.plan(A, B, reuse=n).bind(A)``
+    avoids even the identity check.
     """
-    check_args(reuse, deterministic)
-    return _dispatch(A, B, reuse, deterministic, None)
+    check_args(reuse, deterministic, assume_unchanged)
+    return _dispatch(A, B, reuse, deterministic, None, assume_unchanged)
 
 
 def busy() -> bool:
@@ -73,19 +93,19 @@ def busy() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-def run(problem, reuse=None, deterministic=False):
+def run(problem, reuse=None, deterministic=False, assume_unchanged=None):
     """matmul on an already validated Problem (the routing hook enters here)."""
-    return _dispatch(problem.A, problem.B, reuse, deterministic, problem)
+    return _dispatch(problem.A, problem.B, reuse, deterministic, problem, assume_unchanged)
 
 
 _MISS = object()
 
 
-def _dispatch(A, B, reuse, deterministic, problem):
+def _dispatch(A, B, reuse, deterministic, problem, assume_unchanged):
     """The identity fast path (no validation, no fingerprint) when it applies, else the full path."""
     found = identity_key(A, B, deterministic)
     if found is not None:
-        C = _identity_hit(found[0], found[1], A, B, reuse, deterministic)
+        C = _identity_hit(found[0], found[1], A, B, reuse, deterministic, assume_unchanged)
         if C is not _MISS:
             return C
     if problem is None:
@@ -99,27 +119,34 @@ def _dispatch(A, B, reuse, deterministic, problem):
             dev = device_of(problem.A)
             if dev != cp.cuda.runtime.getDevice():      # run where A lives
                 with cp.cuda.Device(dev):
-                    return _run(problem, reuse, deterministic, key)
-        return _run(problem, reuse, deterministic, key)
+                    return _run(problem, reuse, deterministic, key, assume_unchanged)
+        return _run(problem, reuse, deterministic, key, assume_unchanged)
     finally:
         _state.depth -= 1
 
 
-def _identity_hit(device, key, A, B, reuse, deterministic):
+def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
     """C from the entry registered under identity ``key`` once A is known to be unchanged, else _MISS.
 
     A and B are as ``normalize`` would return them (the key says so). A format that is A's
-    own arrays needs no check; otherwise A is compared bit for bit with the entry's copy (on
-    the GPU the kernel is launched behind the comparison on the same stream and its result
-    dropped if A differs, so the check costs no extra round trip before the launch).
+    own arrays needs no check, nor one the caller vouches for (``assume_unchanged``) once
+    the entry pins the key's objects; otherwise A is compared bit for bit with the entry's
+    copy (on the GPU the kernel is launched behind the comparison on the same stream and its
+    result dropped if A differs, so the check costs no extra round trip before the launch).
+    A SpGEMM kernel with a products limit first checks the operands' products (identity.py).
     """
     cache = cache_for(device)
     entry = cache.find(key)
     if entry is None:
         return _MISS
+    trusted = cache.assume_unchanged if assume_unchanged is None else assume_unchanged
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
-        if entry.reference is None:
+        limit = product_limit(entry.kernel.name)
+        if limit is not None and not (trusted and entry.pins is not None) \
+                and not within_product_limit(limit, A, B, device):
+            return _MISS
+        if entry.reference is None or (trusted and entry.pins is not None):
             C = entry.run(B)
         elif device == "cpu":
             if not same_content(A, entry.reference):
@@ -132,18 +159,21 @@ def _identity_hit(device, key, A, B, reuse, deterministic):
             C = entry.run(B)
             if not pending.same():
                 return _MISS
+        if trusted and entry.pins is None:          # A just compared equal: trust its ids from now on
+            cache.claim(entry, key, pins(A, B))
         cache.count_hit(entry)
-        _maybe_replan(cache, entry, A, B, reuse, deterministic, key)
+        _maybe_replan(cache, entry, A, B, reuse, deterministic, key, trusted)
         return C
     finally:
         _state.depth -= 1
 
 
-def _run(problem, reuse, deterministic, key):
+def _run(problem, reuse, deterministic, key, assume_unchanged):
     """The full path: fingerprint, lookup (confirmed on the host), plan on a miss."""
-    A = problem.A
+    A, B = problem.A, problem.B
     fp = fingerprint(problem, deterministic)
     cache = cache_for(fp.device)
+    trusted = cache.assume_unchanged if assume_unchanged is None else assume_unchanged
     host = problem.backend == "cpu"
     entry = cache.lookup(fp, (lambda ref: same_content(A, ref)) if host else None)
     if entry is None:
@@ -153,17 +183,17 @@ def _run(problem, reuse, deterministic, key):
             cache.decline(fp)
             return plan.bind(A)(problem.B)
         bound, reference = _prepare(plan, A)
-        cache.insert(fp, bound, plan.reuse * REPLAN_FACTOR, reference, key, _pins(key, reference, A))
+        cache.insert(fp, bound, plan.reuse * REPLAN_FACTOR, reference, key, _pins(key, reference, A, B, trusted))
         return bound(problem.B)
     if entry.reference is None and (key is not None or not aliases(entry.bound.prepared, A)):
         bound = entry.bound.plan.bind(A)         # the format aliases another object: A's arrays instead
         if not aliases(bound.prepared, A):       # (converted on the way: right for this call only)
             return bound(problem.B)
         cache.replace(entry, bound, None, replan=False)
-        cache.claim(entry, key, _pins(key, None, A))
+        cache.claim(entry, key, _pins(key, None, A, B, trusted))
     elif entry.reference is not None and key is not None:
-        cache.claim(entry, key)
-    _maybe_replan(cache, entry, A, problem.B, reuse, deterministic, key)
+        cache.claim(entry, key, _pins(key, entry.reference, A, B, trusted))
+    _maybe_replan(cache, entry, A, problem.B, reuse, deterministic, key, trusted)
     return entry.run(problem.B)
 
 
@@ -178,12 +208,14 @@ def _prepare(plan, A):
     return plan.bind(copy), copy
 
 
-def _pins(key, reference, A):
-    """What an entry registered under ``key`` keeps alive: A's objects when its format aliases them."""
-    return pins(A) if key is not None and reference is None else None
+def _pins(key, reference, A, B, trusted):
+    """What an entry registered under ``key`` keeps alive: the key's objects (A's, a sparse B's) when
+    its format aliases A or the caller vouches for A (``assume_unchanged``); else nothing (the
+    entry's copy of A is compared on each hit, so a reused id cannot be served stale)."""
+    return pins(A, B) if key is not None and (reference is None or trusted) else None
 
 
-def _maybe_replan(cache, entry, A, B, reuse, deterministic, key) -> None:
+def _maybe_replan(cache, entry, A, B, reuse, deterministic, key, trusted=False) -> None:
     """Re-plan ``entry`` when its calls or the caller's ``reuse`` ask for it (see the module docstring).
 
     A is the object registered under identity ``key`` (or None) if the entry has one.
@@ -200,7 +232,7 @@ def _maybe_replan(cache, entry, A, B, reuse, deterministic, key) -> None:
     else:
         bound, reference = _prepare(plan, A)
         cache.replace(entry, bound, reference)
-        cache.claim(entry, key, _pins(key, reference, A))
+        cache.claim(entry, key, _pins(key, reference, A, B, trusted))
 
 
 def _wanted_reuse(entry, reuse):

@@ -14,9 +14,13 @@ instead of a copy. Entries are also found by identity key (``find``/``claim``).
 The cache also keeps a small
 history per matrix *structure* (calls, and how many value versions were
 prepared), from which ``matmul(reuse=None)`` estimates the reuse of a new version.
+An entry registered under an identity key that keeps the key's objects alive
+(pins: a format that is A's own arrays, a SpGEMM's B, or a copied format the
+caller vouches for with ``assume_unchanged``) is charged their bytes too.
 
     cache = matplan.get_plan_cache()   # this thread, current device ("cpu" without a GPU)
     cache.set_size(32); cache.set_memsize(2 << 30)
+    cache.set_assume_unchanged(True)   # trust identity for copied formats (see dispatch.auto)
     cache.show_info()
 """
 from __future__ import annotations
@@ -106,6 +110,7 @@ class PlanCache:
         self._bytes = 0
         self._history: collections.OrderedDict = collections.OrderedDict()
         self.hits = self.misses = self.evictions = self.replans = self.too_large = 0
+        self.assume_unchanged = False    # matmul(assume_unchanged=None) takes this (see dispatch.auto)
 
     # -- used by matmul ------------------------------------------------------
     def lookup(self, fp, confirm=None):
@@ -144,13 +149,27 @@ class PlanCache:
         if entry.key is not None and self._by_key.get(entry.key) is entry:
             del self._by_key[entry.key]
         entry.key = entry.pins = None
-        if key is None or self._entries.get(entry.fp) is not entry:
+        if self._entries.get(entry.fp) is not entry:
+            return
+        if key is None:
+            self._charge(entry)
             return
         other = self._by_key.get(key)
         if other is not None and other is not entry:
             other.key = other.pins = None
+            self._charge(other)
         self._by_key[key] = entry
         entry.key, entry.pins = key, pins
+        if self._charge(entry):
+            self._shrink()
+
+    def _charge(self, entry) -> bool:
+        """Charge ``entry`` for its format, its copy of A and the objects it pins; whether it grew."""
+        nbytes = held_nbytes(entry.bound.prepared, entry.reference, *(entry.pins or ()))
+        grew = nbytes > entry.nbytes
+        self._bytes += nbytes - entry.nbytes
+        entry.nbytes = nbytes
+        return grew
 
     def _history_for(self, fp) -> list:
         """[calls, versions prepared] of ``fp``'s structure (LRU-bounded; refreshed on misses)."""
@@ -204,11 +223,10 @@ class PlanCache:
         """Give ``entry`` a new ``bound`` (re-planned, or the same plan bound to other arrays) and the
         A copy it was prepared from (None: the format is A's own arrays); drop it if it no longer fits."""
         self.replans += replan
-        nbytes = held_nbytes(bound.prepared, reference)
-        self._bytes += nbytes - entry.nbytes
-        entry.bound, entry.reference, entry.nbytes = bound, reference, nbytes
+        entry.bound, entry.reference = bound, reference
         entry.kernel = get(bound.plan.kernel)
-        if not self.fits(nbytes):
+        self._charge(entry)
+        if not self.fits(entry.nbytes):
             self.too_large += 1
             self._remove(entry.fp)
         self._shrink()
@@ -236,6 +254,17 @@ class PlanCache:
         """Keep at most ``memsize`` bytes of prepared formats (-1: unbounded), evicting now if needed."""
         self._memsize = _check_memsize(memsize)
         self._shrink()
+
+    def get_assume_unchanged(self) -> bool:
+        return self.assume_unchanged
+
+    def set_assume_unchanged(self, flag: bool) -> None:
+        """What ``matmul(assume_unchanged=None)`` does in this thread on this device: True trusts the
+        caller that A is not written in place between calls, so a hit on a format copied from A
+        skips the bit-for-bit comparison (see ``dispatch.auto``). Default False: every hit checked."""
+        if not isinstance(flag, bool):
+            raise TypeError(f"flag: expected True or False, got {flag!r}")
+        self.assume_unchanged = flag
 
     def get_curr_size(self) -> int:
         return len(self._entries)
@@ -270,6 +299,7 @@ class PlanCache:
         title = f" matplan plan cache (device {self.device}, thread {threading.current_thread().name}) "
         lines = [title.center(72, "-"),
                  f"cache enabled? {self._size > 0}",
+                 f"assume unchanged (copied formats trusted without comparison)? {self.assume_unchanged}",
                  f"current / max size   : {len(self)} / {self._size} (counts)",
                  f"current / max memsize: {self._bytes:,} / {_fmt_mem(self._memsize)} (bytes)",
                  f"hits / misses: {self.hits} / {self.misses} (counts)",

@@ -126,3 +126,45 @@ extern "C" __global__ void matplan_differs(
     if (__syncthreads_or(diff) && threadIdx.x == 0)
         *flag = token;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Products of C = A @ B (the multiplications a row-by-row SpGEMM does): the sum over A's column
+// indices j of B's row length indptr_B[j+1] - indptr_B[j]. The identity fast path of a SpGEMM
+// hit runs it before a kernel with a known products limit (cuSPARSE, see kernels/vendor.py),
+// since an in-place change of A's indices or B's indptr can move a product past that limit.
+//
+// out[0] += the sum, out[1] |= 1 if some index lies outside [0, b_rows) (the caller then takes
+// the full path). out must be zeroed before the launch; blockDim.x a multiple of 32, <= 1024.
+extern "C" __global__ void matplan_products(
+        u64 idx_addr, long long n, int idx64, u64 ptr_addr, long long b_rows, int ptr64, u64 *out) {
+    const int *idx32 = (const int *)idx_addr;
+    const long long *idx64p = (const long long *)idx_addr;
+    const int *ptr32 = (const int *)ptr_addr;
+    const long long *ptr64p = (const long long *)ptr_addr;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    u64 sum = 0;
+    u32 bad = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long j = idx64 ? __ldg(idx64p + i) : (long long)__ldg(idx32 + i);
+        if (j < 0 || j >= b_rows) {
+            bad = 1;
+            continue;
+        }
+        const long long len = ptr64 ? __ldg(ptr64p + j + 1) - __ldg(ptr64p + j)
+                                    : (long long)__ldg(ptr32 + j + 1) - (long long)__ldg(ptr32 + j);
+        if (len > 0) sum += (u64)len;
+    }
+    __shared__ u64 partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    sum = matplan_warp_sum(sum);
+    if (lane == 0) partial[warp] = sum;
+    const int any_bad = __syncthreads_or(bad);
+    if (warp == 0) {
+        u64 v = lane < warps ? partial[lane] : 0ULL;
+        v = matplan_warp_sum(v);
+        if (lane == 0) {
+            atomicAdd(out, v);
+            if (any_bad) atomicOr(out + 1, 1ULL);
+        }
+    }
+}

@@ -9,13 +9,14 @@ NumPy, SciPy and CuPy versions, and digests of A's structure (``indptr``,
 What a hit checks. NumPy and CuPy arrays carry no modification counter, so an
 in-place write (``A.data[i] = v``, ``A.sort_indices()``, a solver updating a
 matrix) is invisible to identity, pointers or shapes. A cached format can
-therefore only be reused in one of two ways, and ``matmul`` never takes another:
+therefore only be reused in one of two ways, and ``matmul`` never takes another
+(unless the caller opts in to trusting identity, 1c):
 
 1. The identity fast path (``identity.py``; no validation, no digest). The call's
    (A, B) are of exact types that ``normalize`` passes through unchanged, and
    their identity key (ids of A and of its data/indices/indptr with their
-   shapes, strides and dtypes; B's type and shape; ``deterministic``; versions)
-   names a cache entry. Then either
+   shapes, strides and dtypes; B's type and shape, and for SpGEMM B's ids like
+   A's; ``deterministic``; versions) names a cache entry. Then either
 
    a. the entry's format *is* A's own arrays (its kernel declares
       ``reads_a_at_run`` and ``identity.aliases`` was true when it was
@@ -24,13 +25,24 @@ therefore only be reused in one of two ways, and ``matmul`` never takes another:
       make it stale. The entry holds the objects its key names, so their ids
       cannot pass to other objects while the key is registered. An in-place
       change keeps the plan chosen for A's earlier statistics (results exact; the
-      choice may be worse until the next re-plan), or
+      choice may be worse until the next re-plan). Both SpGEMM kernels read A and
+      B on every run; before cuSPARSE, whose known products limit an in-place
+      change could pass, the hit checks the products (``identity.within_product_limit``:
+      free when nnz(A) * nnz(B) is within the limit, else one GPU launch), or
    b. the format was prepared from the entry's private copy of A, and A equals
       that copy bit for bit: host, :func:`same_content`; GPU, one launch of
       ``matplan_differs`` (fingerprint.cu) over data, indices and indptr and an
       8-byte flag copied into pinned memory. The GPU kernel is launched behind
       the comparison on the same stream and its result dropped if A differs.
       Exact: any changed bit is a miss.
+   c. opt-in, ``matmul(..., assume_unchanged=True)`` or
+      ``PlanCache.set_assume_unchanged(True)``: the caller promises A's arrays
+      are not written in place between calls. A hit on a copied format then
+      runs with no comparison once the entry pins the key's objects (the first
+      trusted hit compares, then pins), so ids cannot pass to other objects;
+      replacing an array (``A.data = new``) still changes the key. The cost of
+      (b), reading A and its copy (bandwidth bound: about 1x the SpMV's own
+      traffic), is saved; a broken promise returns a product with A's old values.
 
 2. The full path, for everything else: validate, fingerprint, look up.
 

@@ -19,6 +19,21 @@ What a call checks before it may skip validation and the fingerprint (see
   needs A equal to that copy bit for bit: on the host :func:`fingerprint.same_content`,
   on the GPU one launch of ``matplan_differs`` (fingerprint.cu) and an 8-byte
   copy of its flag into pinned host memory (:func:`start_compare`).
+* SpGEMM (both operands CSR): the key names B's objects too (the plan was chosen
+  for B's structure). Both SpGEMM kernels read A and B on every run, so an
+  in-place change of either is computed correctly; but cuSPARSE is only planned
+  below a known products limit (``kernels.vendor.VENDOR_LIMITS``), and such a
+  change can move the product past it. Before a kernel with a limit runs, the
+  hit therefore checks the products of the operands as they are now: free when
+  ``len(A.indices) * len(B.indices)`` is within the limit (no valid CSR change
+  can exceed that), else one launch of ``matplan_products`` and a 16-byte read
+  back (:func:`within_product_limit`). Past the limit: the full path, a re-plan.
+* ``assume_unchanged`` (``matplan.matmul`` argument or ``PlanCache`` setting):
+  the caller promises that A's (and a sparse B's) arrays are not written in
+  place between calls. A hit on a copied format then skips the comparison (and
+  a SpGEMM hit the products check) once the entry pins the key's objects: the
+  first trusted hit still compares and then pins them, so an id can never pass
+  to another object while trusted. A broken promise returns a stale product.
 """
 from __future__ import annotations
 
@@ -46,24 +61,72 @@ def _kinds() -> dict:
 
 
 def identity_key(A, B, deterministic):
-    """(cache device, key) for the identity fast path, or None when (A, B) do not qualify."""
+    """(cache device, key) for the identity fast path, or None when (A, B) do not qualify.
+
+    B is a dense array (SpMV/SpMM/dense products: its type and shape are keyed) or, when A
+    is CSR, a CSR matrix of the same kind (SpGEMM: B's objects are keyed like A's)."""
     kinds = _kinds()
     ka, kb = kinds.get(type(A)), kinds.get(type(B))
-    if ka is None or kb is None or kb[0] or ka[1] != kb[1] or A.dtype != B.dtype:
+    if ka is None or kb is None or ka[1] != kb[1] or A.dtype != B.dtype or (kb[0] and not ka[0]):
         return None
-    if ka[0]:
-        d, i, p = A.data, A.indices, A.indptr
-        arrays = (id(d), d.shape, d.strides, id(i), i.shape, i.strides, i.dtype,
-                  id(p), p.shape, p.strides, p.dtype)
-    else:
-        arrays = (A.strides,)
-    key = (id(A), type(A), A.shape, A.dtype, type(B), B.shape, deterministic, fp_mod.versions(), arrays)
+    arrays = _csr_ids(A) if ka[0] else (A.strides,)
+    b_ids = (id(B), _csr_ids(B)) if kb[0] else ()
+    key = (id(A), type(A), A.shape, A.dtype, type(B), B.shape, deterministic, fp_mod.versions(), arrays, b_ids)
     return ("cpu" if ka[1] == "cpu" else cupy_module().cuda.runtime.getDevice()), key
 
 
-def pins(A) -> tuple:
-    """The objects an aliasing entry's key names by id (kept alive while the key is registered)."""
-    return (A, A.data, A.indices, A.indptr) if hasattr(A, "indptr") else (A,)
+def _csr_ids(M) -> tuple:
+    d, i, p = M.data, M.indices, M.indptr
+    return (id(d), d.shape, d.strides, id(i), i.shape, i.strides, i.dtype, id(p), p.shape, p.strides, p.dtype)
+
+
+def pins(A, B=None) -> tuple:
+    """The objects a key names by id (A's, and a sparse B's), kept alive while the key is registered."""
+    objs = (A, A.data, A.indices, A.indptr) if hasattr(A, "indptr") else (A,)
+    if B is not None and hasattr(B, "indptr"):
+        objs += (B, B.data, B.indices, B.indptr)
+    return objs
+
+
+@functools.lru_cache(maxsize=None)
+def product_limit(name: str):
+    """The most products kernel ``name`` is known to compute correctly (None: no limit)."""
+    from ..kernels.vendor import VENDOR_LIMITS
+    return VENDOR_LIMITS.get(name, {}).get("max_products")
+
+
+def within_product_limit(limit: int, A, B, device) -> bool:
+    """Whether C = A @ B takes at most ``limit`` products with A's and B's arrays as they are now.
+
+    Free when ``len(A.indices) * len(B.indices) <= limit`` (a bound no valid CSR A and B of
+    these sizes can pass); else counted exactly: GPU, ``matplan_products`` (fingerprint.cu),
+    which waits for the current stream; host, NumPy. An index outside B's rows counts as past.
+    """
+    idx, ptr = A.indices, B.indptr
+    if int(idx.shape[0]) * int(B.indices.shape[0]) <= limit:
+        return True
+    if device == "cpu":
+        j = idx.astype(np.int64, copy=False)
+        if j.size and (j.min() < 0 or j.max() >= B.shape[0]):
+            return False
+        lengths = np.maximum(np.diff(ptr.astype(np.int64, copy=False)), 0)
+        return int(lengths[j].sum()) <= limit
+    if not (idx.flags.c_contiguous and ptr.flags.c_contiguous):
+        return False
+    cp = cupy_module()
+    probe = _probe(cp, device)
+    stream = cp.cuda.get_current_stream()
+    cp.cuda.runtime.memsetAsync(probe.count.data.ptr, 0, 16, stream.ptr)
+    n = int(idx.shape[0])
+    grid = max(1, min(-(-n // GPU_BLOCK), probe.grid_cap))
+    probe.products_fn((grid,), (GPU_BLOCK,), (np.uint64(idx.data.ptr), np.int64(n), np.int32(idx.itemsize == 8),
+                                              np.uint64(ptr.data.ptr), np.int64(B.shape[0]),
+                                              np.int32(ptr.itemsize == 8), probe.count))
+    cp.cuda.runtime.memcpyAsync(probe.count_host.ctypes.data, probe.count.data.ptr, 16,
+                                cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    probe.count_event.record(stream)
+    probe.count_event.synchronize()
+    return not probe.count_host[1] and int(probe.count_host[0]) <= limit
 
 
 def aliasing_kernel(name: str) -> bool:
@@ -88,7 +151,8 @@ def aliases(prepared, A) -> bool:
 
 # -- GPU: fused bitwise comparison ------------------------------------------------------------
 class _Probe:
-    """Per thread and device: the flag word on the GPU, its pinned host mirror, an event."""
+    """Per thread and device: the flag word on the GPU, its pinned host mirror, an event (and the
+    same for the products count)."""
 
     def __init__(self, cp):
         self.flag = cp.zeros(1, dtype=cp.int64)
@@ -98,6 +162,11 @@ class _Probe:
         self.event = cp.cuda.Event(block=False, disable_timing=True)
         self.fn = _compare_kernel(cp.cuda.runtime.getDevice())
         self.grid_cap = _max_blocks(cp.cuda.runtime.getDevice())
+        # within_product_limit: (products, out-of-range flag) on the GPU, their pinned mirror, an event
+        self.count = cp.zeros(2, dtype=cp.uint64)
+        self.count_host = cupyx.empty_pinned(2, dtype=np.uint64)
+        self.count_event = cp.cuda.Event(block=False, disable_timing=True)
+        self.products_fn = _products_kernel(cp.cuda.runtime.getDevice())
 
 
 _probes = threading.local()
@@ -160,4 +229,11 @@ def _compare_kernel(device_id: int):
     return _cuda.function(_CU_FILE, "matplan_differs", ())
 
 
-__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending"]
+@functools.lru_cache(maxsize=None)
+def _products_kernel(device_id: int):
+    from ..kernels import _cuda
+    return _cuda.function(_CU_FILE, "matplan_products", ())
+
+
+__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending", "product_limit",
+           "within_product_limit"]

@@ -24,7 +24,7 @@ The protocol, modelled on ``scipy.fft``'s ``set_backend`` / ``skip_backend``:
   opened with ``only=True``: then matplan's error is raised (scalars still fall
   through: scaling is not a product).
 * Nesting: blocks nest; the innermost one's options (``reuse``,
-  ``deterministic``, ``only``) apply, and ``skip_routing()`` inside a block turns
+  ``deterministic``, ``only``, ``assume_unchanged``) apply, and ``skip_routing()`` inside a block turns
   routing off until it closes (a block opened inside it turns it on again).
 * Threads: routing is per thread. A block in one thread does not route another
   thread's products, although while any block is open the class attributes are
@@ -69,6 +69,7 @@ class _Options(NamedTuple):
     reuse: object
     deterministic: bool
     only: bool
+    assume_unchanged: object = None
 
 
 _install_lock = threading.Lock()
@@ -85,18 +86,20 @@ def _stack() -> list:
 
 
 @contextlib.contextmanager
-def route_sparse_matmul(*, reuse=None, deterministic=False, only=False):
+def route_sparse_matmul(*, reuse=None, deterministic=False, only=False, assume_unchanged=None):
     """Inside the block, this thread's CSR ``A @ B`` and ``A.dot(B)`` run ``matplan.matmul``.
 
-    reuse, deterministic: passed to ``matplan.matmul`` for every routed product.
+    reuse, deterministic, assume_unchanged: passed to ``matplan.matmul`` for every routed
+        product (assume_unchanged=True: the routed code does not write A in place, e.g. a
+        solver loop; a hit on a copied format then skips its comparison with A).
     only: raise matplan's error for operands it does not take instead of falling
         through to the library's own product.
     See the module docstring for the full protocol.
     """
-    auto.check_args(reuse, deterministic)
+    auto.check_args(reuse, deterministic, assume_unchanged)
     if not isinstance(only, bool):
         raise TypeError(f"only: expected True or False, got {only!r}")
-    with _pushed(_Options(reuse, deterministic, only)):
+    with _pushed(_Options(reuse, deterministic, only, assume_unchanged)):
         yield
 
 
@@ -196,7 +199,7 @@ def _route(A, other, options):
         if options.only:
             raise
         return NotImplemented
-    return auto.run(problem, options.reuse, options.deterministic)
+    return auto.run(problem, options.reuse, options.deterministic, options.assume_unchanged)
 
 
 __all__ = ["route_sparse_matmul", "skip_routing", "is_routing", "targets", "METHODS"]

@@ -766,6 +766,7 @@ class HashSpGEMM(Kernel):
     ops = ("spgemm",)
     backend = "gpu"
     deterministic = False   # atomicAdd order varies run to run
+    reads_a_at_run = True   # prepare keeps A; spgemm() analyses A and B anew on every call
 
     def candidates(self, features, device):
         yield {"sort": True}
