@@ -13,6 +13,17 @@ x, y once) / time / copy bandwidth. The planner plans with ``reuse=REUSE``
 applications); planning (first and warm) and each format's conversion (warm,
 ``prepare_ms``) are reported separately. The last table times a 10k-nonzero matrix per call
 from Python: ``plan.run``, ``bound(x)`` and cupyx.
+
+Two timings per candidate: ``ms`` times one call between two CUDA events (so it
+includes the launch latency from Python, ~5-10 us, and is what one call costs);
+``ms_b2b`` times ``B2B`` calls queued back to back between two events, divided by
+``B2B`` (the GPU's throughput with the queue kept full, as in an iterative solver).
+``frac_of_copy_bw_b2b`` divides by the copy bandwidth measured the same way. A
+candidate slower than ``SLOW_MS`` on its first call gets 3 repetitions and no
+back-to-back figure. ``--sizes large xl``: 'xl' adds the six families at 27-40M
+nonzeros (generator arguments in ``XL``), where launch latency and L2 residency
+matter less. The JSON is rewritten after every matrix, so a run cut short keeps
+what it measured.
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
 
 from matplan import corpus, plan as make_plan  # noqa: E402
+from matplan.corpus import generators  # noqa: E402
 from matplan._timing import cuda_median_s  # noqa: E402
 from matplan.kernels import get  # noqa: E402
 from matplan.models import device as device_mod, traffic  # noqa: E402
@@ -38,6 +50,17 @@ from matplan.models import device as device_mod, traffic  # noqa: E402
 REUSE = 1000
 FAMILIES = ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded")
 QUICK_FAMILIES = ("poisson3d", "rmat", "skewed")
+#: Generator arguments of the 'xl' size (nnz with seed 0, longest row).
+XL = {"poisson3d": dict(n=170, points=7),                        # 34,217,600
+      "rmat": dict(scale=21, edge_factor=16),                     # 32,417,175, longest 61,923
+      "uniform": dict(m=4_000_000, n=4_000_000, nnz_per_row=8),   # 32,000,000
+      "skewed": dict(m=8_000_000),                                # 39,587,025, longest 800,000
+      "block_dense": dict(nblocks=48, block=700),                 # 29,366,400
+      "banded": dict(n=3_000_000, bandwidth=5)}                   # 32,999,970
+#: Calls per back-to-back timing, and the number of such timings (median taken).
+B2B, B2B_REPS = 20, 7
+#: A candidate whose first call takes longer than this is timed 3 times, without back to back.
+SLOW_MS = 2.0
 
 
 def sync_time(cp, fn):
@@ -63,7 +86,32 @@ def candidates_to_time(pl):
     return out
 
 
-def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng):
+def b2b_s(cp, fn, calls=B2B, repeats=B2B_REPS):
+    """Median seconds per call of ``calls`` calls queued back to back between two CUDA events."""
+    fn()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
+    return float(np.median(times))
+
+
+def copy_bandwidth_b2b(cp, nbytes=1 << 28):
+    """Device-to-device copy bandwidth (read + write bytes/s), back-to-back timing."""
+    src = cp.random.random(nbytes // 8)
+    dst = cp.empty_like(src)
+
+    def copy():
+        dst[...] = src
+    return 2 * src.nbytes / b2b_s(cp, copy, calls=10)
+
+
+def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b):
     A = A.astype(dtype)
     A.sort_indices()
     Ag = csp.csr_matrix(A)
@@ -86,14 +134,19 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng):
             kernel.run(prep, x, out=y)
             err = np.abs(cp.asnumpy(y).astype(np.float64) - ref)
             ok = bool(np.all(err <= tol * (scale + 1e-30)))
-            ms = cuda_median_s(lambda: kernel.run(prep, x, out=y), reps, warmup=3) * 1e3
+            first = cuda_median_s(lambda: kernel.run(prep, x, out=y), 1, warmup=1) * 1e3
+            slow = first > SLOW_MS
+            ms = cuda_median_s(lambda: kernel.run(prep, x, out=y), 3 if slow else reps, warmup=0 if slow else 3) * 1e3
+            ms_b2b = None if slow else b2b_s(cp, lambda: kernel.run(prep, x, out=y)) * 1e3
             del prep
         except Exception as e:  # a failing candidate is reported, never silently dropped
             rows.append(dict(kernel=label(kernel_name, params), error=f"{type(e).__name__}: {e}"))
             continue
-        rows.append(dict(kernel=label(kernel_name, params), ms=ms, prepare_ms=t_prep * 1e3,
+        rows.append(dict(kernel=label(kernel_name, params), ms=ms, ms_b2b=ms_b2b, reps=3 if slow else reps,
+                         prepare_ms=t_prep * 1e3,
                          predicted_ms=predicted * 1e3 if predicted == predicted else None,
-                         correct=ok, frac_of_copy_bw=min_bytes / (ms * 1e-3) / copy_bw))
+                         correct=ok, frac_of_copy_bw=min_bytes / (ms * 1e-3) / copy_bw,
+                         frac_of_copy_bw_b2b=(min_bytes / (ms_b2b * 1e-3) / copy_bw_b2b) if ms_b2b else None))
     timed = [r for r in rows if "ms" in r and r["correct"]]
     vendor = next(r for r in timed if r["kernel"] == "spmv.cusparse")
     ours = [r for r in timed if r["kernel"] != "spmv.cusparse"]
@@ -101,6 +154,10 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng):
     oracle = min(timed, key=lambda r: r["ms"])
     chosen = label(pl.kernel, pl.params)
     chosen_row = next((r for r in rows if r["kernel"] == chosen), {})
+    fast = [r for r in timed if r["ms_b2b"]]
+    best_b2b = min((r for r in fast if r["kernel"] != "spmv.cusparse"), key=lambda r: r["ms_b2b"],
+                   default=dict(kernel=None, ms_b2b=None, frac_of_copy_bw_b2b=float("nan")))
+    oracle_b2b = min(fast, key=lambda r: r["ms_b2b"])
     return dict(matrix=name, dtype=np.dtype(dtype).name, nnz=int(A.nnz), m=A.shape[0], n=A.shape[1],
                 row_mean=f.row_mean, row_max=f.row_max, warp_ratio=f.warp_ratio, T=f.T,
                 kernel=best["kernel"], ms=best["ms"], vendor_ms=vendor["ms"],
@@ -110,6 +167,11 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng):
                 planner_speedup_vs_vendor=(vendor["ms"] / chosen_row["ms"]) if "ms" in chosen_row else None,
                 planning_ms=t_plan * 1e3, planning_first_ms=t_plan_first * 1e3, oracle_kernel=oracle["kernel"], oracle_ms=oracle["ms"],
                 planner_vs_oracle=(chosen_row["ms"] / oracle["ms"]) if "ms" in chosen_row else None,
+                kernel_b2b=str(best_b2b["kernel"]), ms_b2b=best_b2b["ms_b2b"], vendor_ms_b2b=vendor["ms_b2b"],
+                frac_of_copy_bw_b2b=best_b2b["frac_of_copy_bw_b2b"],
+                vendor_frac_of_copy_bw_b2b=vendor["frac_of_copy_bw_b2b"],
+                planner_ms_b2b=chosen_row.get("ms_b2b"), oracle_kernel_b2b=oracle_b2b["kernel"],
+                planner_vs_oracle_b2b=(chosen_row["ms_b2b"] / oracle_b2b["ms_b2b"]) if chosen_row.get("ms_b2b") else None,
                 all_correct=all(r.get("correct", False) for r in rows), candidates=rows)
 
 
@@ -141,6 +203,10 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="float64, three families, no real matrices")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--sizes", nargs="+", default=["large"], choices=["large", "xl"],
+                    help="corpus sizes: 'large' (5-8M nonzeros, the issue's), 'xl' (27-40M)")
+    ap.add_argument("--no-real", action="store_true", help="skip the real matrices")
+    ap.add_argument("--tag", default="", help="added to the JSON file name")
     args = ap.parse_args(argv)
     import cupy as cp
     import cupyx.scipy.sparse as csp
@@ -149,28 +215,38 @@ def main(argv=None):
     copy_bw = device_mod.measure_copy_bandwidth()
     gpu = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
-    print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}")
-    mats = [(f"{fam}-large", (lambda fam=fam: corpus.load(fam, "large")))
-            for fam in (QUICK_FAMILIES if args.quick else FAMILIES)]
+    copy_bw_b2b = copy_bandwidth_b2b(cp)
+    print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s one call, {copy_bw_b2b / 1e9:.0f} GB/s "
+          f"back to back (read + write), CuPy {cp.__version__}")
+    fams = QUICK_FAMILIES if args.quick else FAMILIES
+    mats = []
+    if "large" in args.sizes:
+        mats += [(f"{fam}-large", (lambda fam=fam: corpus.load(fam, "large"))) for fam in fams]
+    if "xl" in args.sizes:
+        mats += [(f"{fam}-xl", (lambda fam=fam: getattr(generators, fam)(**XL[fam]))) for fam in fams]
     data_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".data", "matrices")
-    if not args.quick and os.path.isdir(data_dir):
+    if not args.quick and not args.no_real and os.path.isdir(data_dir):
         mats += [(name, (lambda A=A: A)) for name, A in corpus.real_matrices(data_dir)]
     dtypes = (np.float64,) if args.quick else (np.float64, np.float32)
     results = []
     hdr = (f"{'matrix':<26} {'dtype':<7} {'nnz':>9} {'best kernel':<34} {'ms':>7} {'cuSP ms':>7} "
-           f"{'x cuSP':>6} {'bw':>5} {'cuSP bw':>7} {'planner':<34} {'pl ms':>7} {'pl/orc':>6} {'plan ms':>7}")
+           f"{'x cuSP':>6} {'bw':>5} {'cuSP bw':>7} {'planner':<34} {'pl ms':>7} {'pl/orc':>6} {'plan ms':>7} "
+           f"| b2b: {'best kernel':<34} {'bw':>5} {'cuSP bw':>7} {'pl/orc':>6}")
     print(hdr)
     for name, load in mats:
         A = load()
         for dt in dtypes:
-            r = bench_matrix(cp, csp, name, A, dt, args.reps, copy_bw, rng)
+            r = bench_matrix(cp, csp, name, A, dt, args.reps, copy_bw, rng, copy_bw_b2b)
             results.append(r)
             print(f"{name:<26} {r['dtype']:<7} {r['nnz']:>9,} {r['kernel']:<34} {r['ms']:7.3f} "
                   f"{r['vendor_ms']:7.3f} {r['speedup_vs_vendor']:6.2f} {r['frac_of_copy_bw']:5.2f} "
                   f"{r['vendor_frac_of_copy_bw']:7.2f} {r['planner_kernel']:<34} "
                   f"{r['planner_ms'] or float('nan'):7.3f} {r['planner_vs_oracle'] or float('nan'):6.2f} "
-                  f"{r['planning_ms']:7.1f}" + ("" if r["all_correct"] else "  WRONG/ERROR: see JSON"),
-                  flush=True)
+                  f"{r['planning_ms']:7.1f} | {r['kernel_b2b']:<34} {r['frac_of_copy_bw_b2b']:5.2f} "
+                  f"{r['vendor_frac_of_copy_bw_b2b'] or float('nan'):7.2f} "
+                  f"{r['planner_vs_oracle_b2b'] or float('nan'):6.2f}"
+                  + ("" if r["all_correct"] else "  WRONG/ERROR: see JSON"), flush=True)
+            save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, None, None)
         del A
         cp.get_default_memory_pool().free_all_blocks()
     summary = {}
@@ -181,25 +257,37 @@ def main(argv=None):
                 planner_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["planner_speedup_vs_vendor"]) for r in rs])),
                 best_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["speedup_vs_vendor"]) for r in rs])),
                 worst_planner_vs_oracle=max(r["planner_vs_oracle"] for r in rs),
-                min_best_frac_of_copy_bw=min(r["frac_of_copy_bw"] for r in rs))
+                min_best_frac_of_copy_bw=min(r["frac_of_copy_bw"] for r in rs),
+                worst_planner_vs_oracle_b2b=max((r["planner_vs_oracle_b2b"] for r in rs
+                                                 if r["planner_vs_oracle_b2b"]), default=None),
+                min_best_frac_of_copy_bw_b2b=min(r["frac_of_copy_bw_b2b"] for r in rs))
     print("summary:", json.dumps(summary, indent=1))
     overhead = small_overhead(cp, csp, rng)
     print(f"10k-nonzero matrix ({overhead['nnz']:,} nnz, planner picks {overhead['planner_kernel']}), "
           "us per call from Python:")
     for k, v in overhead["us_per_call"].items():
         print(f"  {k:<22} {v:8.1f}")
+    path = save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, summary, overhead)
+    print("wrote", path)
+
+
+def save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, summary, overhead):
+    """Write (or rewrite) the JSON of everything measured so far; returns its path."""
     date = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"spmv-{tag}-{date}{'-quick' if args.quick else ''}.json")
+    extra = ("-quick" if args.quick else "") + (f"-{args.tag}" if args.tag else "")
+    path = os.path.join(args.out, f"spmv-{tag}-{date}{extra}.json")
     doc = dict(gpu=gpu, date=date, commit=git_commit(), cupy=cp.__version__, python=platform.python_version(),
-               copy_bandwidth_gbs=copy_bw / 1e9, planner_device_bw_gbs=dev.mem_bandwidth / 1e9, reuse=REUSE,
-               reps=args.reps, results=results, summary=summary, small_matrix_overhead=overhead)
+               copy_bandwidth_gbs=copy_bw / 1e9, copy_bandwidth_b2b_gbs=copy_bw_b2b / 1e9,
+               planner_device_bw_gbs=dev.mem_bandwidth / 1e9, reuse=REUSE, reps=args.reps, b2b_calls=B2B,
+               sizes=args.sizes, results=results, summary=summary, small_matrix_overhead=overhead,
+               complete=summary is not None)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=1)
     os.replace(tmp, path)
-    print("wrote", path)
+    return path
 
 
 if __name__ == "__main__":
