@@ -1,8 +1,9 @@
-"""NumPy port of matplan/kernels/sptrans.cu, kernel by kernel, thread by thread.
+"""NumPy port of matplan/kernels/sptrans.cu, phase by phase, thread by thread.
 
 Same partitioning (merge path over (ends, positions), SPT_TILE steps a block, ITEMS a thread),
 same rounds (thread-local odd-even sort, log2(BLOCK) shared-memory merge rounds, binary-tree
-rounds over a crossing column's runs). The tile constants are arguments so tests can use tiny
+rounds over the crossing columns' runs, every tile's output slots in each round). The grid
+barriers of the kernels are the sequential order of the phases and rounds here. The tile constants are arguments so tests can use tiny
 tiles and reach many-run columns on small matrices. ``rng`` orders the atomics of count_rank
 (warps and column groups in random order), as the GPU may; the result must not depend on it.
 """
@@ -112,15 +113,17 @@ def tile_sort(t_indptr, n, nnz, keys_in, data, out_idx, out_val, block, items):
     total = n + nnz
     ends = t_indptr[1:]
     runs = np.full(nnz, SENTINEL_KEY, np.uint64)
+    tile_x = np.full((total + tile - 1) // tile, -1, np.int64)
     for t0 in range(0, total, tile):
         t1 = min(t0 + tile, total)
-        j0 = t0 - path_search(ends, n, nnz, t0)
-        j1 = t1 - path_search(ends, n, nnz, t1)
+        j0 = j1 = None
         recs = []
         for tid in range(block):
             d = t0 + tid * items
             x = path_search(ends, n, nnz, d) if d < total else n
             y = d - x if d < total else nnz
+            if tid == 0:
+                tile_x[t0 // tile], j0 = x, y
             for k in range(items):
                 rec = (SENTINEL_COL, SENTINEL_KEY)
                 if d + k < t1:
@@ -131,6 +134,8 @@ def tile_sort(t_indptr, n, nnz, keys_in, data, out_idx, out_val, block, items):
                     else:
                         x += 1
                 recs.append(rec)
+            if d < t1 <= d + items:
+                j1 = y                                   # the thread ending at t1
         recs = _block_merge_sort(recs, block, items)
         for q, (c, key) in enumerate(recs[:j1 - j0]):
             slot = j0 + q
@@ -141,77 +146,89 @@ def tile_sort(t_indptr, n, nnz, keys_in, data, out_idx, out_val, block, items):
                 out_val[slot] = data[key & 0xFFFFFFFF]
             else:
                 runs[slot] = key
-    return runs
+    return runs, tile_x
 
 
-def cross_merge(t_indptr, n, nnz, runs, data, out_idx, out_val, block, items, merge_block, chunk):
-    """Returns the number of crossing columns merged and the most rounds one of them took."""
+def cross_rounds(t_indptr, n, nnz, runs, tile_x, data, out_idx, out_val, block, items, maxlen):
+    """Phase 4: round s = 1, 2, 4, ... over every tile's output slots. Returns (crossing columns, rounds)."""
     tile = block * items
     total = n + nnz
-    ends = t_indptr[1:]
-    merged, most_rounds = 0, 0
-    scratch = np.full(nnz, SENTINEL_KEY, np.uint64)
-    for t0 in range(0, total, tile):
-        t1 = min(t0 + tile, total)
-        j0 = t0 - path_search(ends, n, nnz, t0)
-        i = path_search(ends, n, nnz, t1)
-        b = t1 - i
-        if i >= n:
-            continue
-        start, end = int(t_indptr[i]), int(t_indptr[i + 1])
-        if not (start < b < end and start >= j0):
-            continue
-        merged += 1
-        q = 1 + (end - b + tile - 1) // tile
+    tiles = (total + tile - 1) // tile
+    qmax = 1 + (maxlen - 1 + tile - 1) // tile if maxlen > 1 else 1
+    bufs = [runs, np.full(nnz, SENTINEL_KEY, np.uint64)]   # runs, then the keys array as scratch
+    crossing, rounds = set(), 0
+    s, r = 1, 0
+    while s < qmax:
+        src, dst = bufs[r & 1], bufs[(r + 1) & 1]
+        for t in range(tiles):
+            t0 = t * tile
+            t1 = min(t0 + tile, total)
+            x0 = int(tile_x[t])
+            x1 = int(tile_x[t + 1]) if t + 1 < tiles else n
+            j0, j1 = t0 - x0, t1 - x1
+            for tid in range(block):
+                p = j0 + tid * items
+                pend = min(p + items, j1)
+                while p < pend:
+                    if x0 < n and p < t_indptr[x0 + 1]:
+                        c = x0
+                    elif x1 < n and x1 != x0:
+                        s1 = int(t_indptr[x1])
+                        if p < s1:
+                            p = s1
+                            continue
+                        c = x1
+                    else:
+                        break
+                    start, end = int(t_indptr[c]), int(t_indptr[c + 1])
+                    b = ((c + start) // tile + 1) * tile - c
+                    cend = min(end, pend)
+                    if b >= end:
+                        p = cend
+                        continue
+                    q = 1 + (end - b + tile - 1) // tile
+                    if s >= q:
+                        p = cend
+                        continue
+                    crossing.add(c)
+                    rounds = max(rounds, r + 1)
+                    final = 2 * s >= q
+                    k0 = 0 if p < b else 1 + (p - b) // tile
+                    ra = (k0 // (2 * s)) * (2 * s)
+                    rm, rb = min(ra + s, q), min(ra + 2 * s, q)
 
-        def bnd(k):
-            return start if k == 0 else (end if k >= q else min(b + (k - 1) * tile, end))
+                    def bnd(k):
+                        return start if k == 0 else (end if k >= q else min(b + (k - 1) * tile, end))
 
-        src, dst = runs, scratch
-        s, rounds = 1, 0
-        while s < q:
-            final = 2 * s >= q
-            for tid in range(merge_block):
-                p0 = start + tid * chunk
-                while p0 < end:
-                    pend = min(p0 + chunk, end)
-                    p = p0
-                    while p < pend:
-                        k0 = 0 if p < b else 1 + (p - b) // tile
-                        ra = (k0 // (2 * s)) * (2 * s)
-                        rm, rb = min(ra + s, q), min(ra + 2 * s, q)
-                        ps, pm, pe = bnd(ra), bnd(rm), bnd(rb)
-                        sub = min(pend, pe)
-                        diag, alen, blen = p - ps, pm - ps, pe - pm
-                        lo, hi = max(diag - blen, 0), min(diag, alen)
-                        while lo < hi:
-                            mid = (lo + hi) >> 1
-                            if src[ps + mid] <= src[pm + diag - 1 - mid]:
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        ia, ib = ps + lo, pm + diag - lo
-                        for out in range(p, sub):
-                            if ib >= pe or (ia < pm and src[ia] <= src[ib]):
-                                key = int(src[ia]); ia += 1
-                            else:
-                                key = int(src[ib]); ib += 1
-                            if final:
-                                out_idx[out] = key >> 32
-                                out_val[out] = data[key & 0xFFFFFFFF]
-                            else:
-                                dst[out] = key
-                        p = sub
-                    p0 += merge_block * chunk
-            src, dst = dst, src
-            s *= 2
-            rounds += 1
-        most_rounds = max(most_rounds, rounds)
-    return merged, most_rounds
+                    ps, pm, pe = bnd(ra), bnd(rm), bnd(rb)
+                    sub = min(pend, pe)
+                    diag, alen, blen = p - ps, pm - ps, pe - pm
+                    lo, hi = max(diag - blen, 0), min(diag, alen)
+                    while lo < hi:
+                        mid = (lo + hi) >> 1
+                        if src[ps + mid] <= src[pm + diag - 1 - mid]:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    ia, ib = ps + lo, pm + diag - lo
+                    for out in range(p, sub):
+                        if ib >= pe or (ia < pm and src[ia] <= src[ib]):
+                            key = int(src[ia]); ia += 1
+                        else:
+                            key = int(src[ib]); ib += 1
+                        if final:
+                            out_idx[out] = key >> 32
+                            out_val[out] = data[key & 0xFFFFFFFF]
+                        else:
+                            dst[out] = key
+                    p = sub
+        s *= 2
+        r += 1
+    return len(crossing), rounds
 
 
-def transpose(A, rng, block=256, items=8, merge_block=512, chunk=8, info=None, check=True):
-    """CSR of A.T (scipy CSR in, scipy CSR out) by the four kernels' NumPy ports."""
+def transpose(A, rng, block=256, items=8, info=None, check=True):
+    """CSR of A.T (scipy CSR in, scipy CSR out) by the five phases' NumPy ports."""
     import scipy.sparse as sp
     m, n = A.shape
     indptr = np.asarray(A.indptr, np.int64)
@@ -220,13 +237,14 @@ def transpose(A, rng, block=256, items=8, merge_block=512, chunk=8, info=None, c
     counts, rank, bad = count_rank(indices[:nnz], n, rng)
     if bad and check:
         raise ValueError("A.indices: column index out of range")
-    t_indptr = np.cumsum(counts)
+    t_indptr = np.cumsum(counts)                         # phase 1 (the kernel scans in place)
+    maxlen = int(counts.max()) if counts.size else 0
     keys = scatter_keys(indptr, indices, m, t_indptr, rank, n, items)
     out_idx = np.full(nnz, -1, np.int64)
     out_val = np.full(nnz, np.nan, A.dtype)
-    runs = tile_sort(t_indptr, n, nnz, keys, A.data, out_idx, out_val, block, items)
-    merged, rounds = cross_merge(t_indptr, n, nnz, runs, A.data, out_idx, out_val, block, items,
-                                 merge_block, chunk)
+    runs, tile_x = tile_sort(t_indptr, n, nnz, keys, A.data, out_idx, out_val, block, items)
+    merged, rounds = cross_rounds(t_indptr, n, nnz, runs, tile_x, A.data, out_idx, out_val, block, items,
+                                  maxlen)
     if info is not None:
         info.update(crossing_columns=merged, most_rounds=rounds)
     return sp.csr_matrix((out_val, out_idx.astype(np.int32), t_indptr.astype(np.int32)), shape=(n, m))

@@ -1,27 +1,28 @@
 """SpTRANS on the GPU by the segmented merge of SEEDS section 3: CSR of A.T, rows sorted by column.
 
 :func:`transpose` takes a cupyx CSR A (m x n, float32 or float64) and returns the cupyx CSR of
-A.T (n x m) in four launches and one CuPy scan, with no host synchronisation of ours (nnz(A.T) = nnz(A); cupyx's csr_matrix constructor,
-which wraps the result, does wait for the GPU in CuPy 14.2):
+A.T (n x m) with two cooperative launches, one zeroed workspace and no host synchronisation
+(the result is assembled with cupyx's ``_from_parts``, which does not read the arrays back;
+cupyx's public ``csr_matrix((data, indices, indptr))`` waits for the GPU in CuPy 14.2). The
+phases, separated by grid barriers (sptrans.cu has the details):
 
-1. ``count_rank``: per-column counts by atomics (one atomic per column per warp, ``__match_any``)
-   and each nonzero's rank among its column's nonzeros, in the atomics' (arbitrary) order;
-2. ``cupy.cumsum`` of the counts: A.T's indptr;
-3. ``scatter_keys``: merge-path partition of (A's row ends, nonzeros), 8 steps a thread; nonzero
-   e of row i goes to slot indptr[col] + rank as the key (i << 32 | e);
-4. ``tile_sort``: merge-path tiles of 2048 steps over (A.T's row ends, slots), fixed work per
-   thread; each block sorts its slots by (row of A.T, key): per-thread sorts, then 8 merge-path
-   rounds in shared memory (a segmented merge: each row of A.T is a segment). Rows of A.T inside
-   the tile are final; a row crossing tiles leaves one sorted run per tile;
-5. ``cross_merge``: the block of the tile holding a crossing row's start merges its runs pairwise
-   in binary-tree rounds (merge path, 8 outputs per thread per step) and writes the row.
+``spt_place`` (0) per-column counts by warp-aggregated atomics and each nonzero's rank among its
+column's nonzeros, in the atomics' (arbitrary) order; (1) their scan in place: A.T's indptr, and
+the longest column; (2) merge-path partition of (A's row ends, nonzeros), ITEMS steps a thread:
+nonzero e of row i goes to slot indptr[col] + rank as the key (i << 32 | e).
+``spt_sort`` (3) merge-path tiles of TILE steps over (A.T's row ends, slots), fixed work per
+thread; each block sorts its slots by (row of A.T, key): per-thread sorts, then log2(BLOCK)
+merge-path rounds in shared memory (a segmented merge: each row of A.T is a segment). Rows inside
+a tile are final; a row crossing tiles leaves one sorted run per tile; (4) binary-tree rounds
+over the crossing rows' runs, a grid barrier between rounds, every block taking whole tiles of
+output slots (ITEMS outputs a thread), so one long row is merged by many blocks.
 
-Keys order each row of A.T by row of A and then by position in A, so the transpose is stable:
-duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's ``A.T.tocsr()``
-keeps them too). The result has sorted indices; it is flagged canonical only when A is (known
-to be) canonical. Indices must be int32 (int64 inputs are converted when every index, the shape
-and nnz fit below 2^31; else OverflowError). Column indices out of [0, n) are skipped without a
-memory fault; ``check=True`` raises on them (one host transfer).
+Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
+deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
+``A.T.tocsr()`` keeps them too). The result has sorted indices; it is flagged canonical only when
+A is (known to be) canonical. Indices must be int32 (int64 inputs are converted when every index,
+the shape and nnz fit below 2^31; else OverflowError). Column indices out of [0, n) are skipped
+without a memory fault; ``check=True`` raises on them (one host transfer, after the launches).
 """
 from __future__ import annotations
 
@@ -32,17 +33,41 @@ from . import _cuda
 from .spgemm import check_csr
 
 _CU = "sptrans.cu"
-_NAMES = ("count_rank", "scatter_keys", "tile_sort<float>", "tile_sort<double>",
-          "cross_merge<float>", "cross_merge<double>")
-#: Must match SPT_BLOCK, SPT_ITEMS, SPT_MERGE_BLOCK in sptrans.cu.
-BLOCK, ITEMS, MERGE_BLOCK = 256, 8, 512
+_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>")
+#: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
+BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
-COUNT_BLOCK = 256
+#: Phases of the two kernels (profiling runs one a launch): spt_place runs 0-2, spt_sort 3-4.
+PHASES = ("count", "scan", "scatter", "tile_sort", "cross_merge")
+_CTRL = 4   # barrier, bad-index flag, longest column, pad
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def _fn(name):
-    return _cuda.function(_CU, name, _NAMES)
+class _Kernels:
+    """The two kernels of the current device and the most blocks each may have resident at once
+    (a cooperative launch must not ask for more)."""
+
+    def __init__(self, cp):
+        from cupy_backends.cuda.api import driver
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.place = _cuda.function(_CU, "spt_place", _NAMES)
+        self.sort = {ct: _cuda.function(_CU, f"spt_sort<{ct}>", _NAMES) for ct in ("float", "double")}
+        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
+        self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
+        self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
+        if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
+            raise RuntimeError(f"sptrans: no block of {BLOCK} threads fits on this GPU")
+
+
+_KERNELS: dict = {}
+
+
+def _kernels(cp):
+    dev = cp.cuda.Device().id
+    k = _KERNELS.get(dev)
+    if k is None:
+        k = _KERNELS[dev] = _Kernels(cp)
+    return k
 
 
 def _int32_arrays(A):
@@ -64,8 +89,14 @@ def _int32_arrays(A):
 def transpose(A, *, check: bool = False):
     """CSR of A.T (cupyx), rows sorted by column; see the module docstring.
 
-    check: verify A's column indices lie in [0, n) (costs one host transfer); False skips it.
+    check: verify A's column indices lie in [0, n) (waits for the GPU: one host transfer).
     """
+    return _transpose(A, check, None)
+
+
+def _transpose(A, check, mark):
+    """transpose(); ``mark`` (profiling only): None, or called with each phase's name after that
+    phase is launched, each phase then in a launch of its own."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("sptrans needs CuPy and an NVIDIA GPU")
@@ -77,35 +108,58 @@ def transpose(A, *, check: bool = False):
     nnz = int(indices.size)
     if nnz == 0 or m == 0 or n == 0:
         return csp.csr_matrix((n, m), dtype=dtype)
-    data = A.data
-    counts = cp.zeros(n + 2, dtype=cp.int32)      # counts[1 + j]; counts[n + 1]: out-of-range flag
-    rank = cp.empty(nnz, dtype=cp.int32)
-    _fn("count_rank")(((nnz + COUNT_BLOCK - 1) // COUNT_BLOCK,), (COUNT_BLOCK,),
-                      (indices, np.int64(nnz), np.int32(n), counts, rank, counts[n + 1:]))
-    if check and int(counts[n + 1].get()):
-        raise ValueError(f"A.indices: column indices outside [0, {n})")
-    indptr_t = cp.cumsum(counts[:n + 1], dtype=cp.int32)
-    keys = cp.empty(2 * nnz, dtype=cp.uint64)      # [0, nnz): scattered keys, then cross_merge scratch
-    keys0, runs = keys[:nnz], keys[nnz:]
-    grid = (m + nnz + TILE - 1) // TILE
-    _fn("scatter_keys")((grid,), (BLOCK,), (indptr_a, indices, np.int32(m), np.int64(nnz), indptr_t,
-                                            rank, np.int32(n), keys0))
-    out_idx = cp.empty(nnz, dtype=cp.int32)
-    out_val = cp.empty(nnz, dtype=dtype)
+    ks = _kernels(cp)
     ct = _cuda.ctype(dtype)
     tiles = (n + nnz + TILE - 1) // TILE
-    _fn(f"tile_sort<{ct}>")((tiles,), (BLOCK,), (indptr_t, np.int32(n), np.int64(nnz), keys0, data,
-                                                  runs, out_idx, out_val))
-    _fn(f"cross_merge<{ct}>")((tiles,), (MERGE_BLOCK,), (indptr_t, np.int32(n), np.int64(nnz), runs, keys0,
-                                                          data, out_idx, out_val))
-    T = csp.csr_matrix((out_val, out_idx, indptr_t), shape=(n, m))
-    try:  # flags only (no check kernel): sorted always, canonical when A is known to be
-        T.has_sorted_indices = True
-        if getattr(A, "_has_canonical_format", None) is True:
-            T.has_canonical_format = True
-    except AttributeError:
-        pass
+    g_place = max(1, min(ks.place_cap, (nnz + BLOCK - 1) // BLOCK))
+    g_sort = max(1, min(ks.sort_cap[ct], tiles))
+    # one zeroed workspace: counts -> A.T's indptr [0, n], block totals, tile columns, control words
+    totals_off = n + 1
+    tile_x_off = totals_off + g_place
+    ctrl_off = tile_x_off + tiles
+    ws = cp.zeros(ctrl_off + _CTRL, dtype=cp.int32)
+    # keys [0, nnz): scattered keys, later the merge scratch; [nnz, 2 nnz): ranks (int32), later runs
+    keys = cp.empty(2 * nnz, dtype=cp.uint64)
+    p_ws = ws.data.ptr
+    p_rank = p_runs = keys.data.ptr + 8 * nnz
+    place = (ks.place, g_place, (indptr_a, indices, np.int32(m), np.int32(n), np.int64(nnz), ws,
+                                 np.int64(totals_off), np.int64(ctrl_off), np.uintp(p_rank), keys), 0, 3)
+    _launch(place, mark)                       # runs while the outputs are allocated
+    out_idx = cp.empty(nnz, dtype=cp.int32)
+    out_val = cp.empty(nnz, dtype=dtype)
+    sort = (ks.sort[ct], g_sort, (ws, np.int32(n), np.int64(nnz), A.data, keys, np.uintp(p_runs),
+                                  np.uintp(p_ws + 4 * tile_x_off), np.uintp(p_ws + 4 * ctrl_off), out_idx, out_val),
+            3, 5)
+    _launch(sort, mark)
+    if check and int(ws[ctrl_off + 1].get()):
+        raise ValueError(f"A.indices: column indices outside [0, {n})")
+    canonical = True if getattr(A, "_has_canonical_format", None) is True else None
+    return _csr(csp, out_val, out_idx, ws[:n + 1], (n, m), canonical)
+
+
+def _launch(kernel, mark):
+    """Cooperative launch of (fn, grid, args, first phase, end phase): all its phases in one launch,
+    or (profiling: ``mark`` given) one phase a launch, ``mark(name)`` after each."""
+    fn, grid, args, lo, hi = kernel
+    for a, b in ((lo, hi),) if mark is None else ((p, p + 1) for p in range(lo, hi)):
+        fn((grid,), (BLOCK,), (*args, np.int32(a), np.int32(b)), enable_cooperative_groups=True)
+        if mark is not None:
+            mark(PHASES[a])
+
+
+def _csr(csp, data, indices, indptr, shape, canonical):
+    """A cupyx CSR of these arrays (sorted indices) without reading them back: ``_from_parts``
+    (cupyx >= 14) checks only sizes and dtypes; the public constructor, used where that is
+    missing, reads indptr's ends from the GPU."""
+    from_parts = getattr(csp.csr_matrix, "_from_parts", None)
+    if from_parts is not None:
+        return from_parts(data, indices, indptr, shape, has_canonical_format=canonical,
+                          has_sorted_indices=True)
+    T = csp.csr_matrix((data, indices, indptr), shape=shape)
+    T.has_sorted_indices = True
+    if canonical:
+        T.has_canonical_format = True
     return T
 
 
-__all__ = ["transpose", "BLOCK", "ITEMS", "TILE"]
+__all__ = ["transpose", "BLOCK", "ITEMS", "TILE", "PHASES"]

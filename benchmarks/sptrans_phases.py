@@ -1,0 +1,123 @@
+"""Where the time of sptrans.transpose goes: GPU time per phase, host time of the launch path, and
+the same two figures for CuPy's A.T.tocsr(), on the sptrans.py matrices (float64).
+
+* ``gpu_us[phase]``: CUDA events between one-phase-a-launch runs (``sptrans._transpose`` with a
+  mark), a ~0.3 ms spin kernel queued first so the launches wait on the GPU and the events time
+  the kernels only (plus the GPU's own launch gaps); median of ``--reps``.
+* ``fused_us``: CUDA events around the production call (two launches), the GPU idle before it
+  (as benchmarks/sptrans.py times it); ``fused_queued_us``: the same behind a spin kernel (GPU
+  time only, host overhead hidden).
+* ``host_us``: wall time of the call on the host (returns without waiting for the GPU);
+  ``vendor_host_us`` likewise for A.T.tocsr().
+
+    PYTHONPATH=. python3 benchmarks/sptrans_phases.py [--reps 30] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import git_commit, timed  # noqa: E402
+from sptrans import matrices  # noqa: E402
+
+
+def _spin(cp):
+    k = cp.RawKernel(r'''extern "C" __global__ void spin(long long c){
+        long long t = clock64(); while (clock64() - t < c) {} }''', "spin")
+    return lambda: k((1,), (1,), (np.int64(500_000),))   # ~0.3 ms at 1.7 GHz
+
+
+def phases(cp, st, A, spin, reps):
+    per = {name: [] for name in st.PHASES}
+    per["wrap"] = []
+    queued = []
+    for _ in range(reps + 2):
+        evs = []
+
+        def mark(name):
+            e = cp.cuda.Event()
+            e.record()
+            evs.append((name, e))
+        spin()
+        mark("start")
+        T = st._transpose(A, False, mark)
+        mark("wrap")
+        evs[-1][1].synchronize()
+        for (_, a), (name, b) in zip(evs, evs[1:]):
+            per[name].append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+        del T
+        spin()
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        T = st.transpose(A)
+        b.record()
+        b.synchronize()
+        queued.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+        del T
+    return {k: float(np.median(v[2:])) for k, v in per.items()}, float(np.median(queued[2:]))
+
+
+def host_us(cp, fn, reps):
+    ts = []
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        out = fn()
+        ts.append((time.perf_counter() - t) * 1e6)
+        del out
+    cp.cuda.Device().synchronize()
+    return float(np.median(ts))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    from matplan._xp import cupy_module
+    cp = cupy_module()
+    if cp is None:
+        sys.exit("benchmarks/sptrans_phases.py needs CuPy and an NVIDIA GPU")
+    import cupyx.scipy.sparse as csp
+    from matplan.kernels import sptrans as st
+    spin = _spin(cp)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    rows = []
+    for name, load in matrices():
+        H = sp.csr_matrix(load(), dtype=np.float64)
+        A = csp.csr_matrix((cp.asarray(H.data), cp.asarray(H.indices.astype(np.int32)),
+                            cp.asarray(H.indptr.astype(np.int32))), shape=H.shape)
+        gpu_us, queued = phases(cp, st, A, spin, args.reps)
+        row = dict(matrix=name, nnz=int(H.nnz), n=int(H.shape[1]), gpu_us=gpu_us, fused_queued_us=queued,
+                   fused_us=timed(cp, lambda: st.transpose(A), args.reps, warmup=3)[0] * 1e3,
+                   vendor_us=timed(cp, lambda: A.T.tocsr(), args.reps, warmup=3)[0] * 1e3,
+                   host_us=host_us(cp, lambda: st.transpose(A), args.reps),
+                   vendor_host_us=host_us(cp, lambda: A.T.tocsr(), args.reps))
+        rows.append(row)
+        del A
+        cp.get_default_memory_pool().free_all_blocks()
+    doc = dict(benchmark="sptrans_phases", gpu=gpu, commit=git_commit(), cupy=cp.__version__,
+               date=time.strftime("%Y-%m-%d", time.gmtime()), reps=args.reps, results=rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    print(f"# {gpu}, CuPy {cp.__version__}, commit {doc['commit']}, {doc['date']}: microseconds, median of {args.reps}")
+    cols = list(st.PHASES) + ["wrap"]
+    print(f"{'matrix':<24} {'nnz':>8} " + " ".join(f"{c[:8]:>8}" for c in cols)
+          + f" {'queued':>7} {'fused':>7} {'host':>6} {'cupy':>7} {'cupyhost':>8} {'x':>5}")
+    for r in rows:
+        print(f"{r['matrix']:<24} {r['nnz']:>8} " + " ".join(f"{r['gpu_us'][c]:8.1f}" for c in cols)
+              + f" {r['fused_queued_us']:7.1f} {r['fused_us']:7.1f} {r['host_us']:6.1f} {r['vendor_us']:7.1f}"
+              f" {r['vendor_host_us']:8.1f} {r['vendor_us'] / r['fused_us']:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
