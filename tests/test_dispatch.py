@@ -1140,13 +1140,26 @@ def _sorted_change(M, how):
                 if ind[p] - 1 > low:
                     ind[p] -= 1
                     return "indices", p, int(ind[p])
-    if how == "indptr":                  # move a row's last entry to the start of the next row
+    if how == "indptr":                  # move one row boundary, keeping both rows sorted
         for r in range(M.shape[0] - 1):
             a, b, c = ptr[r], ptr[r + 1], ptr[r + 2]
-            if b > a and (c == b or ind[b - 1] < ind[b]):
+            if a == b < c:                   # row r empty: row r + 1's entries become row r's
+                ptr[r + 1] = c
+                return "indptr", r + 1, int(c)
+            if b > a and (c == b or ind[b - 1] < ind[b]):   # row r's last entry starts row r + 1
                 ptr[r + 1] -= 1
                 return "indptr", r + 1, int(ptr[r + 1])
     raise AssertionError(f"no sorted in-place change of {how} found")
+
+
+def _with_empty_rows(M, every=7):
+    """M with rows 0, every, 2 * every, ... emptied (so _sorted_change always finds a boundary to move)."""
+    keep = np.ones(M.shape[0])
+    keep[::every] = 0.0
+    M = (sp.diags(keep) @ M).tocsr()
+    M.eliminate_zeros()
+    M.sort_indices()
+    return M
 
 
 @pytest.fixture
@@ -1179,7 +1192,7 @@ def test_gpu_spgemm_identity_path_after_in_place_change(cp, rng, gpu_spgemm, cha
     change of either operand gives the new product (poisoned pool: unwritten output shows)."""
     cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
     cache.clear()
-    A, B = random_csr(rng, 400, 300, 0.02), random_csr(rng, 300, 350, 0.02)
+    A, B = _with_empty_rows(random_csr(rng, 400, 300, 0.02)), _with_empty_rows(random_csr(rng, 300, 350, 0.02))
     dA, dB = _gpu_csr(cp, A), _gpu_csr(cp, B)
     for _ in range(3):
         _poison_pool(cp, 1 << 22)
