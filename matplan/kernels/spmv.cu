@@ -221,7 +221,8 @@ __global__ void brcp_fixup(const I nfix, const int k, const I* __restrict__ fix_
 // row. A thread's first row end may continue rows of earlier threads: their sums come
 // from a fixed-order segmented scan over the block's threads. The part of the row
 // still open at the end of the tile goes to carry[tile]; merge_fixup adds each row's
-// carries in tile order. No atomics: bitwise reproducible.
+// carries in tile order. No atomics: bitwise reproducible. IPT is odd: thread t reads
+// s_prod[t * IPT + i], and an even stride would put many lanes on one shared-memory bank.
 #define MERGE_NT 128
 
 template <typename T, typename I, int IPT>
@@ -350,9 +351,12 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
     template __global__ void brcp<T, I>(const long long, const int, const I*, const int*,          \
                                         const I*, const I*, const T*, const T*, T*, T*);           \
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
-    template __global__ void csr_merge<T, I, 8>(const long long, const long long, const int,         \
+    template __global__ void csr_merge<T, I, 7>(const long long, const long long, const int,         \
                                                 const long long*, const I*, const I*, const T*,      \
-                                                const T*, T*, T*);
+                                                const T*, T*, T*);                                   \
+    template __global__ void csr_merge<T, I, 15>(const long long, const long long, const int,        \
+                                                 const long long*, const I*, const I*, const T*,     \
+                                                 const T*, T*, T*);
 MP_INST(float, int)
 MP_INST(double, int)
 MP_INST(float, long long)

@@ -215,9 +215,10 @@ def brcp(indptr, indices, data, T: int, long_factor: int = analytic.BRCP_LONG_FA
 
 # ---------------------------------------------------------------- CSR merge path
 #: Threads per block of the merge-path kernel (MERGE_NT in spmv.cu) and the items per thread
-#: compiled there; a tile is MERGE_NT * ipt consecutive items of the merge path.
+#: compiled there (odd: no shared-memory bank conflicts, as in CUB's 7); a tile is
+#: MERGE_NT * ipt consecutive items of the merge path.
 MERGE_NT = 128
-MERGE_IPT = (8,)
+MERGE_IPT = (7, 15)
 
 
 def merge_path(indptr, ipt: int, xp=np):
