@@ -41,6 +41,8 @@ def cases(rng):
     yield "1x1", sp.csr_matrix(np.array([[-1.25]]))
     yield "one-row-holds-most", powerlaw(rng, 500, 3000, cap=3, huge=20000)
     yield "powerlaw", powerlaw(rng, 3000, 3000, cap=2500)
+    # 3000 empty rows first: merge-path tiles made only of row ends (no nonzeros)
+    yield "empty-run", sp.vstack([sp.csr_matrix((3000, 50)), random_csr(rng, 200, 50, 0.1)], format="csr")
 
 
 def to_gpu(cp, A, dtype, index_dtype):

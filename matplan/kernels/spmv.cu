@@ -244,14 +244,18 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
     const long long r0 = tile_row[tile], r1 = tile_row[tile + 1];
     const long long n0 = d0 - r0, n1 = d1 - r1;
     const int nlen = (int)(n1 - n0), rcount = (int)(r1 - r0);
-    // stage: products of the tile's nonzeros (loads first, then gathers, then stores)
+    // stage the tile in shared memory: row ends of rows r0 .. r1 (r1 = m: nnz) and the
+    // products of its nonzeros. Every global load (row ends, indices, values) is issued
+    // before the gathers of x, so a tile costs two memory round trips, not three.
     {
-        I c[IPT]; T v[IPT], xv[IPT];
+        I c[IPT], e[IPT]; T v[IPT], xv[IPT];
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
+            if (i <= rcount) e[u] = (r0 + i < m) ? indptr[r0 + i + 1] : (I)nnz;
             if (i < nlen) { c[u] = indices[n0 + i]; v[u] = data[n0 + i]; }
         }
+        if (tid == 0 && rcount == TILE) s_end[TILE] = (r1 < m) ? indptr[r1 + 1] : (I)nnz;
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
@@ -260,11 +264,10 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
+            if (i <= rcount) s_end[i] = e[u];
             if (i < nlen) s_prod[i] = v[u] * xv[u];
         }
     }
-    for (int i = tid; i <= rcount; i += MERGE_NT)   // row ends of rows r0 .. r1 (r1 = m: nnz)
-        s_end[i] = (r0 + i < m) ? indptr[r0 + i + 1] : (I)nnz;
     __syncthreads();
     // this thread's start on the path: local row tr = #{i < rcount : r0 + i + s_end[i] < D}
     long long D = d0 + (long long)tid * IPT;
