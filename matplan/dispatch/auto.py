@@ -25,9 +25,10 @@ conversion, see ``planner.plan``):
   again only when the choice changes.
 
 ``assume_unchanged`` trades the check of a hit on a copied format for a promise.
-By default (False) a hit on ELL-R, BRC or BRCP compares A bit for bit with the
-entry's copy, which reads A and the copy (about as much as the SpMV itself: 92 /
-160 us at 8M / 16M nonzeros on an H100), so nothing stale can come back. True
+By default (False) a hit on a format made from the entry's copy of A (ELL-R, BRC,
+BRCP, merge-path CSR: any kernel without ``reads_a_at_run``) compares A bit for bit
+with that copy, which reads A and the copy (about as much as the SpMV itself: 92 /
+161 us at 8M / 16M nonzeros on an H100), so nothing stale can come back. True
 says A's arrays are not written in place between calls (replacing them, as
 ``A.data = new`` does, is still seen): the hit skips the comparison and costs a
 few microseconds. A broken promise returns the product with A's old values.
@@ -75,9 +76,10 @@ def matmul(A, B, *, reuse=None, deterministic=False, assume_unchanged=None):
         int is passed to the planner.
     deterministic: admit only bitwise-reproducible kernels; part of the cache key.
     assume_unchanged: True promises that A's arrays (and a sparse B's) are not written
-        in place between calls, so a hit on a format copied from A (ELL-R, BRC, BRCP)
-        skips its bit-for-bit comparison with A; None takes the cache's setting
-        (False unless ``PlanCache.set_assume_unchanged(True)``). See the module docstring.
+        in place between calls, so a hit on a format made from a copy of A (ELL-R, BRC,
+        BRCP, merge-path CSR) skips its bit-for-bit comparison with A; None takes the
+        cache's setting (False unless ``PlanCache.set_assume_unchanged(True)``). See the
+        module docstring.
 
     By default a changed A (values or structure, in place or not) is never served a
     stale prepared format: see ``dispatch.fingerprint`` for what a hit checks. For a
