@@ -1241,7 +1241,7 @@ def test_gpu_products_kernel(cp, rng, index):
 def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     """cuSPARSE planned at its products limit: every hit counts the products on the GPU, and an
     in-place change past the limit takes the full path and re-plans (the hash kernel), never
-    running cuSPARSE where it is known to return wrong results."""
+    returning what cuSPARSE computed past its limit (it runs behind the count, its result dropped)."""
     from matplan.dispatch import identity
     from matplan.kernels import vendor
     cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
@@ -1250,9 +1250,9 @@ def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     products = int(np.diff(B.indptr)[A.indices].sum())
     monkeypatch.setitem(vendor.VENDOR_LIMITS["spgemm.cusparse"], "max_products", products)
     identity.product_limit.cache_clear()
-    counted = _Counter(identity.within_product_limit)
+    counted = _Counter(identity.start_product_check)
     from matplan.dispatch import auto
-    monkeypatch.setattr(auto, "within_product_limit", counted)
+    monkeypatch.setattr(auto, "start_product_check", counted)
     try:
         dA, dB = _gpu_csr(cp, A), _gpu_csr(cp, B)
         for _ in range(3):

@@ -47,7 +47,7 @@ from ..validation import normalize
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
 from .identity import (aliases, aliasing_kernel, identity_key, pins, product_limit, start_compare,
-                       within_product_limit)
+                       start_product_check)
 
 #: Re-plan a cached entry when its calls reach this multiple of the reuse it was planned for.
 REPLAN_FACTOR = 8
@@ -135,7 +135,9 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
     the entry pins the key's objects; otherwise A is compared bit for bit with the entry's
     copy (on the GPU the kernel is launched behind the comparison on the same stream and its
     result dropped if A differs, so the check costs no extra round trip before the launch).
-    A SpGEMM kernel with a products limit first checks the operands' products (identity.py).
+    A SpGEMM kernel with a products limit counts the operands' products first (identity.py);
+    on the GPU the product runs behind the count and is dropped if the count passes the limit
+    (cupyx's SpGEMM waits for the GPU to size C, so reading the count then costs no extra wait).
     """
     cache = cache_for(device)
     entry = cache.find(key)
@@ -145,10 +147,19 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
         limit = product_limit(entry.kernel.name)
-        if limit is not None and not (trusted and entry.pins is not None) \
-                and not within_product_limit(limit, A, B, device):
-            return _MISS
-        if entry.reference is None or (trusted and entry.pins is not None):
+        check = None
+        if limit is not None and not (trusted and entry.pins is not None):
+            check = start_product_check(limit, A, B, device)
+        if check is not None:                       # a vendor SpGEMM (aliases A and B) with a limit
+            try:
+                C = entry.run(B)
+            except Exception:
+                if not check.ok():                  # past its limit the vendor routine may raise
+                    return _MISS
+                raise
+            if not check.ok():
+                return _MISS
+        elif entry.reference is None or (trusted and entry.pins is not None):
             C = entry.run(B)
         elif device == "cpu":
             if not same_content(A, entry.reference):

@@ -27,8 +27,9 @@ therefore only be reused in one of two ways, and ``matmul`` never takes another
       change keeps the plan chosen for A's earlier statistics (results exact; the
       choice may be worse until the next re-plan). Both SpGEMM kernels read A and
       B on every run; before cuSPARSE, whose known products limit an in-place
-      change could pass, the hit checks the products (``identity.within_product_limit``:
-      free when nnz(A) * nnz(B) is within the limit, else one GPU launch), or
+      change could pass, the hit checks the products (``identity.start_product_check``:
+      free when nnz(A) * nnz(B) is within the limit, else one GPU launch that the
+      product runs behind; past the limit its result is dropped), or
    b. the format was prepared from the entry's private copy of A, and A equals
       that copy bit for bit: host, :func:`same_content`; GPU, one launch of
       ``matplan_differs`` (fingerprint.cu) over data, indices and indptr and an

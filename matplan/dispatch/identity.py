@@ -23,11 +23,13 @@ What a call checks before it may skip validation and the fingerprint (see
   for B's structure). Both SpGEMM kernels read A and B on every run, so an
   in-place change of either is computed correctly; but cuSPARSE is only planned
   below a known products limit (``kernels.vendor.VENDOR_LIMITS``), and such a
-  change can move the product past it. Before a kernel with a limit runs, the
-  hit therefore checks the products of the operands as they are now: free when
+  change can move the product past it. A hit with such a kernel therefore checks
+  the products of the operands as they are now: free when
   ``len(A.indices) * len(B.indices)`` is within the limit (no valid CSR change
-  can exceed that), else one launch of ``matplan_products`` and a 16-byte read
-  back (:func:`within_product_limit`). Past the limit: the full path, a re-plan.
+  can exceed that), else one launch of ``matplan_products`` and a 16-byte copy
+  into pinned memory (:func:`start_product_check`), with the product launched
+  behind it and its result dropped when the count passes the limit. Past the
+  limit: the full path, a re-plan.
 * ``assume_unchanged`` (``matplan.matmul`` argument or ``PlanCache`` setting):
   the caller promises that A's (and a sparse B's) arrays are not written in
   place between calls. A hit on a copied format then skips the comparison (and
@@ -96,23 +98,54 @@ def product_limit(name: str):
 
 
 def within_product_limit(limit: int, A, B, device) -> bool:
-    """Whether C = A @ B takes at most ``limit`` products with A's and B's arrays as they are now.
+    """Whether C = A @ B takes at most ``limit`` products with A's and B's arrays as they are now
+    (waits for the count; :func:`start_product_check` lets work run meanwhile)."""
+    return start_product_check(limit, A, B, device).ok()
 
-    Free when ``len(A.indices) * len(B.indices) <= limit`` (a bound no valid CSR A and B of
-    these sizes can pass); else counted exactly: GPU, ``matplan_products`` (fingerprint.cu),
-    which waits for the current stream; host, NumPy. An index outside B's rows counts as past.
+
+class _Known:
+    """A products check decided without the GPU."""
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def ok(self) -> bool:
+        return self.value
+
+
+class PendingCount:
+    """A products count in flight on the current stream; :meth:`ok` waits for the count only."""
+    __slots__ = ("probe", "limit")
+
+    def __init__(self, probe, limit):
+        self.probe, self.limit = probe, limit
+
+    def ok(self) -> bool:
+        self.probe.count_event.synchronize()
+        return not self.probe.count_host[1] and int(self.probe.count_host[0]) <= self.limit
+
+
+def start_product_check(limit: int, A, B, device):
+    """Start checking that C = A @ B takes at most ``limit`` products; ``.ok()`` gives the answer.
+
+    Decided at once when ``len(A.indices) * len(B.indices) <= limit`` (a bound no valid CSR A
+    and B of these sizes can pass) and on the host (NumPy); else counted on the GPU by
+    ``matplan_products`` (fingerprint.cu) on the current stream, read back into pinned memory,
+    so a caller can launch the product behind it and read the count afterwards. An index
+    outside B's rows counts as past the limit.
     """
     idx, ptr = A.indices, B.indptr
     if int(idx.shape[0]) * int(B.indices.shape[0]) <= limit:
-        return True
+        return _Known(True)
     if device == "cpu":
         j = idx.astype(np.int64, copy=False)
         if j.size and (j.min() < 0 or j.max() >= B.shape[0]):
-            return False
+            return _Known(False)
         lengths = np.maximum(np.diff(ptr.astype(np.int64, copy=False)), 0)
-        return int(lengths[j].sum()) <= limit
+        return _Known(int(lengths[j].sum()) <= limit)
     if not (idx.flags.c_contiguous and ptr.flags.c_contiguous):
-        return False
+        return _Known(False)
     cp = cupy_module()
     probe = _probe(cp, device)
     stream = cp.cuda.get_current_stream()
@@ -125,8 +158,7 @@ def within_product_limit(limit: int, A, B, device) -> bool:
     cp.cuda.runtime.memcpyAsync(probe.count_host.ctypes.data, probe.count.data.ptr, 16,
                                 cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
     probe.count_event.record(stream)
-    probe.count_event.synchronize()
-    return not probe.count_host[1] and int(probe.count_host[0]) <= limit
+    return PendingCount(probe, limit)
 
 
 def aliasing_kernel(name: str) -> bool:
@@ -236,4 +268,4 @@ def _products_kernel(device_id: int):
 
 
 __all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending", "product_limit",
-           "within_product_limit"]
+           "within_product_limit", "start_product_check", "PendingCount"]
