@@ -35,6 +35,7 @@ def main(argv=None):
     ap.add_argument("--layout", nargs="+", default=["C", "F"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-only", metavar="JSON", help="only the kernel-variant sweep, written to JSON")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
 
@@ -50,6 +51,9 @@ def main(argv=None):
           f"CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}", flush=True)
     kern = get("tsgemm.tsm2")
     rng = cp.random.default_rng(2024)
+    if args.sweep_only:
+        run_sweep(cp, tsm2, copy_bw, rng, out_path=args.sweep_only)
+        return 0
     rows = []
     t_start = time.perf_counter()
     hdr = (f"{'n':>6} {'k':>3} {'dtype':>7} {'lay':>3} {'t1':>4} {'t2':>3} {'t3':>3} {'ms':>8} "
@@ -135,38 +139,54 @@ def summarise(rows):
     return out
 
 
-def run_sweep(cp, tsm2, copy_bw, rng, n=16384, ks=(1, 8, 16)):
-    """Every (t1, t3) of both kernels for a few k: what the model's t3 and the t1 timing choose from."""
+def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None):
+    """Kernel variants at n = 16384: row kernel (k = 16, 32) over rows per warp t3 and lane groups
+    G, column kernel (float32, k = 8..32) over t3 and the accumulator budget that sets V.
+    Each row: dtype, layout, k, t1, t2, t3, G or col_words, ms, frac of the copy bandwidth."""
     res = []
+
+    def record(**row):
+        res.append(row)
+        if out_path:
+            with open(out_path, "w") as fh:
+                json.dump(res, fh, indent=0)
+
+    def bench(A, layout, lda, B, C, t1, t2, t3, **kw):
+        item = A.itemsize
+        try:
+            s = tsm2.time_kernel(lambda: tsm2.launch(A, layout, lda, B, C, t1, t2, t3, **kw), 7, 2)
+        except Exception as exc:  # record and go on
+            return dict(error=str(exc)[:200])
+        return dict(ms=s * 1e3, frac=(A.size + 2 * A.shape[0] * B.shape[1]) * item / s / copy_bw)
+
     for dtype in ("float32", "float64"):
         A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
         item = np.dtype(dtype).itemsize
         for layout in ("row", "col"):
+            if layout == "col" and dtype == "float64":
+                continue
             A = A0 if layout == "row" else cp.asfortranarray(A0)
             _, lda = tsm2.layout_of(A)
-            for k in ks:
+            for k in ((16, 32) if layout == "row" else (8, 16, 32)):
                 B = rng.random((n, k), dtype=np.float64).astype(dtype)
                 C = cp.empty((n, k), dtype=dtype)
                 t2 = tsm2.balance_t2(k, k, layout, item)
-                t3s = (1, 2, 4, 8) if layout == "row" else (2, 4, 8, 16)
-                for t3 in t3s:
-                    if layout == "row" and t3 * t2 > tsm2.MAX_ROW_ACC[item]:
-                        continue
-                    for t1 in tsm2.T1_CHOICES:
+                if layout == "row":
+                    variants = [dict(t3=t3, groups=g) for t3 in (2, 4, 8) for g in (1, 2, 4)
+                                if t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item] and (g == 1 or t3 * t2 > 16)]
+                else:
+                    variants = [dict(t3=t3, col_words=w) for t3 in (4, 8, 16) for w in (32, 64)]
+                for v in variants:
+                    for t1 in (128, 256, 512):
                         if not tsm2.t1_fits(layout, t1, t2, item):
                             continue
-                        try:
-                            s = tsm2.time_kernel(lambda: tsm2.launch(A, layout, lda, B, C, t1, t2, t3), 7, 2)
-                        except Exception as exc:  # record and go on
-                            res.append(dict(dtype=dtype, layout=layout, k=k, t1=t1, t2=t2, t3=t3, error=str(exc)[:200]))
-                            continue
-                        frac = (n * n + 2 * n * k) * item / s / copy_bw
-                        res.append(dict(dtype=dtype, layout=layout, k=k, t1=t1, t2=t2, t3=t3, ms=s * 1e3, frac=frac))
-                best = max((r for r in res if r.get("k") == k and r["dtype"] == dtype and r["layout"] == layout
-                            and "frac" in r), key=lambda r: r["frac"], default=None)
-                if best:
-                    print(f"# sweep {dtype} {layout} k={k}: best t1={best['t1']} t2={best['t2']} t3={best['t3']} "
-                          f"{best['ms']:.3f} ms frac {best['frac']:.3f}", flush=True)
+                        r = bench(A, layout, lda, B, C, t1, t2, v["t3"],
+                                  **{x: v[x] for x in ("groups", "col_words") if x in v})
+                        record(dtype=dtype, layout=layout, k=k, t1=t1, t2=t2, **v, **r)
+                ok = [r for r in res if r.get("k") == k and r["dtype"] == dtype and r["layout"] == layout and "frac" in r]
+                for r in sorted(ok, key=lambda r: -r["frac"])[:3]:
+                    print(f"# sweep {dtype} {layout} k={k}: " + " ".join(f"{x}={r[x]}" for x in ("t1", "t3", "groups", "col_words") if x in r)
+                          + f" {r['ms']:.3f} ms frac {r['frac']:.3f}", flush=True)
             del A
         del A0
         cp.get_default_memory_pool().free_all_blocks()

@@ -178,21 +178,32 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row-major A: a warp per T3 rows, coalesced vector loads, transposed B tile (double-buffered,
-// prefetched through registers: one barrier per tile), shuffle reduction.
+// Row-major A: a warp per T3 rows, its lanes split in G groups of 32/G. A lane of group g loads
+// V consecutive elements (16 bytes) of each of the T3 rows and computes columns
+// [g*CG, (g+1)*CG) of C for them, CG = ceil(T2/G): the G lanes that share a column range of A
+// load the same 16 bytes in one warp instruction (one memory transaction), and each B element a
+// lane reads from shared memory serves T3*V products. Shared-memory bytes per byte of A are
+// T2/T3, accumulators per lane T3*CG: G trades registers for rows per warp (SEEDS section 5's
+// register budget). The transposed B tile (CG*G rows of TJ columns) is XOR-swizzled by 16-byte
+// chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way bank conflicts and the
+// vector reads none; double-buffered, prefetched through registers, one barrier per tile. A
+// shuffle reduction within each group finishes the sums.
+// Registers are capped at 128 a thread (at least 512 / T1 blocks per SM) to keep enough warps
+// in flight to cover the memory latency.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int T1, int T2, int T3, int V>
+template <typename T, int T1, int T2, int T3, int V, int G>
 __global__ void __launch_bounds__(T1)
 tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
               T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
               int split, long long ldc_s)
 {
-    static_assert(T1 % 32 == 0, "T1 must be a multiple of 32");
+    static_assert(T1 % 32 == 0 && 32 % G == 0 && G <= 4, "T1: multiple of 32; G: 1, 2 or 4");
     constexpr int W = T1 / 32;                          // warps per block
-    constexpr int TJ = 32 * V;                          // columns of A per step (rows of the B tile)
-    constexpr int LDB_S = TJ + (V > 1 ? V : 1);         // padded row of the transposed B tile
+    constexpr int JL = 32 / G;                          // lanes along a row
+    constexpr int TJ = JL * V;                          // columns of A per step (rows of the B tile)
+    constexpr int CG = (T2 + G - 1) / G;                // columns of C per lane
     constexpr int NB = (TJ * T2 + T1 - 1) / T1;         // B tile elements each thread moves
-    __shared__ __align__(16) T Bs[2][T2 * LDB_S];
+    __shared__ __align__(16) T Bs[2][G * CG * TJ];
     {                                                  // split over j: this block's slice of n
         const long long jb = (long long)blockIdx.y * split;
         A += jb; B += jb * ldb; C += blockIdx.y * ldc_s;
@@ -201,6 +212,7 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
+    const int jl = lane % JL, grp = lane / JL;
     const long long r0 = ((long long)blockIdx.x * W + (tid >> 5)) * T3;
     const T* arow[T3];
 #pragma unroll
@@ -208,13 +220,15 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
         const long long rr = r0 + r < m ? r0 + r : (long long)m - 1;   // clamp: loads stay inside A
         arow[r] = A + rr * lda;
     }
+    // element (row c, column j) of a B tile buffer: chunks of V columns swizzled by c % 8 (JL >= 8)
+    auto bidx = [](int c, int j) { return c * TJ + ((j / V) ^ (c & 7)) * V + j % V; };
 
     for (int c0 = 0; c0 < k; c0 += T2) {
-        T acc[T3][T2];
+        T acc[T3][CG];
 #pragma unroll
         for (int r = 0; r < T3; ++r)
 #pragma unroll
-            for (int c = 0; c < T2; ++c) acc[r][c] = Zero<T>::get();
+            for (int c = 0; c < CG; ++c) acc[r][c] = Zero<T>::get();
 
         // B[j0 + jj, c0 + c] for this thread's slots e = tid + s * T1 (c = e % T2, jj = e / T2)
         T bnext[NB];
@@ -230,7 +244,7 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 #pragma unroll
             for (int s = 0; s < NB; ++s) {
                 const int e = tid + s * T1;
-                if (e < TJ * T2) bs[(e % T2) * LDB_S + e / T2] = bnext[s];
+                if (e < TJ * T2) bs[bidx(e % T2, e / T2)] = bnext[s];
             }
         };
         T anext[T3][V];
@@ -249,7 +263,7 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
         load_b(0);
         store_b(Bs[0]);
         load_b(TJ);
-        load_a((long long)lane * V);
+        load_a((long long)jl * V);
         __syncthreads();
 
         int buf = 0;
@@ -259,16 +273,17 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
             for (int r = 0; r < T3; ++r)
 #pragma unroll
                 for (int q = 0; q < V; ++q) acur[r][q] = anext[r][q];
-            load_a((long long)j0 + TJ + (long long)lane * V);   // prefetch the next step
+            load_a((long long)j0 + TJ + (long long)jl * V);   // prefetch the next step
             const T* bs = Bs[buf];
 #pragma unroll
-            for (int c = 0; c < T2; ++c) {
+            for (int cc = 0; cc < CG; ++cc) {
+                const int c = grp * CG + cc;           // rows past T2 hold stale values, never stored
                 T b[V];
-                Lds<T, V>::go(bs + c * LDB_S + lane * V, b);
+                Lds<T, V>::go(bs + bidx(c, jl * V), b);
 #pragma unroll
                 for (int r = 0; r < T3; ++r)
 #pragma unroll
-                    for (int q = 0; q < V; ++q) acc[r][c] += acur[r][q] * b[q];
+                    for (int q = 0; q < V; ++q) acc[r][cc] += acur[r][q] * b[q];
             }
             // The other buffer was last read before the previous barrier: fill it, then prefetch.
             store_b(Bs[buf ^ 1]);
@@ -278,12 +293,13 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 #pragma unroll
         for (int r = 0; r < T3; ++r)
 #pragma unroll
-            for (int c = 0; c < T2; ++c) {
-                T s = acc[r][c];
+            for (int cc = 0; cc < CG; ++cc) {
+                T s = acc[r][cc];
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+                for (int off = JL / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
                 const long long row = r0 + r;
-                if (((r * T2 + c) & 31) == lane && row < m && c0 + c < k)
+                const int c = grp * CG + cc;
+                if (((r * CG + cc) % JL) == jl && row < m && c < T2 && c0 + c < k)
                     C[row * ldc_r + (long long)(c0 + c) * ldc_c] = s;
             }
         __syncthreads();                                // the next pass refills buffer 0

@@ -38,13 +38,20 @@ T1_CHOICES = (64, 128, 256, 512)
 SMEM_LIMIT = 48 * 1024
 #: Most accumulators (columns of C) a thread keeps per pass, by element size: the register budget.
 MAX_T2 = {"col": {4: 32, 8: 16}, "row": {4: 32, 8: 32}}
-#: Row-major kernel: most accumulators per lane (rows x columns) and most rows per warp.
+#: Row-major kernel: most accumulators per lane (rows x columns of its group) and most rows per warp.
 MAX_ROW_ACC = {4: 64, 8: 32}
 MAX_ROWS_PER_WARP = 8
-#: Row-major kernel: columns of C per shared-memory B read that a lane may serve from one row
-#: before the shared-memory bandwidth (128 B/cycle/SM) rather than DRAM limits it; rows per warp
-#: are raised to at least t2 / ROW_SMEM_COLUMNS so each B read serves enough rows.
-ROW_SMEM_COLUMNS = 8
+#: Row-major kernel: lane groups per warp it may use (each group computes t2 / G columns of C).
+ROW_GROUPS = (1, 2, 4)
+#: Row-major kernel: accumulators per lane past which the warp is split in more lane groups
+#: (registers: t3 rows x ceil(t2 / G) columns; the compiler's copies of A and B come on top).
+ROW_ACC_TARGET = {4: 32, 8: 16}
+#: Row-major kernel: shared-memory bytes a lane reads per byte of A it loads are t2 / t3 (each B
+#: element serves t3 rows). Against DRAM's ~13 bytes/cycle/SM the shared-memory pipe's 128 leaves
+#: room for about 4 once the transposing stores are counted: rows per warp are raised to at least
+#: t2 / ROW_SMEM_COLUMNS (with 8, k = 16 at 2 rows per warp ran at 0.55-0.73 of the copy bandwidth
+#: on an H100).
+ROW_SMEM_COLUMNS = 4
 #: Split over n (split-K) until about this many threads per SM run: one thread per row (or a
 #: warp per t3 rows) leaves an H100 mostly idle for m of a few thousand to tens of thousands.
 SPLIT_THREADS_PER_SM = 768
@@ -103,13 +110,27 @@ def balance_t2(t2: int, k: int, layout: str, itemsize: int) -> int:
     return math.ceil(k / passes)
 
 
+def _row_top(t2: int, itemsize: int) -> int:
+    """Most rows per warp of the row-major kernel for t2 (with the most lane groups)."""
+    return max(1, min(MAX_ROWS_PER_WARP, MAX_ROW_ACC[itemsize] // -(-t2 // max(ROW_GROUPS))))
+
+
 def row_rows_per_warp(t2: int, t3_model: int, itemsize: int) -> int:
     """Adapter from the model's t3 (elements of A in flight per thread) to the row-major kernel's
     rows per warp: t3 / (elements per 16-byte load), at least t2 / ROW_SMEM_COLUMNS, within the
     register budget."""
     vec = 16 // itemsize
     rows = max(math.ceil(max(int(t3_model), 1) / vec), math.ceil(t2 / ROW_SMEM_COLUMNS))
-    return max(1, min(rows, MAX_ROWS_PER_WARP, MAX_ROW_ACC[itemsize] // t2))
+    return max(1, min(rows, _row_top(t2, itemsize)))
+
+
+def row_groups(t2: int, t3: int, itemsize: int) -> int:
+    """Lane groups of the row-major kernel: the fewest whose t3 x ceil(t2 / G) accumulators stay
+    within ROW_ACC_TARGET (the most groups if none does)."""
+    for g in ROW_GROUPS:
+        if t3 * -(-t2 // g) <= ROW_ACC_TARGET[itemsize]:
+            return g
+    return max(ROW_GROUPS)
 
 
 def col_t3(t3_model: int) -> int:
@@ -124,7 +145,8 @@ def t1_fits(layout: str, t1: int, t2: int, itemsize: int) -> bool:
     vb = 16 // itemsize
     if layout == "col":
         return 2 * t1 * (-(-t2 // vb) * vb) * itemsize <= SMEM_LIMIT
-    return 2 * t2 * (32 * vb + vb) * itemsize <= SMEM_LIMIT   # t2 x (32 V + V), V at most vb
+    # G groups x ceil(t2 / G) rows of 32 / G x V columns: at most (t2 + 3) x 32 V elements
+    return 2 * (t2 + max(ROW_GROUPS) - 1) * 32 * vb * itemsize <= SMEM_LIMIT
 
 
 def kernel_params(layout: str, dtype, k: int, t2: int, t3: int) -> tuple[int, int]:
@@ -144,25 +166,26 @@ def t1_candidates(layout: str, dtype, t2: int, model_t1=()) -> list[int]:
 
 
 # --- compiling and launching ------------------------------------------------------------------
-def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1) -> str:
+def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1, groups: int = 1) -> str:
     ct = _cuda.ctype(dtype)
-    kind = "colmajor" if layout == "col" else "rowmajor"
-    return f"tsm2_{kind}<{ct},{t1},{t2},{t3},{vec}>"
+    if layout == "col":
+        return f"tsm2_colmajor<{ct},{t1},{t2},{t3},{vec}>"
+    return f"tsm2_rowmajor<{ct},{t1},{t2},{t3},{vec},{groups}>"
 
 
-def _function(layout, dtype, t1, t2, t3, vec):
-    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec)."""
+def _function(layout, dtype, t1, t2, t3, vec, groups=1):
+    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups)."""
     item = np.dtype(dtype).itemsize
-    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec) for t in T1_CHOICES
+    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups) for t in T1_CHOICES
                   if t1_fits(layout, t, t2, item))
-    name = kernel_name(layout, dtype, t1, t2, t3, vec)
+    name = kernel_name(layout, dtype, t1, t2, t3, vec, groups)
     if name not in names:
         raise ValueError(f"t1: block size {t1} is not one of {T1_CHOICES} or its B tile does not fit "
                          f"{SMEM_LIMIT} bytes of shared memory (t2={t2}, {np.dtype(dtype)})")
     return _cuda.function(SOURCE, name, names)
 
 
-def _vector_width(A, layout: str, lda: int, t2: int) -> int:
+def _vector_width(A, layout: str, lda: int, t2: int, col_words: int | None = None) -> int:
     """Elements of A one thread loads at once (one 16-byte load), 1 if A is not 16-byte aligned.
 
     Row kernel: consecutive columns of a row. Column kernel: consecutive rows of a column (the
@@ -173,39 +196,51 @@ def _vector_width(A, layout: str, lda: int, t2: int) -> int:
         return 1
     if layout == "col":
         words = A.itemsize // 4
-        while vec > 1 and vec * t2 * words > COL_ACC_WORDS:
+        while vec > 1 and vec * t2 * words > (col_words or COL_ACC_WORDS):
             vec //= 2
     return vec
 
 
-def split_count(layout: str, m: int, n: int, t1: int, t3: int, vec: int, sms: int) -> int:
+def split_count(layout: str, m: int, n: int, t1: int, t3: int, vec: int, sms: int, groups: int = 1) -> int:
     """Slices of n (split-K) that bring the launch to about SPLIT_THREADS_PER_SM threads per SM."""
     threads = -(-m // vec) if layout == "col" else -(-m // t3) * 32
-    tile = t1 if layout == "col" else 32 * vec
+    tile = t1 if layout == "col" else 32 // groups * vec
     want = -(-sms * SPLIT_THREADS_PER_SM // max(threads, 1))
     return int(max(1, min(want, MAX_SPLIT, n // (SPLIT_MIN_TILES * tile))))
 
 
+_SMS: dict = {}
+
+
 def _sms() -> int:
+    """Multiprocessors of the current device (one driver query per device and process: reading
+    ``Device().attributes`` queries every attribute, far too slow for each launch)."""
     cp = cupy_module()
-    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+    dev = cp.cuda.Device().id
+    if dev not in _SMS:
+        _SMS[dev] = int(cp.cuda.Device(dev).attributes["MultiProcessorCount"])
+    return _SMS[dev]
 
 
-def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int) -> None:
+def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: int | None = None,
+           col_words: int | None = None) -> None:
     """C[...] = A @ B with the TSM2 kernel of ``layout`` (all arrays CuPy, validated by the caller).
 
     When too few rows fill the GPU, n is split in slices whose partial products go to a
-    workspace and are summed in slice order afterwards (deterministic).
+    workspace and are summed in slice order afterwards (deterministic). ``groups`` (row kernel)
+    and ``col_words`` (column kernel) override the rules :func:`row_groups` and COL_ACC_WORDS
+    (for sweeps).
     """
     cp = cupy_module()
     m, n = A.shape
     k = B.shape[1]
-    vec = _vector_width(A, layout, lda, t2)
-    fn = _function(layout, A.dtype, t1, t2, t3, vec)
-    rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
     item = A.itemsize
-    S = split_count(layout, m, n, t1, t3, vec, _sms())
-    align = t1 if layout == "col" else 32 * vec
+    vec = _vector_width(A, layout, lda, t2, col_words)
+    g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
+    fn = _function(layout, A.dtype, t1, t2, t3, vec, g)
+    rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
+    S = split_count(layout, m, n, t1, t3, vec, _sms(), g)
+    align = t1 if layout == "col" else 32 // g * vec
     L = -(-(-(-n // S)) // align) * align              # slice length: a multiple of the tile
     S = -(-n // L)
     out = C if S == 1 else cp.empty((S, m, k), dtype=A.dtype)
@@ -280,7 +315,7 @@ def t3_candidates(layout: str, dtype, t2: int, t3: int) -> list[int]:
     """The kernel's t3 from the model and its T3_FACTORS multiples, within the kernel's limits."""
     item = np.dtype(dtype).itemsize
     if layout == "row":
-        top = max(1, min(MAX_ROWS_PER_WARP, MAX_ROW_ACC[item] // t2))
+        top = _row_top(t2, item)
         return sorted({min(t3 * f, top) for f in T3_FACTORS})
     return sorted({min(col_t3(t3 * f), 16) for f in T3_FACTORS})
 
@@ -436,9 +471,14 @@ def model_time(device, m, n, k, dtype, layout, t1, t2, t3) -> float:
     the same figures, its t3 (rows per warp, a 16-byte load each) converted to elements of A per
     thread. Infeasible figures in the model (inf) are returned as they are.
     """
+    model = _model()
     item = np.dtype(dtype).itemsize
-    t3e = t3 * (16 // item) if layout == "row" else t3
-    return float(_model().predict_time(device, m, n, k, dtype, t1, t2, t3e))
+    t3e = min(t3 * (16 // item), model.T3_MAX) if layout == "row" else t3
+    t = float(model.predict_time(device, m, n, k, dtype, t1, t2, t3e))
+    while layout == "row" and not math.isfinite(t) and t3e > 1:   # the model's register count for
+        t3e //= 2                                                  # the column kernel's figures
+        t = float(model.predict_time(device, m, n, k, dtype, t1, t2, t3e))
+    return t
 
 
 register(TSM2())
