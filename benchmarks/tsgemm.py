@@ -57,7 +57,7 @@ def main(argv=None):
     rows = []
     t_start = time.perf_counter()
     hdr = (f"{'n':>6} {'k':>3} {'dtype':>7} {'lay':>3} {'t1':>4} {'t2':>3} {'t3':>3} {'ms':>8} "
-           f"{'cublas':>8} {'speedup':>7} {'frac_bw':>7} {'cub_bw':>6} {'model':>8} {'planner':>12}")
+           f"{'cublas':>8} {'speedup':>7} {'frac_bw':>7} {'cub_bw':>6} {'model':>8} {'cubpred':>8} {'planner':>12}")
     print(hdr, flush=True)
     for n in args.n:
         for dtype in args.dtype:
@@ -70,6 +70,9 @@ def main(argv=None):
                     B = rng.random((n, k), dtype=np.float64).astype(dtype)
                     plan = planner.plan(A, B)
                     cand = next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2")
+                    vcand = next(c for c in plan.candidates if c.kernel == "gemm.cublas")
+                    raw_ms = tsm2.model_time(dev, n, n, k, dtype, p_layout(layout), cand.params["t1"],
+                                             cand.params["t2"], cand.params["t3"]) * 1e3
                     p = cand.params
                     prep = kern.prepare(A, p)
                     C = cp.full((n, k), cp.nan, dtype=dtype)
@@ -82,13 +85,17 @@ def main(argv=None):
                                ms=ms, vendor_ms=vms, speedup_vs_vendor=vms / ms,
                                frac_of_copy_bw=nbytes / (ms * 1e-3) / copy_bw,
                                vendor_frac_of_copy_bw=nbytes / (vms * 1e-3) / copy_bw,
-                               model_predicted_ms=cand.run_s * 1e3, planner_kernel=plan.kernel,
+                               model_predicted_ms=cand.run_s * 1e3, model_source=cand.source,
+                               model_uncalibrated_ms=raw_ms, vendor_predicted_ms=vcand.run_s * 1e3,
+                               vendor_source=vcand.source, groups=(tsm2.row_groups(p["t2"], p["t3"], np.dtype(dtype).itemsize)
+                                                                   if layout == "C" else 1),
+                               planner_kernel=plan.kernel,
                                planner_ms=ms if plan.kernel == "tsgemm.tsm2" else vms,
                                max_rel_err=err, t1_source=p.get("t1_source", ""))
                     rows.append(row)
                     print(f"{n:>6} {k:>3} {dtype:>7} {layout:>3} {p['t1']:>4} {p['t2']:>3} {p['t3']:>3} "
                           f"{ms:8.3f} {vms:8.3f} {vms / ms:7.2f} {row['frac_of_copy_bw']:7.3f} "
-                          f"{row['vendor_frac_of_copy_bw']:6.3f} {cand.run_s * 1e3:8.3f} {plan.kernel:>12}"
+                          f"{row['vendor_frac_of_copy_bw']:6.3f} {cand.run_s * 1e3:8.3f} {vcand.run_s * 1e3:8.3f} {plan.kernel:>12}"
                           + ("" if err < (1e-4 if dtype == "float32" else 1e-12) else f"  ERR {err:.2e}"),
                           flush=True)
                     del B, C, ref, prep
@@ -99,6 +106,10 @@ def main(argv=None):
 
     sweep = run_sweep(cp, tsm2, copy_bw, rng) if args.sweep else []
     print(json.dumps(save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start), indent=1), flush=True)
+
+
+def p_layout(order: str) -> str:
+    return "row" if order == "C" else "col"
 
 
 def save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start):
@@ -134,6 +145,10 @@ def summarise(rows):
                 "frac_copy_bw_by_k": {r["k"]: round(r["frac_of_copy_bw"], 3) for r in sel if r["n"] == max(x["n"] for x in sel)},
                 "model_abs_rel_err_median": float(np.median([abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel])),
                 "model_abs_rel_err_max": float(max(abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel)),
+                "uncalibrated_model_abs_rel_err_median": float(np.median([abs(r["model_uncalibrated_ms"] / r["ms"] - 1) for r in sel])),
+                "vendor_model_abs_rel_err_median": float(np.median([abs(r["vendor_predicted_ms"] / r["vendor_ms"] - 1) for r in sel])),
+                "planner_picks_tsm2": sum(r["planner_kernel"] == "tsgemm.tsm2" for r in sel),
+                "planner_geomean_speedup_vs_cublas": math.exp(np.mean([math.log(r["vendor_ms"] / r["planner_ms"]) for r in sel])),
                 "planner_worst_vs_cublas": max(r["planner_ms"] / r["vendor_ms"] for r in sel),
             }
     return out

@@ -26,6 +26,9 @@ class Cost:
     prepare_s: float
     run_s: float
     why: str = ""
+    #: True when run_s is scaled by a timing of this kernel on the device for this problem class
+    #: (TSM2's online calibration): the learned model does not override such a cost.
+    calibrated: bool = False
 
     def total(self, reuse: int) -> float:
         """Cost per application when the conversion is amortised over ``reuse`` applications."""

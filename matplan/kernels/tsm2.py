@@ -320,24 +320,68 @@ def t3_candidates(layout: str, dtype, t2: int, t3: int) -> list[int]:
     return sorted({min(col_t3(t3 * f), 16) for f in T3_FACTORS})
 
 
-def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s) -> tuple[dict, dict]:
-    """Time every (t1, t3) candidate on random data of this problem's shape (m capped so A has at
-    most TIMING_ELEMENTS elements); cache the winner for the bucket and return it.
+#: cuBLAS (cupy.matmul) measured/model ratios per t1_key, timed beside the TSM2 candidates on the
+#: same synthetic problem so both candidates are calibrated on the device alike (in-process).
+VENDOR_RATIO: dict = {}
 
-    A candidate that fails to compile or launch scores infinity (it is never chosen).
-    """
-    key = t1_key(device.name, dtype, layout, k, n)
-    hit = T1_STORE.get(key)
-    if hit is not None:
-        return hit, {}
+
+def vendor_ratio(device, f):
+    """cuBLAS's measured/model ratio for the planner's tsgemm features: timed now on the bucket's
+    synthetic problem if this process plans for its GPU and has not yet; None when not timed."""
+    layout = layout_of_features(f)
+    if layout is None:
+        return None
+    key = t1_key(device.name, f.dtype, layout, f.k, f.n)
+    if key not in VENDOR_RATIO and f.m >= 1 and f.n >= 1 and f.k >= 1 and _can_time(f, device):
+        A, B, _ = _timing_problem(f.dtype, layout, f.m, f.n, f.k)
+        _time_vendor(device, key, A, B, f.dtype)
+    return VENDOR_RATIO.get(key)
+
+
+def _vendor_model_s(device, m, n, k, dtype) -> float:
+    """cuBLAS's analytic time (vendor.Cublas.cost without the launch) for an m x n A."""
+    from .vendor import CUBLAS_TS_EFFICIENCY
+    item = np.dtype(dtype).itemsize
+    eff = CUBLAS_TS_EFFICIENCY.get(str(np.dtype(dtype)), 0.5)
+    return (m * n + n * k + m * k) * item / (device.mem_bandwidth * eff)
+
+
+def _timing_problem(dtype, layout, m, n, k):
+    """Random A (m capped so it has at most TIMING_ELEMENTS elements, in the layout), B and C."""
     cp = cupy_module()
     mb = max(1, min(m, TIMING_ELEMENTS // max(n, 1)))
     rng = cp.random.default_rng(12345)
     order = "C" if layout == "row" else "F"
     A = cp.asarray(rng.random((mb, n), dtype=np.float64).astype(dtype), order=order)
     B = rng.random((n, k), dtype=np.float64).astype(dtype)
-    C = cp.empty((mb, k), dtype=dtype)
+    return A, B, cp.empty((mb, k), dtype=dtype)
+
+
+def _time_vendor(device, key, A, B, dtype) -> None:
+    cp = cupy_module()
+    mb, n = A.shape
+    s = time_kernel(lambda: cp.matmul(A, B))
+    VENDOR_RATIO[key] = s / _vendor_model_s(device, mb, n, B.shape[1], dtype)
+
+
+def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s) -> tuple[dict, dict]:
+    """Time every (t1, t3) candidate on random data of this problem's shape (m capped so A has at
+    most TIMING_ELEMENTS elements); cache the winner for the bucket and return it. cuBLAS is timed
+    on the same data once per bucket (VENDOR_RATIO).
+
+    A candidate that fails to compile or launch scores infinity (it is never chosen).
+    """
+    key = t1_key(device.name, dtype, layout, k, n)
+    hit = T1_STORE.get(key)
+    if hit is not None:
+        if key not in VENDOR_RATIO:
+            A, B, _ = _timing_problem(dtype, layout, m, n, k)
+            _time_vendor(device, key, A, B, dtype)
+        return hit, {}
+    A, B, C = _timing_problem(dtype, layout, m, n, k)
+    mb = A.shape[0]
     _, lda = layout_of(A)
+    _time_vendor(device, key, A, B, dtype)
     timings = {}
     for t3 in t3s:
         for t1 in t1s:
@@ -401,7 +445,7 @@ class TSM2(Kernel):
                f"{t * 1e3:.4f} ms; t1={params['t1']} ({params.get('t1_source', '')})")
         if ratio is not None:
             why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
-            t *= ratio
+            return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)
         return Cost(0.0, t + LAUNCH_S, why)
 
     def prepare(self, A, params):

@@ -99,6 +99,11 @@ class Cublas(_VendorKernel):
             eff = CUBLAS_TS_EFFICIENCY.get(f.dtype, 0.5)
             t = traffic.dense_gemm_bytes(f) / (device.mem_bandwidth * eff)
             why = f"cuBLAS on tall-and-skinny B: ~{eff:.2f} of bandwidth (measured on an H100)"
+            from .tsm2 import vendor_ratio   # TSM2's online calibration also times cuBLAS
+            ratio = vendor_ratio(device, f)
+            if ratio is not None:
+                why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
+                return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)
         else:
             t = traffic.dense_gemm_flops(f) / (device.peak_flops(f.dtype) * CUBLAS_GEMM_EFFICIENCY)
             why = "cuBLAS GEMM, compute bound"

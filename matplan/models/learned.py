@@ -590,7 +590,9 @@ def rescore(feats, dev, pending) -> list:
     out = [(cost, "analytic") for _, _, cost in pending]
     if model is None:
         return out
-    idx = [i for i, (name, _, _) in enumerate(pending) if model.knows(name)]
+    # costs calibrated by an online timing on this device (TSM2 and cuBLAS for tsgemm) stay
+    idx = [i for i, (name, _, cost) in enumerate(pending)
+           if model.knows(name) and not getattr(cost, "calibrated", False)]
     if not idx:
         return out
     queries = [Query(feats, pending[i][0], pending[i][1], dev, pending[i][2]) for i in idx]
@@ -609,7 +611,7 @@ def rescore(feats, dev, pending) -> list:
                f"(analytic model: run {analytic.run_s * 1e3:.4f} ms; {analytic.why})")
         out[i] = (Cost(prep_s, run_s, why), "learned")
     for i, (name, _, cost) in enumerate(pending):
-        if out[i][1] == "analytic":
+        if out[i][1] == "analytic" and not getattr(cost, "calibrated", False):
             out[i] = (Cost(cost.prepare_s, cost.run_s,
                            f"{cost.why} (analytic: {name} is not in {model.describe()})"), "analytic")
     return out
