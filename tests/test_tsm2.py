@@ -42,14 +42,14 @@ def test_balance_t2_even_passes_within_register_budget(k, t2, layout, item, want
 def test_row_rows_per_warp_adapter():
     # t3 elements in flight -> 16-byte loads per lane; enough rows per shared-memory B read
     assert tsm2.row_rows_per_warp(1, 8, 4) == 2
-    assert tsm2.row_rows_per_warp(16, 1, 4) == 4           # t2 / ROW_SMEM_COLUMNS rows per B read
+    assert tsm2.row_rows_per_warp(16, 1, 4) == 2           # t2 / ROW_SMEM_COLUMNS rows per B read
     assert tsm2.row_rows_per_warp(64, 16, 4) == 4          # register budget: 64 accumulators, 4 groups
     assert tsm2.row_rows_per_warp(8, 16, 8) == 8
     assert tsm2.row_rows_per_warp(32, 16, 8) == 4
     # lane groups: the fewest keeping t3 x ceil(t2 / G) accumulators within the target
     assert tsm2.row_groups(1, 8, 4) == 1 and tsm2.row_groups(16, 2, 4) == 1
     assert tsm2.row_groups(16, 4, 4) == 2 and tsm2.row_groups(16, 8, 4) == 4
-    assert tsm2.row_groups(16, 4, 8) == 4 and tsm2.row_groups(32, 8, 4) == 4
+    assert tsm2.row_groups(16, 4, 8) == 2 and tsm2.row_groups(32, 8, 4) == 4
     assert tsm2.col_t3(3) == 4 and tsm2.col_t3(1) == 1 and tsm2.col_t3(40) == 16
 
 

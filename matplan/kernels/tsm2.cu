@@ -9,13 +9,13 @@
 //     reads the same address). Each thread loads T3 elements of its row at once and prefetches the
 //     next T3 (and its row of the next B tile) while computing the current ones.
 //
-//  tsm2_rowmajor<T, T1, T2, T3, V>  -- A row-major (A[i, j] at A[i*lda + j]), the CuPy default.
-//     A thread per row would read with stride lda, so a warp walks T3 rows at once instead: lane l
-//     loads V consecutive elements (16 bytes when V > 1) of each row, the warp covers 32*V columns
-//     per step, every load fully coalesced. A tile of B (32*V rows x T2 columns) is staged
-//     transposed in shared memory so each lane reads its V rows of B for one column with one
-//     vector load, reused for the T3 rows. Each lane keeps T3*T2 partial sums; a shuffle reduction
-//     over the warp finishes them. T1 threads per block share the B tile.
+//  tsm2_rowmajor<T, T1, T2, T3, V, G>  -- A row-major (A[i, j] at A[i*lda + j]), the CuPy default.
+//     A thread per row would read with stride lda, so a warp walks T3 rows at once instead: its
+//     lanes form G groups; lane l of a group loads V consecutive elements (16 bytes when V > 1)
+//     of each row, the group covers 32/G*V columns per step, every load coalesced. A tile of B is
+//     staged transposed (and swizzled) in shared memory; each lane computes T2/G columns of C for
+//     the T3 rows, reusing each B element it reads T3 times. A shuffle reduction within each
+//     group finishes the sums. T1 threads per block share the B tile.
 //
 // Split over j (split-K, for too few rows to fill the GPU): block (x, y) handles columns
 // [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s; the caller sums
@@ -188,8 +188,6 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 // chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way bank conflicts and the
 // vector reads none; double-buffered, prefetched through registers, one barrier per tile. A
 // shuffle reduction within each group finishes the sums.
-// Registers are capped at 128 a thread (at least 512 / T1 blocks per SM) to keep enough warps
-// in flight to cover the memory latency.
 // ---------------------------------------------------------------------------------------------
 template <typename T, int T1, int T2, int T3, int V, int G>
 __global__ void __launch_bounds__(T1)

@@ -45,13 +45,12 @@ MAX_ROWS_PER_WARP = 8
 ROW_GROUPS = (1, 2, 4)
 #: Row-major kernel: accumulators per lane past which the warp is split in more lane groups
 #: (registers: t3 rows x ceil(t2 / G) columns; the compiler's copies of A and B come on top).
-ROW_ACC_TARGET = {4: 32, 8: 16}
+ROW_ACC_TARGET = {4: 32, 8: 32}
 #: Row-major kernel: shared-memory bytes a lane reads per byte of A it loads are t2 / t3 (each B
-#: element serves t3 rows). Against DRAM's ~13 bytes/cycle/SM the shared-memory pipe's 128 leaves
-#: room for about 4 once the transposing stores are counted: rows per warp are raised to at least
-#: t2 / ROW_SMEM_COLUMNS (with 8, k = 16 at 2 rows per warp ran at 0.55-0.73 of the copy bandwidth
-#: on an H100).
-ROW_SMEM_COLUMNS = 4
+#: element serves t3 rows); rows per warp are raised to at least t2 / ROW_SMEM_COLUMNS. The online
+#: timing tries up to 4x that (H100 sweep at n = 16384, benchmarks/results/tsgemm-sweep-*: k = 16
+#: best at t3 = 4 with 2 groups, k = 32 at t3 = 4 with 4 groups, both with t1 = 512).
+ROW_SMEM_COLUMNS = 8
 #: Split over n (split-K) until about this many threads per SM run: one thread per row (or a
 #: warp per t3 rows) leaves an H100 mostly idle for m of a few thousand to tens of thousands.
 SPLIT_THREADS_PER_SM = 768
@@ -159,8 +158,12 @@ def kernel_params(layout: str, dtype, k: int, t2: int, t3: int) -> tuple[int, in
 
 def t1_candidates(layout: str, dtype, t2: int, model_t1=()) -> list[int]:
     """Block sizes to time: the model's candidates among T1_CHOICES (all of them if it gives none)
-    that fit shared memory."""
+    that fit shared memory. The row kernel times every size: its B tile, reloaded from L2 for
+    each step, serves all warps of a block, so 512 threads won at k >= 16 on an H100 where the
+    model's occupancy (written for the column kernel's registers) dropped it."""
     item = np.dtype(dtype).itemsize
+    if layout == "row":
+        model_t1 = ()
     want = [t for t in (model_t1 or T1_CHOICES) if t in T1_CHOICES] or list(T1_CHOICES)
     return [t for t in want if t1_fits(layout, t, t2, item)] or [64]
 
