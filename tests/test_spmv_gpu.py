@@ -20,7 +20,7 @@ CONFIGS = ([("spmv.csr_scalar", {})]
            + [("spmv.brc", {"long_factor": 64})]
            + [("spmv.brcp", {"long_factor": lf}) for lf in (64, 8192)]
            + [("spmv.brcp", {"T": 3, "long_factor": 8192})]          # many rows spanning blocks
-           + [("spmv.csr_merge", {"ipt": ipt}) for ipt in (7, 15)])
+           + [("spmv.csr_merge", {})])
 KS = (1, 2, 7, 64)
 
 

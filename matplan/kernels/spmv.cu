@@ -356,10 +356,7 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
     template __global__ void csr_merge<T, I, 7>(const long long, const long long, const int,         \
                                                 const long long*, const I*, const I*, const T*,      \
-                                                const T*, T*, T*);                                   \
-    template __global__ void csr_merge<T, I, 15>(const long long, const long long, const int,        \
-                                                 const long long*, const I*, const I*, const T*,     \
-                                                 const T*, T*, T*);
+                                                const T*, T*, T*);
 MP_INST(float, int)
 MP_INST(double, int)
 MP_INST(float, long long)

@@ -26,7 +26,7 @@ THREADS = 256
 #: Fraction of the copy bandwidth each kernel sustains on the bytes it streams (first H100
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
-              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.7}
+              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.65}
 #: One kernel launch from Python (CuPy RawKernel), seconds.
 LAUNCH_S = 6e-6
 #: One loop iteration of a lone warp: the longest row or block runs alone at the end. An H100
@@ -35,6 +35,12 @@ LAUNCH_S = 6e-6
 ITER_S = 4e-7
 #: Cost of each launched thread (indptr loads, shuffles): W = 4 vs 8 vs 16 lanes on 3-D Poisson.
 THREAD_S = 5e-12
+#: Merge path: fixed cost of each tile (search, scan, barriers), fitted with its efficiency on the
+#: H100 benchmark at d7a3bd4 (see EFFICIENCY).
+MERGE_TILE_S = 2e-9
+#: The merge path is offered only when the longest row exceeds this many mean rows: on the
+#: balanced benchmark matrices (longest <= 15x mean) it was 1.2-1.6x the best row kernel.
+MERGE_MIN_SKEW = 64
 #: ELL-R is not offered when padding to the longest row needs more slots than this.
 ELLR_MAX_PAD_FACTOR, ELLR_MAX_PAD_EXTRA = 4, 1 << 20
 #: Format conversion: sustained fraction of bandwidth for sort/scatter passes, and per-op cost
@@ -386,6 +392,13 @@ class CsrMerge(_SpMV):
     name = "spmv.csr_merge"
     deterministic = True
 
+    def supports(self, f):
+        if f.row_max <= MERGE_MIN_SKEW * max(f.row_mean, 1.0):
+            return (f"rows are balanced (longest {f.row_max} <= {MERGE_MIN_SKEW} x mean {f.row_mean:.1f}): "
+                    f"the row kernels need no load balancing and the merge path's per-tile work costs "
+                    f"1.2-1.6x on such matrices")
+        return None
+
     def candidates(self, f, device):
         for ipt in fmt.MERGE_IPT:
             yield {"ipt": ipt}
@@ -396,7 +409,7 @@ class CsrMerge(_SpMV):
         nbytes = (f.nnz * (v + i) * f.k + (f.m + 1) * i + self._dense_bytes(f)
                   + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
         return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device),
-                    self._time(nbytes, device, 2, 0.0, tiles * fmt.MERGE_NT),
+                    self._time(nbytes, device, 2) + tiles * f.k * MERGE_TILE_S,
                     f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(np.ceil(tiles)):,} tiles of "
                     f"{fmt.MERGE_NT}x{params['ipt']} items, no straggler (longest row {f.row_max}), "
                     f"~{EFFICIENCY[self.name]:.2f} of bandwidth")

@@ -216,9 +216,10 @@ def brcp(indptr, indices, data, T: int, long_factor: int = analytic.BRCP_LONG_FA
 # ---------------------------------------------------------------- CSR merge path
 #: Threads per block of the merge-path kernel (MERGE_NT in spmv.cu) and the items per thread
 #: compiled there (odd: no shared-memory bank conflicts, as in CUB's 7); a tile is
-#: MERGE_NT * ipt consecutive items of the merge path.
+#: MERGE_NT * ipt consecutive items of the merge path. 15 was 1.1-1.5x slower than 7 on every
+#: H100 benchmark matrix (d7a3bd4), 8 (even) 1.02-1.1x.
 MERGE_NT = 128
-MERGE_IPT = (7, 15)
+MERGE_IPT = (7,)
 
 
 def merge_path(indptr, ipt: int, xp=np):
