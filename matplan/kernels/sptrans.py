@@ -50,8 +50,9 @@ class _Kernels:
     def __init__(self, cp):
         from cupy_backends.cuda.api import driver
         sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        self.place = _cuda.function(_CU, "spt_place", _NAMES)
-        self.sort = {ct: _cuda.function(_CU, f"spt_sort<{ct}>", _NAMES) for ct in ("float", "double")}
+        # the compiled functions (RawKernel.kernel): their launch takes enable_cooperative_groups
+        self.place = _cuda.function(_CU, "spt_place", _NAMES).kernel
+        self.sort = {ct: _cuda.function(_CU, f"spt_sort<{ct}>", _NAMES).kernel for ct in ("float", "double")}
         occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
         self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
         self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
