@@ -142,6 +142,7 @@ def test_cost_uses_the_timing_calibration():
         tsm2.set_t1_store(old)
     assert "measured/model = 1.50" in cal.why
     assert math.isclose(cal.run_s - tsm2.LAUNCH_S, 1.5 * (base.run_s - tsm2.LAUNCH_S), rel_tol=1e-9)
+    assert cal.calibrated and not base.calibrated
 
 
 def test_split_count_fills_the_gpu_without_tiny_slices():
@@ -149,3 +150,20 @@ def test_split_count_fills_the_gpu_without_tiny_slices():
     s = tsm2.split_count("col", 16384, 16384, 128, 4, 4, 132)              # 4096 threads: split
     assert 8 <= s <= tsm2.MAX_SPLIT and 16384 // s >= tsm2.SPLIT_MIN_TILES * 128
     assert tsm2.split_count("col", 100, 300, 128, 4, 1, 132) == 1          # n too short to split
+
+
+def test_cublas_cost_uses_the_vendor_calibration():
+    """cuBLAS's tsgemm cost is scaled by the ratio TSM2's online timing measured for it, and marked
+    calibrated so the learned model keeps it (without a GPU nothing is timed: uncalibrated)."""
+    cub = get("gemm.cublas")
+    f = _features("F", "float64", k=8)
+    base = cub.cost(f, {}, H100)
+    assert not base.calibrated
+    key = tsm2.t1_key(H100.name, "float64", "col", 8, f.n)
+    try:
+        tsm2.VENDOR_RATIO[key] = 0.8
+        cal = cub.cost(f, {}, H100)
+    finally:
+        tsm2.VENDOR_RATIO.pop(key, None)
+    assert cal.calibrated and "measured/model = 0.80" in cal.why
+    assert math.isclose(cal.run_s - tsm2.LAUNCH_S, 0.8 * (base.run_s - tsm2.LAUNCH_S), rel_tol=1e-9)

@@ -77,6 +77,26 @@ def test_tsm2_several_passes_and_t3(cp, rng, dtype, order):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_row_kernel_lane_groups(cp, rng, dtype):
+    """Every lane-group count G of the row kernel (t2 not a multiple of G, partial last pass,
+    n not a multiple of the step, split over n) against NumPy, into NaN-poisoned outputs."""
+    m, n, k = 517, 4099, 19
+    A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
+    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    item = np.dtype(dtype).itemsize
+    for t2 in (19, 10, 3):
+        for t3 in (1, 3, 4):
+            for g in tsm2.ROW_GROUPS:
+                if t3 * -(-t2 // g) > tsm2.MAX_ROW_ACC[item]:
+                    continue
+                C = cp.full((m, k), cp.nan, dtype=dtype)
+                for t1 in (64, 512):
+                    C.fill(cp.nan)
+                    tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g)
+                    _check(C, A_h, B_h, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_tsm2_views_with_unit_stride(cp, rng, dtype):
     """Row slices, column sub-blocks (unaligned rows: scalar loads) and F-ordered sub-blocks."""
     base_h = _random(rng, (1200, 1500), dtype)
