@@ -4,7 +4,9 @@ For n in {8192, 16384, 32768} (A is n x n), k in {1, 2, 4, 8, 16, 32}, float32 a
 both layouts of A (C order: the row-major kernel; F order: the paper's column-major kernel):
 the planner plans the product (its TSM2 candidate's t1 is timed online), TSM2 runs with the
 planned parameters, cuBLAS runs on the same arrays, both timed with CUDA events (median after
-warm-up). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>.json.
+warm-up). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
+with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online timing) and their
+errors, and which kernel the planner picked.
 
     PYTHONPATH=. python3 benchmarks/tsgemm.py [--n 8192 16384] [--k 1 2 4] [--sweep]
 
@@ -118,7 +120,7 @@ def save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start):
     stamp = datetime.date.today().isoformat()
     tag = "".join(ch if ch.isalnum() else "-" for ch in gpu).strip("-")
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"tsgemm-{tag}-{stamp}.json")
+    path = os.path.join(args.out, f"tsgemm-{tag}-{stamp}-{git_commit()}.json")
     with open(path + ".tmp", "w") as fh:
         json.dump({"device": gpu, "date": stamp, "commit": git_commit(), "copy_bandwidth": copy_bw,
                    "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
