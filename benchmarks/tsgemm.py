@@ -27,6 +27,8 @@ import numpy as np
 from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Calls queued between the two events of the back-to-back timing.
+B2B = 10
 
 
 def main(argv=None):
@@ -82,11 +84,17 @@ def main(argv=None):
                     ref = A @ B
                     err = float(cp.max(cp.abs(C - ref)) / cp.max(cp.abs(ref)))
                     vms = tsm2.time_kernel(lambda: cp.matmul(A, B), args.repeats, 3) * 1e3
+                    # back to back: B2B calls between two events (the host's per-call work overlaps)
+                    ms_q = tsm2.time_kernel(lambda: [kern.run(prep, B, out=C) for _ in range(B2B)], 5, 1) * 1e3 / B2B
+                    vms_q = tsm2.time_kernel(lambda: [cp.matmul(A, B) for _ in range(B2B)], 5, 1) * 1e3 / B2B
                     nbytes = (n * n + 2 * n * k) * np.dtype(dtype).itemsize
                     row = dict(n=n, k=k, dtype=dtype, layout=layout, t1=p["t1"], t2=p["t2"], t3=p["t3"],
                                ms=ms, vendor_ms=vms, speedup_vs_vendor=vms / ms,
                                frac_of_copy_bw=nbytes / (ms * 1e-3) / copy_bw,
                                vendor_frac_of_copy_bw=nbytes / (vms * 1e-3) / copy_bw,
+                               ms_b2b=ms_q, vendor_ms_b2b=vms_q,
+                               frac_of_copy_bw_b2b=nbytes / (ms_q * 1e-3) / copy_bw,
+                               vendor_frac_of_copy_bw_b2b=nbytes / (vms_q * 1e-3) / copy_bw,
                                model_predicted_ms=cand.run_s * 1e3, model_source=cand.source,
                                model_uncalibrated_ms=raw_ms, vendor_predicted_ms=vcand.run_s * 1e3,
                                vendor_source=vcand.source, groups=(tsm2.row_groups(p["t2"], p["t3"], np.dtype(dtype).itemsize)
@@ -141,9 +149,12 @@ def summarise(rows):
             if not sel:
                 continue
             small = [r["frac_of_copy_bw"] for r in sel if r["k"] <= 16]
+            small_q = [r["frac_of_copy_bw_b2b"] for r in sel if r["k"] <= 16]
             out[f"{dt}/{lay}"] = {
                 "geomean_speedup_vs_cublas": math.exp(np.mean([math.log(r["speedup_vs_vendor"]) for r in sel])),
                 "min_frac_copy_bw_k_le_16": min(small) if small else None,
+                "min_frac_copy_bw_k_le_16_b2b": min(small_q) if small_q else None,
+                "geomean_speedup_vs_cublas_b2b": math.exp(np.mean([math.log(r["vendor_ms_b2b"] / r["ms_b2b"]) for r in sel])),
                 "frac_copy_bw_by_k": {r["k"]: round(r["frac_of_copy_bw"], 3) for r in sel if r["n"] == max(x["n"] for x in sel)},
                 "model_abs_rel_err_median": float(np.median([abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel])),
                 "model_abs_rel_err_max": float(max(abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel)),
@@ -156,10 +167,11 @@ def summarise(rows):
     return out
 
 
-def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None):
-    """Kernel variants at n = 16384: row kernel (k = 16, 32) over rows per warp t3 and lane groups
-    G, column kernel (float32, k = 8..32) over t3 and the accumulator budget that sets V.
-    Each row: dtype, layout, k, t1, t2, t3, G or col_words, ms, frac of the copy bandwidth."""
+def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None, cols=False):
+    """Kernel variants at n = 16384: row kernel (k = 8, 16, 32) over rows per warp t3 (lane groups
+    by the rule) with 1 or row_steps() warp steps per B tile; with ``cols`` also the column kernel
+    (float32) over t3 and the accumulator budget that sets V. Each row: dtype, layout, k, t1, t2,
+    t3, groups/steps or col_words, ms, frac of the copy bandwidth."""
     res = []
 
     def record(**row):
@@ -179,30 +191,32 @@ def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None):
     for dtype in ("float32", "float64"):
         A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
         item = np.dtype(dtype).itemsize
-        for layout in ("row", "col"):
+        for layout in (("row", "col") if cols else ("row",)):
             if layout == "col" and dtype == "float64":
                 continue
             A = A0 if layout == "row" else cp.asfortranarray(A0)
             _, lda = tsm2.layout_of(A)
-            for k in ((16, 32) if layout == "row" else (8, 16, 32)):
+            for k in ((8, 16, 32) if layout == "row" else (8, 16, 32)):
                 B = rng.random((n, k), dtype=np.float64).astype(dtype)
                 C = cp.empty((n, k), dtype=dtype)
                 t2 = tsm2.balance_t2(k, k, layout, item)
-                if layout == "row":
-                    variants = [dict(t3=t3, groups=g) for t3 in (2, 4, 8) for g in (1, 2, 4)
-                                if t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item] and (g == 1 or t3 * t2 > 16)]
+                if layout == "row":   # steps per B tile: 1 against the rule's (row_steps)
+                    variants = [dict(t3=t3, groups=tsm2.row_groups(t2, t3, item), steps=u)
+                                for t3 in (2, 4, 8) for u in (1, tsm2.row_steps(t2, tsm2.row_groups(t2, t3, item), 16 // item, item))
+                                if t3 * -(-t2 // tsm2.row_groups(t2, t3, item)) <= tsm2.MAX_ROW_ACC[item]]
+                    variants = [v for i, v in enumerate(variants) if v not in variants[:i]]
                 else:
                     variants = [dict(t3=t3, col_words=w) for t3 in (4, 8, 16) for w in (32, 64)]
                 for v in variants:
-                    for t1 in (128, 256, 512):
+                    for t1 in (256, 512):
                         if not tsm2.t1_fits(layout, t1, t2, item):
                             continue
                         r = bench(A, layout, lda, B, C, t1, t2, v["t3"],
-                                  **{x: v[x] for x in ("groups", "col_words") if x in v})
+                                  **{x: v[x] for x in ("groups", "col_words", "steps") if x in v})
                         record(dtype=dtype, layout=layout, k=k, t1=t1, t2=t2, **v, **r)
                 ok = [r for r in res if r.get("k") == k and r["dtype"] == dtype and r["layout"] == layout and "frac" in r]
                 for r in sorted(ok, key=lambda r: -r["frac"])[:3]:
-                    print(f"# sweep {dtype} {layout} k={k}: " + " ".join(f"{x}={r[x]}" for x in ("t1", "t3", "groups", "col_words") if x in r)
+                    print(f"# sweep {dtype} {layout} k={k}: " + " ".join(f"{x}={r[x]}" for x in ("t1", "t3", "groups", "steps", "col_words") if x in r)
                           + f" {r['ms']:.3f} ms frac {r['frac']:.3f}", flush=True)
             del A
         del A0

@@ -73,7 +73,8 @@ def test_t1_candidates_fit_shared_memory():
 
 def test_kernel_names():
     assert tsm2.kernel_name("col", np.float64, 128, 8, 4, 2) == "tsm2_colmajor<double,128,8,4,2>"
-    assert tsm2.kernel_name("row", np.float32, 256, 16, 2, 4, 2) == "tsm2_rowmajor<float,256,16,2,4,2>"
+    assert tsm2.kernel_name("row", np.float32, 256, 16, 2, 4, 2, 3) == "tsm2_rowmajor<float,256,16,2,4,2,3>"
+    assert tsm2.row_steps(16, 2, 4, 4) == 4 and tsm2.row_steps(32, 1, 4, 4) == 1   # 48 KiB of shared memory
 
 
 @pytest.mark.parametrize("layout,kl", [("C", "row"), ("F", "col")])

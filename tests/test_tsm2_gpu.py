@@ -84,16 +84,15 @@ def test_row_kernel_lane_groups(cp, rng, dtype):
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
     A, B = cp.asarray(A_h), cp.asarray(B_h)
     item = np.dtype(dtype).itemsize
-    for t2 in (19, 10, 3):
-        for t3 in (1, 3, 4):
-            for g in tsm2.ROW_GROUPS:
-                if t3 * -(-t2 // g) > tsm2.MAX_ROW_ACC[item]:
-                    continue
-                C = cp.full((m, k), cp.nan, dtype=dtype)
-                for t1 in (64, 512):
-                    C.fill(cp.nan)
-                    tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g)
-                    _check(C, A_h, B_h, dtype)
+    C = cp.empty((m, k), dtype=dtype)
+    # (t2, t3, groups, steps per B tile; None: the rule's)
+    for t2, t3, g, u in ((19, 1, 1, None), (19, 3, 2, None), (19, 4, 4, 1), (10, 4, 4, None),
+                         (3, 3, 2, 3), (3, 1, 4, None)):
+        assert t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item]
+        for t1 in (64, 512):
+            C.fill(cp.nan)
+            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u)
+            _check(C, A_h, B_h, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -184,12 +184,13 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 // load the same 16 bytes in one warp instruction (one memory transaction), and each B element a
 // lane reads from shared memory serves T3*V products. Shared-memory bytes per byte of A are
 // T2/T3, accumulators per lane T3*CG: G trades registers for rows per warp (SEEDS section 5's
-// register budget). The transposed B tile (CG*G rows of TJ columns) is XOR-swizzled by 16-byte
-// chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way bank conflicts and the
-// vector reads none; double-buffered, prefetched through registers, one barrier per tile. A
+// register budget). The transposed B tile (CG*G rows of U*TJ columns: U steps of the warp) is
+// XOR-swizzled by 16-byte chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way
+// bank conflicts and the vector reads none; double-buffered, prefetched through registers, one
+// barrier per U steps (warps drift up to U steps apart, which keeps more A loads in flight). A
 // shuffle reduction within each group finishes the sums.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int T1, int T2, int T3, int V, int G>
+template <typename T, int T1, int T2, int T3, int V, int G, int U>
 __global__ void __launch_bounds__(T1)
 tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
               T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
@@ -200,8 +201,9 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
     constexpr int JL = 32 / G;                          // lanes along a row
     constexpr int TJ = JL * V;                          // columns of A per step (rows of the B tile)
     constexpr int CG = (T2 + G - 1) / G;                // columns of C per lane
-    constexpr int NB = (TJ * T2 + T1 - 1) / T1;         // B tile elements each thread moves
-    __shared__ __align__(16) T Bs[2][G * CG * TJ];
+    constexpr int BT = U * TJ;                          // columns of the B tile
+    constexpr int NB = (BT * T2 + T1 - 1) / T1;         // B tile elements each thread moves
+    __shared__ __align__(16) T Bs[2][G * CG * BT];
     {                                                  // split over j: this block's slice of n
         const long long jb = (long long)blockIdx.y * split;
         A += jb; B += jb * ldb; C += blockIdx.y * ldc_s;
@@ -219,7 +221,7 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
         arow[r] = A + rr * lda;
     }
     // element (row c, column j) of a B tile buffer: chunks of V columns swizzled by c % 8 (JL >= 8)
-    auto bidx = [](int c, int j) { return c * TJ + ((j / V) ^ (c & 7)) * V + j % V; };
+    auto bidx = [](int c, int j) { return c * BT + ((j / V) ^ (c & 7)) * V + j % V; };
 
     for (int c0 = 0; c0 < k; c0 += T2) {
         T acc[T3][CG];
@@ -235,14 +237,14 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
             for (int s = 0; s < NB; ++s) {
                 const int e = tid + s * T1, c = e % T2, jj = e / T2;
                 const long long j = j0 + jj;
-                bnext[s] = (e < TJ * T2 && j < n && c0 + c < k) ? B[j * ldb + c0 + c] : Zero<T>::get();
+                bnext[s] = (e < BT * T2 && j < n && c0 + c < k) ? B[j * ldb + c0 + c] : Zero<T>::get();
             }
         };
         auto store_b = [&](T* bs) {
 #pragma unroll
             for (int s = 0; s < NB; ++s) {
                 const int e = tid + s * T1;
-                if (e < TJ * T2) bs[bidx(e % T2, e / T2)] = bnext[s];
+                if (e < BT * T2) bs[bidx(e % T2, e / T2)] = bnext[s];
             }
         };
         T anext[T3][V];
@@ -260,32 +262,36 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
         };
         load_b(0);
         store_b(Bs[0]);
-        load_b(TJ);
+        load_b(BT);
         load_a((long long)jl * V);
         __syncthreads();
 
         int buf = 0;
-        for (int j0 = 0; j0 < n; j0 += TJ, buf ^= 1) {
-            T acur[T3][V];
-#pragma unroll
-            for (int r = 0; r < T3; ++r)
-#pragma unroll
-                for (int q = 0; q < V; ++q) acur[r][q] = anext[r][q];
-            load_a((long long)j0 + TJ + (long long)jl * V);   // prefetch the next step
+        for (int j0 = 0; j0 < n; j0 += BT, buf ^= 1) {
             const T* bs = Bs[buf];
-#pragma unroll
-            for (int cc = 0; cc < CG; ++cc) {
-                const int c = grp * CG + cc;           // rows past T2 hold stale values, never stored
-                T b[V];
-                Lds<T, V>::go(bs + bidx(c, jl * V), b);
+#pragma unroll 1
+            for (int u = 0; u < U; ++u) {
+                T acur[T3][V];
 #pragma unroll
                 for (int r = 0; r < T3; ++r)
 #pragma unroll
-                    for (int q = 0; q < V; ++q) acc[r][cc] += acur[r][q] * b[q];
+                    for (int q = 0; q < V; ++q) acur[r][q] = anext[r][q];
+                const int jt = u * TJ + jl * V;        // this lane's columns within the tile
+                load_a((long long)j0 + TJ + jt);       // prefetch the next step
+#pragma unroll
+                for (int cc = 0; cc < CG; ++cc) {
+                    const int c = grp * CG + cc;       // rows past T2 hold stale values, never stored
+                    T b[V];
+                    Lds<T, V>::go(bs + bidx(c, jt), b);
+#pragma unroll
+                    for (int r = 0; r < T3; ++r)
+#pragma unroll
+                        for (int q = 0; q < V; ++q) acc[r][cc] += acur[r][q] * b[q];
+                }
             }
             // The other buffer was last read before the previous barrier: fill it, then prefetch.
             store_b(Bs[buf ^ 1]);
-            load_b((long long)j0 + 2 * TJ);
+            load_b((long long)j0 + 2 * BT);
             __syncthreads();
         }
 #pragma unroll

@@ -139,6 +139,17 @@ def col_t3(t3_model: int) -> int:
     return 1 << (t3 - 1).bit_length()
 
 
+#: Row-major kernel: most warp steps per B tile (one barrier per tile), within SMEM_LIMIT.
+ROW_MAX_STEPS = 4
+
+
+def row_steps(t2: int, groups: int, vec: int, itemsize: int) -> int:
+    """Warp steps per B tile of the row kernel: as many as the double-buffered tile fits in
+    SMEM_LIMIT, at most ROW_MAX_STEPS."""
+    tile = 2 * groups * -(-t2 // groups) * (32 // groups) * vec * itemsize   # bytes for one step
+    return max(1, min(ROW_MAX_STEPS, SMEM_LIMIT // tile))
+
+
 def t1_fits(layout: str, t1: int, t2: int, itemsize: int) -> bool:
     """Whether the two B tile buffers of block size t1 fit the shared-memory limit."""
     vb = 16 // itemsize
@@ -169,19 +180,20 @@ def t1_candidates(layout: str, dtype, t2: int, model_t1=()) -> list[int]:
 
 
 # --- compiling and launching ------------------------------------------------------------------
-def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1, groups: int = 1) -> str:
+def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1, groups: int = 1,
+                steps: int = 1) -> str:
     ct = _cuda.ctype(dtype)
     if layout == "col":
         return f"tsm2_colmajor<{ct},{t1},{t2},{t3},{vec}>"
-    return f"tsm2_rowmajor<{ct},{t1},{t2},{t3},{vec},{groups}>"
+    return f"tsm2_rowmajor<{ct},{t1},{t2},{t3},{vec},{groups},{steps}>"
 
 
-def _function(layout, dtype, t1, t2, t3, vec, groups=1):
-    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups)."""
+def _function(layout, dtype, t1, t2, t3, vec, groups=1, steps=1):
+    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups, steps)."""
     item = np.dtype(dtype).itemsize
-    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups) for t in T1_CHOICES
+    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups, steps) for t in T1_CHOICES
                   if t1_fits(layout, t, t2, item))
-    name = kernel_name(layout, dtype, t1, t2, t3, vec, groups)
+    name = kernel_name(layout, dtype, t1, t2, t3, vec, groups, steps)
     if name not in names:
         raise ValueError(f"t1: block size {t1} is not one of {T1_CHOICES} or its B tile does not fit "
                          f"{SMEM_LIMIT} bytes of shared memory (t2={t2}, {np.dtype(dtype)})")
@@ -226,13 +238,13 @@ def _sms() -> int:
 
 
 def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: int | None = None,
-           col_words: int | None = None) -> None:
+           col_words: int | None = None, steps: int | None = None) -> None:
     """C[...] = A @ B with the TSM2 kernel of ``layout`` (all arrays CuPy, validated by the caller).
 
     When too few rows fill the GPU, n is split in slices whose partial products go to a
-    workspace and are summed in slice order afterwards (deterministic). ``groups`` (row kernel)
-    and ``col_words`` (column kernel) override the rules :func:`row_groups` and COL_ACC_WORDS
-    (for sweeps).
+    workspace and are summed in slice order afterwards (deterministic). ``groups`` and ``steps``
+    (row kernel) and ``col_words`` (column kernel) override the rules :func:`row_groups`,
+    :func:`row_steps` and COL_ACC_WORDS (for sweeps).
     """
     cp = cupy_module()
     m, n = A.shape
@@ -240,10 +252,11 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
     item = A.itemsize
     vec = _vector_width(A, layout, lda, t2, col_words)
     g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
-    fn = _function(layout, A.dtype, t1, t2, t3, vec, g)
+    u = 1 if layout == "col" else int(steps or row_steps(t2, g, vec, item))
+    fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u)
     rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
     S = split_count(layout, m, n, t1, t3, vec, _sms(), g)
-    align = t1 if layout == "col" else 32 // g * vec
+    align = t1 if layout == "col" else 32 // g * vec * u
     L = -(-(-(-n // S)) // align) * align              # slice length: a multiple of the tile
     S = -(-n // L)
     out = C if S == 1 else cp.empty((S, m, k), dtype=A.dtype)
