@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from matplan.kernels import tsm2
+from matplan.kernels import get, tsm2
 from matplan.models import device as device_mod
 from matplan.planner.stats import Features
 from matplan.tuning_db import calibration
@@ -79,9 +79,12 @@ def test_version_1_exports_are_still_read(tmp_path):
 def test_recording_store_drains_new_entries(restore_store):
     rec = calibration.recording_store()
     assert calibration.recording_store() is rec and tsm2.T1_STORE is rec
+    tsm2.VENDOR_RATIO[KEY] = 0.8           # cuBLAS is timed on the bucket's problem before the winner is put
     rec.put(KEY, {"t1": 128, "t3": 4}, {(128, 4): 2e-4, (256, 4): 3e-4}, 1.7)
+    del tsm2.VENDOR_RATIO[KEY]
     (key, value), = rec.drain()
     assert key == KEY and value["best"] == {"t1": 128, "t3": 4} and value["ratio"] == 1.7
+    assert value["vendor_ratio"] == 0.8
     assert value["timings"] == {"t1=128,t3=4": 2e-4, "t1=256,t3=4": 3e-4}
     assert rec.drain() == [] and rec.get(KEY) == {"t1": 128, "t3": 4}    # still cached for planning
     recs = calibration.records("dev1", "0.1", [(key, value)])
@@ -97,9 +100,13 @@ def test_installed_store_calibrates_tsm2_cost_and_restores(restore_store):
     before = tsm2.T1_STORE
     raw = tsm2.TSM2().cost(f, params, dev).run_s
     rows = [cal(3.0, "2026-01-01", key=key), cal(2.0, "2026-02-01", key=key, version="0.2")]
+    rows[1].value["vendor_ratio"] = 1.5
+    vendor_before = dict(tsm2.VENDOR_RATIO)
     with calibration.installed(rows):
         assert tsm2.T1_STORE.ratio(key) == 2.0                        # the latest recorded wins
         c = tsm2.TSM2().cost(f, params, dev)
-        assert "calibrated by the online timing" in c.why
+        assert "calibrated by the online timing" in c.why and c.calibrated
         assert c.run_s == pytest.approx((raw - tsm2.LAUNCH_S) * 2.0 + tsm2.LAUNCH_S)
-    assert tsm2.T1_STORE is before
+        assert tsm2.VENDOR_RATIO == {key: 1.5}
+        assert get("gemm.cublas").cost(f, {}, dev).calibrated
+    assert tsm2.T1_STORE is before and tsm2.VENDOR_RATIO == vendor_before

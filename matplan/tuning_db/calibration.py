@@ -1,9 +1,10 @@
 """Online calibrations kept in the tuning database.
 
-The live planner times TSM2's block sizes on the device and scales the TSM2
-model's cost by measured/model for that shape bucket
-(:data:`matplan.kernels.tsm2.T1_STORE`): for tall-and-skinny products the
-planner decides on a measurement, not on the raw model. A tuning run records
+The live planner times TSM2's block sizes and cuBLAS on the device and scales
+both models' costs by measured/model for that shape bucket
+(:data:`matplan.kernels.tsm2.T1_STORE`, :data:`~matplan.kernels.tsm2.VENDOR_RATIO`):
+for tall-and-skinny products the planner decides on measurements, not on the
+raw models. A tuning run records
 each new entry of that store beside its timings; ``matplan train`` and
 ``matplan report`` install the recorded entries again, so candidates are
 scored with the calibrated costs the live planner uses (scoring the raw model
@@ -31,7 +32,7 @@ class RecordingT1Store(tsm2.InProcessT1Store):
     def put(self, key, best, timings, ratio=None) -> None:
         super().put(key, best, timings, ratio)
         self._new.append((key, {"best": self.get(key), "timings": self.timings[key],
-                                "ratio": self.ratio(key)}))
+                                "ratio": self.ratio(key), "vendor_ratio": tsm2.VENDOR_RATIO.get(key)}))
 
     def drain(self) -> list:
         """The (key, value) entries put since the last drain."""
@@ -52,27 +53,35 @@ def records(device_key: str, version: str, entries) -> list:
             for key, value in entries]
 
 
-def store_from(calibrations) -> tsm2.InProcessT1Store:
-    """A TSM2 store holding recorded entries; of one key, the latest recorded wins."""
-    store = tsm2.InProcessT1Store()
+def store_from(calibrations) -> tuple:
+    """(TSM2 store, cuBLAS ratios by key) of recorded entries; of one key, the latest recorded wins."""
+    store, vendor = tsm2.InProcessT1Store(), {}
     for c in sorted(calibrations, key=lambda c: c.created_at):
         if c.kernel != TSM2:
             continue
         key, v = tuple(json.loads(c.key)), c.value
         store.put(key, v["best"], {}, v.get("ratio"))
         store.timings[key] = dict(v.get("timings", {}))   # already in the store's printable form
-    return store
+        if v.get("vendor_ratio") is not None:
+            vendor[key] = float(v["vendor_ratio"])
+    return store, vendor
 
 
 @contextlib.contextmanager
 def installed(calibrations):
-    """Install the recorded entries as TSM2's store for the ``with`` block, then restore the old one."""
-    old = tsm2.T1_STORE
-    tsm2.set_t1_store(store_from(calibrations))
+    """Install the recorded entries (TSM2's store and cuBLAS's ratios) for the ``with`` block, then
+    restore what was there."""
+    old_store, old_vendor = tsm2.T1_STORE, dict(tsm2.VENDOR_RATIO)
+    store, vendor = store_from(calibrations)
+    tsm2.set_t1_store(store)
+    tsm2.VENDOR_RATIO.clear()
+    tsm2.VENDOR_RATIO.update(vendor)
     try:
         yield
     finally:
-        tsm2.set_t1_store(old)
+        tsm2.set_t1_store(old_store)
+        tsm2.VENDOR_RATIO.clear()
+        tsm2.VENDOR_RATIO.update(old_vendor)
 
 
 __all__ = ["RecordingT1Store", "recording_store", "records", "store_from", "installed", "TSM2"]
