@@ -3,7 +3,8 @@
 #   bash benchmarks/device_run.sh tests   # every GPU test, then a tuning run of the small corpus
 #   bash benchmarks/device_run.sh bench   # every benchmark script
 #   bash benchmarks/device_run.sh tune [matplan tune args]   # a tuning run into a fresh database,
-#        exported (with the planner's online calibrations) to tuning.jsonl, e.g. `tune --size medium --real`
+#        exported (with the planner's online calibrations) to tuning.jsonl, e.g. `tune --size medium --real`;
+#        stopped after TUNE_SECONDS (default 540) and still exported; TUNE_FROM=earlier.jsonl resumes one
 # Logs and JSON go to a work folder packed into $OUT/<mode>.tgz (the device tool returns at most
 # 8 files); a one-line status per step is printed. Needs $OUT, MATPLAN_COMMIT (the tree on the
 # device has no .git) and the real matrices in .data/matrices (git-ignored; carry it).
@@ -36,7 +37,8 @@ case "$mode" in
     OUT=$work step bench_launch_overhead python3 benchmarks/launch_overhead.py ;;
   tune)
     shift
-    step tune python3 -m matplan.cli tune --no-progress --db "$work/tuning.sqlite" "$@"
+    [ -z "${TUNE_FROM:-}" ] || step import python3 -m matplan.cli db --db "$work/tuning.sqlite" import "$TUNE_FROM"
+    step tune timeout "${TUNE_SECONDS:-540}" python3 -m matplan.cli tune --no-progress --db "$work/tuning.sqlite" "$@"
     step export python3 -m matplan.cli db --db "$work/tuning.sqlite" export "$work/tuning.jsonl"
     rm -f "$work"/tuning.sqlite* ;;
   *) echo "usage: $0 tests|bench|tune [args]" >&2; exit 2 ;;
