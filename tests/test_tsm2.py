@@ -168,3 +168,11 @@ def test_cublas_cost_uses_the_vendor_calibration():
         tsm2.VENDOR_RATIO.pop(key, None)
     assert cal.calibrated and "measured/model = 0.80" in cal.why
     assert math.isclose(cal.run_s - tsm2.LAUNCH_S, 0.8 * (base.run_s - tsm2.LAUNCH_S), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("dtype,k,t3", [("float64", 16, 2), ("float64", 32, 4), ("float32", 32, 4)])
+def test_row_cost_finite_for_large_blocks(dtype, k, t3):
+    """t1 = 512 won the H100 timing at k >= 16; the column kernel's register count left no whole
+    block there (inf), so the row kernel's cost falls back to the unrounded occupancy."""
+    t = tsm2.model_time(H100, 8192, 8192, k, dtype, "row", 512, k, t3)
+    assert math.isfinite(t) and t > 0

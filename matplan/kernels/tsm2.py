@@ -538,6 +538,12 @@ def model_time(device, m, n, k, dtype, layout, t1, t2, t3) -> float:
     while layout == "row" and not math.isfinite(t) and t3e > 1:   # the model's register count for
         t3e //= 2                                                  # the column kernel's figures
         t = float(model.predict_time(device, m, n, k, dtype, t1, t2, t3e))
+    if layout == "row" and not math.isfinite(t):
+        # The column kernel's register count (c + 3 t2 + 2 t3 values) does not describe the row
+        # kernel, whose lanes hold t3 x t2 / G accumulators: where it leaves no whole block of t1
+        # threads (t1 = 512 at k >= 16 on an H100: inf, so the planner never chose the measured
+        # winner), cost it with the occupancy not rounded to blocks.
+        t = float(model.predict_time(device, m, n, k, dtype, None, t2, t3e))
     return t
 
 
