@@ -33,6 +33,8 @@ from .store import open_db
 METHODS = ("analytic", "learned", "combined")
 #: The issue's targets on the H100 data.
 TARGET_GEOMEAN, TARGET_WORST = 1.05, 1.5
+#: How many of the worst picks each method's summary lists (those past the tie margin).
+WORST_LISTED = 8
 DEFAULT_OUT = Path("benchmarks") / "results"
 
 
@@ -73,13 +75,21 @@ def _choose(rows, pred, reuse):
     return next(i for i in order if cands[i] is chosen)
 
 
-def _summary(regrets, labels, pred_err):
+def _label(row) -> str:
+    return row.kernel + "".join(f" {k}={v}" for k, v in sorted(row.params.items()))
+
+
+def _summary(regrets, labels, picks, pred_err):
+    """``picks[i]``: (chosen kernel, measured best kernel) of problem ``labels[i]``."""
     if not regrets:
         return {"problems": 0}
     r = np.array(regrets)
     worst = int(np.argmax(r))
+    order = np.argsort(-r)[:WORST_LISTED]
     return {"problems": len(r), "geomean_regret": float(np.exp(np.mean(np.log(r)))),
             "worst_regret": float(r[worst]), "worst_problem": labels[worst],
+            "worst_problems": [{"problem": labels[i], "regret": float(r[i]), "chosen": picks[i][0],
+                                "best": picks[i][1]} for i in order if r[i] > 1.0 + TIE_MARGIN],
             "top1_accuracy": float(np.mean(r <= 1.0 + 1e-12)),
             "within_tie_margin": float(np.mean(r <= 1.0 + TIE_MARGIN)),
             "run_prediction_median_factor": float(np.exp(np.median(pred_err))) if len(pred_err) else None}
@@ -123,7 +133,7 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
         res = {}
         for method in METHODS:
             p = preds[method]
-            regrets, labels, errs, by_op = [], [], [], {}
+            regrets, labels, picks, errs, by_op = [], [], [], [], {}
             for fp, idx in sorted(choosable.items()):
                 if not np.all(np.isfinite(p[idx])):
                     continue
@@ -134,9 +144,10 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
                 prob = ds.problems[fp]
                 regrets.append(regret)
                 labels.append(f"{prob.matrix} {prob.op} k={ds.features(fp).k} {prob.dtype}")
+                picks.append(tuple(_label(rows[j]) for j in (chosen, int(np.argmin(meas)))))
                 by_op.setdefault(prob.op, []).append(regret)
                 errs += list(np.abs(np.log(np.maximum(p[idx, 0], 1e-12) / np.maximum(measured[idx, 0], 1e-12))))
-            entry = _summary(regrets, labels, errs)
+            entry = _summary(regrets, labels, picks, errs)
             entry["geomean_regret_by_op"] = {op: float(np.exp(np.mean(np.log(v)))) for op, v in sorted(by_op.items())}
             res[method] = entry
             regret_curves[(reuse, method)] = regrets
@@ -215,6 +226,9 @@ def format_report(report: dict) -> str:
                          f"({e['worst_problem']})  top-1 {e['top1_accuracy']:.0%}  "
                          f"within {TIE_MARGIN:.0%} {e['within_tie_margin']:.0%}  "
                          f"run error x{e['run_prediction_median_factor']:.2f}")
+        for w in res["combined"].get("worst_problems", [])[:3]:
+            lines.append(f"      combined picked {w['chosen']} for {w['problem']}: x{w['regret']:.2f} "
+                         f"the best, {w['best']}")
         if "targets" in res:
             lines.append("    targets: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in res["targets"].items()))
     if report.get("json"):
