@@ -336,6 +336,41 @@ def test_adaptive_replan_switches_kernel(rng, fresh_cache, prepcost_kernel):
     assert (fresh_cache.misses, fresh_cache.hits) == (1, 69)
 
 
+def test_per_call_cost_is_charged_and_explained(rng, prepcost_kernel):
+    """planner.plan(per_call=...) adds each application's extra cost to the run: a check on
+    copied formats can take the win from a kernel whose format is a copy of A."""
+    A = random_csr(rng, 120, 120, 0.05)
+    x = rng.standard_normal(120)
+    assert planner.plan(A, x, reuse=1000).kernel == "cpu.zz_prepcost"
+    base = get("cpu.scipy").cost(planner.plan(A, x).features, {}, None).run_s
+
+    def check_copies(kernel, f, device):
+        return (0.0, "") if kernel.reads_a_at_run else (base, "test check")
+
+    plan = planner.plan(A, x, reuse=1000, per_call=check_copies)
+    assert plan.kernel == "cpu.scipy"
+    charged = next(c for c in plan.candidates if c.kernel == "cpu.zz_prepcost")
+    assert charged.run_s == pytest.approx(1.5 * base) and "per call: test check" in charged.why
+    scipy = next(c for c in plan.candidates if c.kernel == "cpu.scipy")
+    assert "per call" not in scipy.why
+
+
+def test_hit_check_charges_only_copied_gpu_formats():
+    from matplan.dispatch.identity import HIT_CHECK_FIXED_S, hit_check
+    from matplan.models.device import known
+    from matplan.planner.stats import Features
+    dev = known("H100")
+    f = Features(op="spmv", backend="gpu", dtype="float64", index_dtype="int32", m=1000, n=1000, k=1,
+                 nnz=8000)
+    s, why = hit_check(get("spmv.ellr"), f, dev)
+    nbytes = 2 * (8000 * 12 + 1001 * 4)
+    assert s == pytest.approx(HIT_CHECK_FIXED_S + nbytes / dev.mem_bandwidth) and "assume_unchanged" in why
+    assert hit_check(get("spmv.csr_vector"), f, dev) == (0.0, "")          # reads A's own arrays
+    host = Features(op="spmv", backend="cpu", dtype="float64", index_dtype="int32", m=1000, n=1000, k=1,
+                    nnz=8000)
+    assert hit_check(get("spmv.ellr"), host, dev) == (0.0, "")
+
+
 def test_no_replan_when_no_costlier_conversion(rng, fresh_cache):
     A = random_csr(rng, 50, 50, 0.1)
     for _ in range(20):
@@ -1017,10 +1052,13 @@ def _poison_pool(cp, nbytes):
 
 
 @pytest.fixture
-def gpu_format(request, cp):
-    """A GPU format that is A's own arrays (CSR vector) or one prepared from a copy (the compare path)."""
+def gpu_format(request, cp, monkeypatch):
+    """A GPU format that is A's own arrays (CSR vector) or one prepared from a copy (the compare path).
+    Always chosen: matmul's charge for the comparison (identity.hit_check) is switched off."""
+    from matplan.dispatch import auto
     from matplan.kernels import spmv
     registry.all_kernels()
+    monkeypatch.setattr(auto, "hit_check", lambda kernel, f, device: (0.0, ""))
 
     class _Pick(spmv.CsrVector):
         name = "spmv.zz_" + request.param

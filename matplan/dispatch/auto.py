@@ -28,7 +28,9 @@ conversion, see ``planner.plan``):
 By default (False) a hit on a format made from the entry's copy of A (ELL-R, BRC,
 BRCP, merge-path CSR: any kernel without ``reads_a_at_run``) compares A bit for bit
 with that copy, which reads A and the copy (about as much as the SpMV itself: 92 /
-161 us at 8M / 16M nonzeros on an H100), so nothing stale can come back. True
+161 us at 8M / 16M nonzeros on an H100), so nothing stale can come back; matmul plans
+with that comparison added to such formats' run cost (``identity.hit_check``), so it
+picks one only where it still wins after paying for the check. True
 says A's arrays are not written in place between calls (replacing them, as
 ``A.data = new`` does, is still seen): the hit skips the comparison and costs a
 few microseconds. A broken promise returns the product with A's old values.
@@ -46,8 +48,8 @@ from ..planner import BoundPlan
 from ..validation import normalize
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
-from .identity import (aliases, aliasing_kernel, identity_key, pins, product_limit, start_compare,
-                       start_product_check)
+from .identity import (aliases, aliasing_kernel, hit_check, identity_key, pins, product_limit,
+                       start_compare, start_product_check)
 
 #: Re-plan a cached entry when its calls reach this multiple of the reuse it was planned for.
 REPLAN_FACTOR = 8
@@ -191,7 +193,7 @@ def _run(problem, reuse, deterministic, key, assume_unchanged):
     entry = cache.lookup(fp, (lambda ref: same_content(A, ref)) if host else None)
     if entry is None:
         want = reuse if reuse is not None else cache.estimate_reuse(fp)
-        plan = planner.plan(A, problem.B, reuse=want, deterministic=deterministic)
+        plan = _plan(A, problem.B, want, deterministic, trusted)
         if not cache.fits(nbytes_of(A)):
             cache.decline(fp)
             return plan.bind(A)(problem.B)
@@ -208,6 +210,13 @@ def _run(problem, reuse, deterministic, key, assume_unchanged):
         cache.claim(entry, key, _pins(key, entry.reference, A, B, trusted))
     _maybe_replan(cache, entry, A, problem.B, reuse, deterministic, key, trusted)
     return entry.run(problem.B)
+
+
+def _plan(A, B, reuse, deterministic, trusted):
+    """planner.plan, charging each format copied from A the comparison its GPU hits will make
+    (unless the caller vouches for A), so such a format wins only if it still wins after it."""
+    return planner.plan(A, B, reuse=reuse, deterministic=deterministic,
+                        per_call=None if trusted else hit_check)
 
 
 def _prepare(plan, A):
@@ -237,7 +246,7 @@ def _maybe_replan(cache, entry, A, B, reuse, deterministic, key, trusted=False) 
     if want is None:
         return
     old = entry.bound
-    plan = planner.plan(A, B, reuse=want, deterministic=deterministic)
+    plan = _plan(A, B, want, deterministic, trusted)
     if (plan.kernel, plan.params) == (old.plan.kernel, old.plan.params):
         cache.replace(entry, BoundPlan(plan, old.prepared), entry.reference)
     elif entry.reference is not None:            # A equals the entry's copy: prepare from the copy

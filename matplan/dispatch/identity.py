@@ -171,6 +171,27 @@ def aliasing_kernel(name: str) -> bool:
         return False
 
 
+#: A GPU hit on a format copied from A compares A with the entry's copy (reading both) before
+#: its result is returned: fitted on an H100 (dispatch.py at ecaae07, hit minus kernel time):
+#: 62 / 58 / 170 us for 20 / 46 / 400 MB compared, i.e. ~45 us fixed (comparison launch, flag
+#: copy, event wait) plus the bytes at about the device's copy bandwidth (overlapped with the
+#: kernel behind it).
+HIT_CHECK_FIXED_S = 45e-6
+
+
+def hit_check(kernel, f, device) -> tuple:
+    """(seconds, reason) a GPU cache hit pays on top of ``kernel``'s run: the bit-for-bit
+    comparison of A with the entry's copy when the kernel's format is a copy of A (nothing
+    when it reads A's own arrays at run time). ``planner.plan(per_call=hit_check)``."""
+    if kernel.reads_a_at_run or f.backend != "gpu":
+        return 0.0, ""
+    index = np.dtype(f.index_dtype or "int32").itemsize
+    nbytes = 2 * (f.nnz * (np.dtype(f.dtype).itemsize + index) + (f.m + 1) * index)
+    return (HIT_CHECK_FIXED_S + nbytes / device.mem_bandwidth,
+            f"matmul's cache compares A with its copy on each hit ({nbytes / 1e6:.1f} MB read; "
+            "assume_unchanged=True skips it)")
+
+
 def aliases(prepared, A) -> bool:
     """Whether ``prepared`` is A's own arrays (a format that cannot go stale; see the module docstring)."""
     if not aliasing_kernel(prepared.kernel):
@@ -267,5 +288,5 @@ def _products_kernel(device_id: int):
     return _cuda.function(_CU_FILE, "matplan_products", ())
 
 
-__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "start_compare", "Pending", "product_limit",
+__all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "hit_check", "start_compare", "Pending", "product_limit",
            "within_product_limit", "start_product_check", "PendingCount"]

@@ -1,6 +1,7 @@
 """plan(A, B): statistics -> candidate kernels -> predicted costs -> Plan."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from .. import __version__
@@ -22,7 +23,7 @@ def _param_key(params: dict) -> str:
 
 
 def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
-         kernels=None) -> Plan:
+         kernels=None, per_call=None) -> Plan:
     """Plan C = A @ B.
 
     reuse: how many times the caller will apply the plan to the same A; format
@@ -30,6 +31,10 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
     deterministic: admit only kernels whose output is bitwise reproducible.
     device: a known GPU name ('H100', 'K40c', ...) to plan for instead of the one in use.
     kernels: restrict the candidates to these kernel names (for experiments and tests).
+    per_call: a function (kernel, features, device) -> (seconds, reason) of what each
+        application pays on top of the kernel, added to its run cost and named in its why
+        (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
+        from A needs, see ``dispatch.identity.hit_check``).
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
         raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
@@ -37,7 +42,7 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
     problem = normalize(A, B)
     dev = device_mod.current(device)
     feats = stats.compute(problem, dev)
-    scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels)
+    scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
     if not scored:
         raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
                            + "; ".join(f"{c.kernel}: {c.why}" for c in rejected))
@@ -50,14 +55,14 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
                 backend=problem.backend, planning_s=timer() - t0, version=__version__)
 
 
-def score_candidates(feats, dev, reuse, deterministic, only=None):
+def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None):
     """Predicted cost of every admissible (kernel, params); rejected ones with their reason.
 
     Costs come from the learned model for the device class when one is installed
     (``source='learned'``, its name and validation error in ``why``), else from
-    the kernels' analytic models.
+    the kernels' analytic models; ``per_call`` (see ``plan``) adds to their run cost.
     """
-    scored, rejected, pending = [], [], []
+    scored, rejected, pending, extras = [], [], [], {}
     for kernel in kernels_for(feats.op, feats.backend):
         if only is not None and kernel.name not in only:
             continue
@@ -71,10 +76,16 @@ def score_candidates(feats, dev, reuse, deterministic, only=None):
         if reason:
             rejected.append(Candidate(kernel.name, {}, 0.0, 0.0, float("inf"), "rejected", reason))
             continue
+        if per_call is not None:
+            extras[kernel.name] = per_call(kernel, feats, dev)
         for params in kernel.candidates(feats, dev):
             pending.append((kernel.name, dict(params), kernel.cost(feats, params, dev)))
     # The learned model for this device class, where one is installed, replaces the analytic costs.
     for (name, params, _), (cost, source) in zip(pending, learned.rescore(feats, dev, pending)):
+        extra_s, extra_why = extras.get(name, (0.0, ""))
+        if extra_s:
+            cost = dataclasses.replace(cost, run_s=cost.run_s + extra_s,
+                                       why=f"{cost.why}; +{extra_s * 1e6:.0f} us per call: {extra_why}")
         scored.append(Candidate(name, params, cost.prepare_s, cost.run_s, cost.total(reuse), source, cost.why))
     scored.sort(key=lambda c: (c.total_s, c.kernel, _param_key(c.params)))
     return scored, rejected
