@@ -1,6 +1,6 @@
-"""SpMV benchmark: every candidate kernel, cuSPARSE, the planner's choice and the oracle, per matrix.
+"""SpMV/SpMM benchmark: every candidate kernel, cuSPARSE, the planner's choice and the oracle, per matrix.
 
-    PYTHONPATH=. python3 benchmarks/spmv.py [--quick] [--reps 30] [--out DIR]
+    PYTHONPATH=. python3 benchmarks/spmv.py [--quick] [--reps 30] [--out DIR] [--k K]
 
 Matrices: the corpus at size 'large' (>= 5M nonzeros: 3-D Poisson, R-MAT,
 uniform, skewed, block-dense, banded) and the real matrices in
@@ -111,11 +111,12 @@ def copy_bandwidth_b2b(cp, nbytes=1 << 28):
     return 2 * src.nbytes / b2b_s(cp, copy, calls=10)
 
 
-def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b):
+def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
     A = A.astype(dtype)
     A.sort_indices()
     Ag = csp.csr_matrix(A)
-    x = cp.asarray(rng.random(A.shape[1]).astype(dtype) + 0.5)
+    x = cp.asarray(rng.random(A.shape[1] if k == 1 else (A.shape[1], k)).astype(dtype) + 0.5)
+    yshape = (A.shape[0],) + x.shape[1:]
     ref = A.astype(np.float64) @ cp.asnumpy(x).astype(np.float64)
     scale = abs(A).astype(np.float64) @ np.abs(cp.asnumpy(x).astype(np.float64))
     tol = 1e-10 if dtype == np.float64 else 1e-4
@@ -130,7 +131,7 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b):
         try:
             kernel.prepare(Ag, dict(params))                  # first call compiles (NVRTC, CuPy ops)
             t_prep, prep = sync_time(cp, lambda: kernel.prepare(Ag, dict(params)))
-            y = cp.full(A.shape[0], np.nan, dtype=dtype)
+            y = cp.full(yshape, np.nan, dtype=dtype)
             kernel.run(prep, x, out=y)
             err = np.abs(cp.asnumpy(y).astype(np.float64) - ref)
             ok = bool(np.all(err <= tol * (scale + 1e-30)))
@@ -207,6 +208,7 @@ def main(argv=None):
                     help="corpus sizes: 'large' (5-8M nonzeros, the issue's), 'xl' (27-40M)")
     ap.add_argument("--no-real", action="store_true", help="skip the real matrices")
     ap.add_argument("--tag", default="", help="added to the JSON file name")
+    ap.add_argument("--k", type=int, default=1, help="columns of X: 1 = SpMV, more = SpMM (Y = A X)")
     args = ap.parse_args(argv)
     import cupy as cp
     import cupyx.scipy.sparse as csp
@@ -236,7 +238,7 @@ def main(argv=None):
     for name, load in mats:
         A = load()
         for dt in dtypes:
-            r = bench_matrix(cp, csp, name, A, dt, args.reps, copy_bw, rng, copy_bw_b2b)
+            r = bench_matrix(cp, csp, name, A, dt, args.reps, copy_bw, rng, copy_bw_b2b, args.k)
             results.append(r)
             print(f"{name:<26} {r['dtype']:<7} {r['nnz']:>9,} {r['kernel']:<34} {r['ms']:7.3f} "
                   f"{r['vendor_ms']:7.3f} {r['speedup_vs_vendor']:6.2f} {r['frac_of_copy_bw']:5.2f} "
@@ -276,11 +278,11 @@ def save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, summary, overhead):
     date = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
     os.makedirs(args.out, exist_ok=True)
-    extra = ("-quick" if args.quick else "") + (f"-{args.tag}" if args.tag else "")
+    extra = (f"-k{args.k}" if args.k > 1 else "") + ("-quick" if args.quick else "") + (f"-{args.tag}" if args.tag else "")
     path = os.path.join(args.out, f"spmv-{tag}-{date}{extra}.json")
     doc = dict(gpu=gpu, date=date, commit=git_commit(), cupy=cp.__version__, python=platform.python_version(),
                copy_bandwidth_gbs=copy_bw / 1e9, copy_bandwidth_b2b_gbs=copy_bw_b2b / 1e9,
-               planner_device_bw_gbs=dev.mem_bandwidth / 1e9, reuse=REUSE, reps=args.reps, b2b_calls=B2B,
+               planner_device_bw_gbs=dev.mem_bandwidth / 1e9, k=args.k, reuse=REUSE, reps=args.reps, b2b_calls=B2B,
                sizes=args.sizes, results=results, summary=summary, small_matrix_overhead=overhead,
                complete=summary is not None)
     tmp = path + ".tmp"

@@ -187,6 +187,28 @@ def test_vector_width_rule():
     assert [fmt.vector_width(x) for x in (0.5, 2, 3, 7, 9, 17, 100)] == [2, 2, 4, 8, 16, 32, 32]
 
 
+def test_spmm_group_shape_rule():
+    """Column lanes cover k (32-lane chunks past 32); slots fill the rest of a warp at most."""
+    assert [fmt.spmm_columns(k) for k in (1, 2, 4, 5, 8, 9, 16, 17, 32, 64, 100)] == \
+        [4, 4, 4, 8, 8, 16, 16, 32, 32, 32, 32]
+    assert [fmt.spmm_slots(8, k) for k in (2, 7, 16, 64)] == [8, 4, 2, 1]
+    assert all(fmt.spmm_columns(k) * fmt.spmm_slots(s, k) <= 32 for k in range(1, 70) for s in fmt.SPMM_SLOTS)
+
+
+def test_spmm_kernel_reads_a_once_per_column_chunk(rng):
+    """The CSR SpMM cost streams A once per 32-column chunk where CSR vector streams it k times."""
+    A = random_csr(rng, 100_000, 100_000, 2e-4)       # 2M nonzeros: bytes, not launches, decide
+    f = _features(A, 16)
+    dev = device.known("H100")
+    spmm, vector = get("spmv.csr_spmm"), get("spmv.csr_vector")
+    assert spmm.ops == ("spmm",)
+    cands = list(spmm.candidates(f, dev))
+    assert cands and all(fmt.spmm_columns(16) * c["S"] <= 32 for c in cands)
+    best = min(spmm.cost(f, c, dev).run_s for c in cands)
+    assert best < min(vector.cost(f, c, dev).run_s for c in vector.candidates(f, dev))
+    assert "A read 1x for k=16" in spmm.cost(f, cands[0], dev).why
+
+
 def _features(A, k=1):
     B = np.ones(A.shape[1]) if k == 1 else np.ones((A.shape[1], k))
     p = normalize(A, B)
@@ -217,7 +239,7 @@ def test_costs_positive_and_explained(rng):
     for k in (1, 8):
         f = _features(A, k)
         for name in ("spmv.csr_scalar", "spmv.csr_vector", "spmv.ellr", "spmv.brc", "spmv.brcp",
-                     "spmv.csr_merge"):
+                     "spmv.csr_merge", "spmv.csr_spmm"):
             kern = get(name)
             for params in kern.candidates(f, device.known("H100")):
                 c = kern.cost(f, params, device.known("H100"))

@@ -20,7 +20,8 @@ CONFIGS = ([("spmv.csr_scalar", {})]
            + [("spmv.brc", {"long_factor": 64})]
            + [("spmv.brcp", {"long_factor": lf}) for lf in (64, 8192)]
            + [("spmv.brcp", {"T": 3, "long_factor": 8192})]          # many rows spanning blocks
-           + [("spmv.csr_merge", {})])
+           + [("spmv.csr_merge", {})]
+           + [("spmv.csr_spmm", {"S": s}) for s in (1, 2, 4, 8)])
 KS = (1, 2, 7, 64)
 
 

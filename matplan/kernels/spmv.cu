@@ -72,6 +72,45 @@ __global__ void csr_vector(const I m, const int k, const I* __restrict__ indptr,
     if (active && lane == 0) y[row * k + j] = s;
 }
 
+// ---------------------------------------------------------------- CSR SpMM, rows of X read whole
+// Y = A X with k >= 2: a group of KK * S lanes per row of A (KK, S powers of two, KK * S <= 32).
+// Lane (slot q, column c) of the group adds A[r, p] * X[col_p, c0 + c] over nonzeros p = q, q + S,
+// ... of the row: the KK lanes of a slot read KK consecutive elements of one row of X (coalesced)
+// and share one load of A's entry, so A is read once per KK columns instead of once per column
+// (the kernels above run one column per blockIdx.y). Slots are summed by a fixed shuffle tree:
+// deterministic.
+template <typename T, typename I, int KK, int S>
+__global__ void csr_spmm(const I m, const int k, const I* __restrict__ indptr,
+                         const I* __restrict__ indices, const T* __restrict__ data,
+                         const T* __restrict__ x, T* __restrict__ y) {
+    constexpr int G = KK * S;
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int g = threadIdx.x & (G - 1);
+    const int slot = g / KK, c = g % KK;
+    const bool active = row < m;   // no early return: the shuffles need the whole warp
+    I b = 0, e = 0;
+    if (active) { b = indptr[row] + slot; e = indptr[row + 1]; }
+    for (int c0 = 0; c0 < k; c0 += KK) {            // k is uniform: every lane takes the same trips
+        const int col = c0 + c;
+        T s = 0;
+        if (active && col < k) {
+            I p = b;
+            for (; p + S < e; p += 2 * S) {        // two entries in flight, added in order
+                const I j0 = indices[p], j1 = indices[p + S];
+                const T a0 = data[p], a1 = data[p + S];
+                const T x0 = x[(long long)j0 * k + col], x1 = x[(long long)j1 * k + col];
+                s += a0 * x0;
+                s += a1 * x1;
+            }
+            if (p < e) s += data[p] * x[(long long)indices[p] * k + col];
+        }
+#pragma unroll
+        for (int off = G / 2; off >= KK; off /= 2)
+            s += __shfl_down_sync(FULL_MASK, s, off, G);
+        if (active && slot == 0 && col < k) y[row * k + col] = s;
+    }
+}
+
 // ---------------------------------------------------------------- ELL-R
 // Column-major ELL (slot c of row r at c * stride + r) plus row lengths rl:
 // thread r reads only rl[r] slots. With rows sorted by length, perm[r] is the
@@ -340,6 +379,9 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
 
 // Explicit instantiations so that plain `nvcc -c` checks every template.
 #ifndef __CUDACC_RTC__
+#define MP_SPMM(T, I, KK, S)                                                                       \
+    template __global__ void csr_spmm<T, I, KK, S>(const I, const int, const I*, const I*,         \
+                                                   const T*, const T*, T*);
 #define MP_INST(T, I)                                                                              \
     template __global__ void csr_scalar<T, I>(const I, const int, const I*, const I*, const T*,    \
                                               const T*, T*);                                       \
@@ -347,6 +389,9 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
                                                  const T*, T*);                                    \
     template __global__ void csr_vector<T, I, 32>(const I, const int, const I*, const I*,          \
                                                   const T*, const T*, T*);                         \
+    MP_SPMM(T, I, 4, 1) MP_SPMM(T, I, 4, 2) MP_SPMM(T, I, 4, 4) MP_SPMM(T, I, 4, 8)                \
+    MP_SPMM(T, I, 8, 1) MP_SPMM(T, I, 8, 2) MP_SPMM(T, I, 8, 4)                                    \
+    MP_SPMM(T, I, 16, 1) MP_SPMM(T, I, 16, 2) MP_SPMM(T, I, 32, 1)                                 \
     template __global__ void ellr<T, I>(const I, const int, const long long, const int*, const I*, \
                                         const T*, const I*, const int, const T*, T*);              \
     template __global__ void brc<T, I>(const long long, const int, const I*, const I*, const I*,   \

@@ -26,7 +26,8 @@ THREADS = 256
 #: Fraction of the copy bandwidth each kernel sustains on the bytes it streams (first H100
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
-              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.65}
+              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.65,
+              "spmv.csr_spmm": 0.7}
 #: One kernel launch from Python (CuPy RawKernel), seconds.
 LAUNCH_S = 6e-6
 #: One loop iteration of a lone warp: the longest row or block runs alone at the end. An H100
@@ -56,7 +57,9 @@ def _names(ctype, itype):
     return ([f"csr_scalar<{ctype},{itype}>"]
             + [f"csr_vector<{ctype},{itype},{w}>" for w in fmt.VECTOR_WIDTHS]
             + [f"{k}<{ctype},{itype}>" for k in ("ellr", "brc", "brcp", "brcp_fixup")]
-            + [f"csr_merge<{ctype},{itype},{ipt}>" for ipt in fmt.MERGE_IPT] + [f"merge_fixup<{ctype}>"])
+            + [f"csr_merge<{ctype},{itype},{ipt}>" for ipt in fmt.MERGE_IPT] + [f"merge_fixup<{ctype}>"]
+            + [f"csr_spmm<{ctype},{itype},{kk},{s}>" for kk in fmt.SPMM_COLUMNS for s in fmt.SPMM_SLOTS
+               if kk * s <= 32])
 
 
 def functions(dtype, index_dtype) -> dict:
@@ -213,6 +216,47 @@ class CsrVector(_CSR):
                     f"{w} lanes per row (mean row {f.row_mean:.1f}): lanes busy "
                     f"{f.nnz / max(lane_slots, 1):.2f}, longest row {f.row_max} takes "
                     f"{int(np.ceil(f.row_max / w))} iterations")
+
+
+class CsrSpmm(_CSR):
+    """SpMM (k >= 2): KK column lanes x S nonzero slots per row; each lane group reads whole rows
+    of X (coalesced) and A once per KK columns, where the kernels above read A once per column."""
+    name = "spmv.csr_spmm"
+    ops = ("spmm",)
+    reads_a_at_run = True
+
+    def candidates(self, f, device):
+        slots = fmt.vector_width(f.row_mean) // 2      # about one pass over a mean row
+        for s in sorted({fmt.spmm_slots(max(1, c), f.k) for c in (slots // 2, slots, slots * 2)}):
+            yield {"S": s}
+
+    def cost(self, f, params, device):
+        v, i = self._sizes(f)
+        kk, s = fmt.spmm_columns(f.k), fmt.spmm_slots(params["S"], f.k)
+        chunks = -(-f.k // kk)
+        nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + self._dense_bytes(f)
+        return Cost(0.0, self._time(nbytes, device, 1, np.ceil(f.row_max / s) * chunks, f.m * kk * s),
+                    f"{kk} column lanes x {s} slots per row: A read {chunks}x for k={f.k} (once per "
+                    f"column in the row kernels), X rows read {min(kk, f.k) * v} B at a time; longest row "
+                    f"{f.row_max} takes {int(np.ceil(f.row_max / s)) * chunks} iterations")
+
+    def prepare(self, A, params):
+        indptr, indices, data = _csr_arrays(A)
+        s = int(params.get("S", 1))
+        if s not in fmt.SPMM_SLOTS:
+            raise ValueError(f"params['S']: expected one of {fmt.SPMM_SLOTS}, got {s}")
+        fns = functions(data.dtype, indices.dtype)
+        ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
+        by_columns = {kk: fns[f"csr_spmm<{ct},{it},{kk},{min(s, 32 // kk)}>"] for kk in fmt.SPMM_COLUMNS}
+        return self._prepared(dict(params, S=s), dict(indptr=indptr, indices=indices, data=data), A.shape,
+                              data.dtype, fns=by_columns, m=np.dtype(indices.dtype).type(A.shape[0]))
+
+    def _launch(self, p, B, out, k):
+        a, meta = p.arrays, p.meta
+        kk = fmt.spmm_columns(k)
+        group = kk * fmt.spmm_slots(p.params["S"], k)
+        meta["fns"][kk]((_grid(int(meta["m"]) * group),), (THREADS,),
+                        (meta["m"], np.int32(k), a["indptr"], a["indices"], a["data"], B, out))
 
 
 # ------------------------------------------------------------------ ELL-R
@@ -441,6 +485,6 @@ class CsrMerge(_SpMV):
                         (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
 
 
-KERNELS = (CsrScalar(), CsrVector(), Ellr(), Brc(), Brcp(), CsrMerge())
+KERNELS = (CsrScalar(), CsrVector(), CsrSpmm(), Ellr(), Brc(), Brcp(), CsrMerge())
 for _k in KERNELS:
     register(_k)

@@ -81,7 +81,22 @@ def vector_width(row_mean: float) -> int:
     return VECTOR_WIDTHS[-1]
 
 
-# ---------------------------------------------------------------- ELL-R
+# ---------------------------------------------------------------- CSR SpMM group shape
+#: Column lanes (KK) and nonzero slots (S) per row of the CSR SpMM kernel, KK * S <= 32.
+SPMM_COLUMNS = (4, 8, 16, 32)
+SPMM_SLOTS = (1, 2, 4, 8)
+
+
+def spmm_columns(k: int) -> int:
+    """Column lanes per slot: the smallest of SPMM_COLUMNS >= k (32 for wider X, in chunks)."""
+    return next((c for c in SPMM_COLUMNS if c >= k), SPMM_COLUMNS[-1])
+
+
+def spmm_slots(slots: int, k: int) -> int:
+    """``slots`` capped so that a row's group (column lanes x slots) fits in a warp."""
+    return min(int(slots), 32 // spmm_columns(k))
+
+
 def ellr_padded_slots(m: int, row_max: int) -> int:
     return m * row_max
 
