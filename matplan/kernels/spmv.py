@@ -39,6 +39,11 @@ THREAD_S = 5e-12
 #: Merge path: fixed cost of each tile (search, scan, barriers), fitted with its efficiency on the
 #: H100 benchmark at d7a3bd4 (see EFFICIENCY).
 MERGE_TILE_S = 2e-9
+#: CSR SpMM: entries each slot takes per loop trip (spmv.cu's csr_spmm). With it and ITER_S the
+#: cost is 0.8-1.2x the H100's times on the long-row matrices in float64 (2026-11-23, k=16,
+#: a10ff08: skewed 24 ms, R-MAT 2.3 ms, ice40 0.42 ms) but up to 1.8x in float32 and on
+#: gene_go (rows of ~1000); efficiency 0.7 gave 0.8-1.25x on the balanced matrices.
+SPMM_PER_TRIP = 2
 #: The merge path is offered only when the longest row exceeds this many mean rows: on the
 #: balanced benchmark matrices (longest <= 15x mean) it was 1.2-1.6x the best row kernel.
 MERGE_MIN_SKEW = 64
@@ -234,11 +239,12 @@ class CsrSpmm(_CSR):
         v, i = self._sizes(f)
         kk, s = fmt.spmm_columns(f.k), fmt.spmm_slots(params["S"], f.k)
         chunks = -(-f.k // kk)
+        trips = int(np.ceil(f.row_max / (SPMM_PER_TRIP * s))) * chunks   # the longest row's lone group
         nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + self._dense_bytes(f)
-        return Cost(0.0, self._time(nbytes, device, 1, np.ceil(f.row_max / s) * chunks, f.m * kk * s),
+        return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * kk * s),
                     f"{kk} column lanes x {s} slots per row: A read {chunks}x for k={f.k} (once per "
                     f"column in the row kernels), X rows read {min(kk, f.k) * v} B at a time; longest row "
-                    f"{f.row_max} takes {int(np.ceil(f.row_max / s)) * chunks} iterations")
+                    f"{f.row_max} takes {trips} trips")
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)
