@@ -1,4 +1,4 @@
-"""SpMV / SpMM kernels on the GPU: CSR scalar, vector and merge path, ELL-R (sorted or not), BRC, BRCP.
+"""SpMV / SpMM kernels on the GPU: CSR scalar, vector, merge path and SpMM; ELL-R; BRC; BRCP.
 
 The CUDA sources are in ``spmv.cu`` (one template over value and index type,
 compiled once per (dtype, index type) with every kernel in it). Formats are
