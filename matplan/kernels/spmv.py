@@ -13,6 +13,8 @@ launch; ``prepare_s`` estimates the conversion from the bytes it moves.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._xp import cupy_module
@@ -68,8 +70,13 @@ def _names(ctype, itype):
 
 
 def functions(dtype, index_dtype) -> dict:
-    """Every kernel of spmv.cu for (dtype, index_dtype), by name expression (compiled once)."""
-    ct, it = _cuda.ctype(dtype), _cuda.ctype(index_dtype)
+    """Every kernel of spmv.cu for (dtype, index_dtype), by name expression (compiled once, and
+    looked up once per device: ~30 handle lookups per prepare cost 30-100 us of it)."""
+    return _functions(_cuda.ctype(dtype), _cuda.ctype(index_dtype), _cupy().cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _functions(ct, it, device_id) -> dict:
     names = _names(ct, it)
     mod = _cuda.module(CU, names)
     return {n: mod.get_function(n) for n in names}
