@@ -1,4 +1,5 @@
 """matplan.matmul, its plan cache, LinearOperators and the routing hook (CPU; GPU tests marked gpu)."""
+import contextlib
 import inspect
 import threading
 
@@ -68,6 +69,17 @@ def test_equal_content_other_object_hits(rng, fresh_cache):
     assert (fresh_cache.misses, fresh_cache.hits) == (1, 1)
 
 
+@contextlib.contextmanager
+def registered(kernel):
+    """``kernel`` in the registry (after the built-in ones) for the duration of the block."""
+    registry.all_kernels()
+    registry.register(kernel)
+    try:
+        yield kernel
+    finally:
+        registry._REGISTRY.pop(kernel.name, None)
+
+
 class _CopyingKernel(Kernel):
     """A host SpMV/SpMM on its own copy of A, cheaper than SciPy by its cost: a format the cache
     must confirm (it is not A's own arrays), like ELL-R or BRCP on the GPU."""
@@ -89,10 +101,8 @@ class _CopyingKernel(Kernel):
 def host_format(request):
     """Each test runs with SciPy's format (A's own arrays) and with a copying format."""
     if request.param == "copying":
-        registry.all_kernels()
-        kernel = registry.register(_CopyingKernel())
-        yield "cpu.zz_copying"
-        registry._REGISTRY.pop(kernel.name, None)
+        with registered(_CopyingKernel()) as kernel:
+            yield kernel.name
     else:
         yield "cpu.scipy"
 
@@ -317,10 +327,8 @@ class _PrepCostKernel(Kernel):
 
 @pytest.fixture
 def prepcost_kernel():
-    registry.all_kernels()
-    kernel = registry.register(_PrepCostKernel())
-    yield kernel
-    registry._REGISTRY.pop(kernel.name, None)
+    with registered(_PrepCostKernel()) as kernel:
+        yield kernel
 
 
 def test_adaptive_replan_switches_kernel(rng, fresh_cache, prepcost_kernel):
@@ -661,12 +669,10 @@ class _LimitedSpGEMM(Kernel):
 def limited_spgemm(monkeypatch):
     from matplan.dispatch import identity
     from matplan.kernels import vendor
-    registry.all_kernels()
-    kernel = registry.register(_LimitedSpGEMM())
-    monkeypatch.setitem(vendor.VENDOR_LIMITS, kernel.name, {"max_products": 0, "evidence": "test"})
-    identity.product_limit.cache_clear()
-    yield kernel
-    registry._REGISTRY.pop(kernel.name, None)
+    with registered(_LimitedSpGEMM()) as kernel:
+        monkeypatch.setitem(vendor.VENDOR_LIMITS, kernel.name, {"max_products": 0, "evidence": "test"})
+        identity.product_limit.cache_clear()
+        yield kernel
     identity.product_limit.cache_clear()
 
 
@@ -703,44 +709,41 @@ def test_spgemm_products_limit_checked_on_hits(rng, fresh_cache, full_path, limi
 
 
 # -- assume_unchanged: trusting identity for copied formats --------------------------------------
-def test_assume_unchanged_skips_comparison_after_first_hit(rng, fresh_cache, monkeypatch):
+@pytest.fixture
+def compared(monkeypatch):
+    """The copying host kernel registered, and a count of matmul's comparisons of A with copies."""
     from matplan.dispatch import auto
-    registry.all_kernels()
-    kernel = registry.register(_CopyingKernel())
-    try:
-        compared = _Counter(auto.same_content)
-        monkeypatch.setattr(auto, "same_content", compared)
-        A = random_csr(rng, 100, 90, 0.05)
-        x = rng.standard_normal(90)
-        check(matplan.matmul(A, x, assume_unchanged=True), A, x)      # miss: prepared from a copy
-        entry, = fresh_cache._entries.values()
-        assert entry.reference is not None and entry.pins is not None and entry.pins[0] is A
-        # the cache is charged for the format, the copy and the pinned A
-        assert fresh_cache.get_curr_memsize() == 3 * cache_mod.nbytes_of(A)
-        for _ in range(3):
-            check(matplan.matmul(A, x, assume_unchanged=True), A, x)
-        assert compared.calls == 0 and _stats(fresh_cache) == (1, 3)
-        old = A @ x
-        A.data[3] += 1.0                                               # the promise broken: stale
-        np.testing.assert_array_equal(matplan.matmul(A, x, assume_unchanged=True), old)
-        check(matplan.matmul(A, x), A, x)                              # the default checks: a miss
-        assert compared.calls == 1 and fresh_cache.misses == 2
-        A.data = A.data * 2.0                                          # new arrays: a new key even trusted
+    counter = _Counter(auto.same_content)
+    monkeypatch.setattr(auto, "same_content", counter)
+    with registered(_CopyingKernel()):
+        yield counter
+
+
+def test_assume_unchanged_skips_comparison_after_first_hit(rng, fresh_cache, compared):
+    A = random_csr(rng, 100, 90, 0.05)
+    x = rng.standard_normal(90)
+    check(matplan.matmul(A, x, assume_unchanged=True), A, x)      # miss: prepared from a copy
+    entry, = fresh_cache._entries.values()
+    assert entry.reference is not None and entry.pins is not None and entry.pins[0] is A
+    # the cache is charged for the format, the copy and the pinned A
+    assert fresh_cache.get_curr_memsize() == 3 * cache_mod.nbytes_of(A)
+    for _ in range(3):
         check(matplan.matmul(A, x, assume_unchanged=True), A, x)
-        assert fresh_cache.misses == 3
-    finally:
-        registry._REGISTRY.pop(kernel.name, None)
+    assert compared.calls == 0 and _stats(fresh_cache) == (1, 3)
+    old = A @ x
+    A.data[3] += 1.0                                               # the promise broken: stale
+    np.testing.assert_array_equal(matplan.matmul(A, x, assume_unchanged=True), old)
+    check(matplan.matmul(A, x), A, x)                              # the default checks: a miss
+    assert compared.calls == 1 and fresh_cache.misses == 2
+    A.data = A.data * 2.0                                          # new arrays: a new key even trusted
+    check(matplan.matmul(A, x, assume_unchanged=True), A, x)
+    assert fresh_cache.misses == 3
 
 
-def test_assume_unchanged_first_trusted_hit_compares_then_pins(rng, fresh_cache, monkeypatch):
+def test_assume_unchanged_first_trusted_hit_compares_then_pins(rng, fresh_cache, compared):
     """An entry made without the promise pins nothing (a reused id would only cost a comparison);
     the first trusted hit compares once, then pins A's objects so its ids stay A's."""
-    from matplan.dispatch import auto
-    registry.all_kernels()
-    kernel = registry.register(_CopyingKernel())
     try:
-        compared = _Counter(auto.same_content)
-        monkeypatch.setattr(auto, "same_content", compared)
         A = random_csr(rng, 100, 90, 0.05)
         x = rng.standard_normal(90)
         matplan.matmul(A, x)
@@ -756,7 +759,6 @@ def test_assume_unchanged_first_trusted_hit_compares_then_pins(rng, fresh_cache,
         assert "assume unchanged (copied formats trusted without comparison)? True" in fresh_cache.info()
     finally:
         fresh_cache.set_assume_unchanged(False)
-        registry._REGISTRY.pop(kernel.name, None)
 
 
 def test_assume_unchanged_argument_errors(rng, fresh_cache):
@@ -1057,7 +1059,6 @@ def gpu_format(request, cp, monkeypatch):
     Always chosen: matmul's charge for the comparison (identity.hit_check) is switched off."""
     from matplan.dispatch import auto
     from matplan.kernels import spmv
-    registry.all_kernels()
     monkeypatch.setattr(auto, "hit_check", lambda kernel, f, device: (0.0, ""))
 
     class _Pick(spmv.CsrVector):
@@ -1069,10 +1070,9 @@ def gpu_format(request, cp, monkeypatch):
         def prepare(self, A, params):
             return super().prepare(A.copy() if request.param == "copying" else A, params)
 
-    kernel = registry.register(_Pick())
-    kernel.reads_a_at_run = request.param == "aliasing"   # the same code as spmv.csr_vector: declared so
-    yield request.param
-    registry._REGISTRY.pop(kernel.name, None)
+    with registered(_Pick()) as kernel:
+        kernel.reads_a_at_run = request.param == "aliasing"   # the same code as spmv.csr_vector: declared so
+        yield request.param
 
 
 @pytest.mark.gpu
@@ -1205,7 +1205,6 @@ def gpu_spgemm(request, cp, monkeypatch):
     """Force a SpGEMM kernel: a copy of cuSPARSE's (with its products limit) or of the hash kernel."""
     from matplan.dispatch import identity
     from matplan.kernels import spgemm, vendor
-    registry.all_kernels()
     base = vendor.CusparseSpGEMM if request.param == "cusparse" else spgemm.HashSpGEMM
 
     class _Pick(base):
@@ -1216,9 +1215,8 @@ def gpu_spgemm(request, cp, monkeypatch):
 
     monkeypatch.setitem(vendor.VENDOR_LIMITS, _Pick.name, vendor.VENDOR_LIMITS["spgemm.cusparse"])
     identity.product_limit.cache_clear()
-    kernel = registry.register(_Pick())
-    yield kernel.name
-    registry._REGISTRY.pop(kernel.name, None)
+    with registered(_Pick()) as kernel:
+        yield kernel.name
     identity.product_limit.cache_clear()
 
 
