@@ -18,6 +18,23 @@ def git_commit() -> str:
         return "unknown"
 
 
+def queued_s(cp, fn, calls, rounds, warmup=1):
+    """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn`` queued back to
+    back between two CUDA events (the GPU never waits for the host: throughput, launches included)."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
+    for _ in range(rounds):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
+    return float(np.median(times))
+
+
 def timed(cp, fn, reps, warmup=1):
     """(median CUDA-event ms, last result) of ``fn()`` over ``reps`` runs after ``warmup`` runs.
 

@@ -54,6 +54,7 @@ from matplan.dispatch import identity
 from matplan.dispatch.cache import nbytes_of
 from matplan.kernels import get
 from matplan.validation import normalize
+from _common import queued_s  # benchmarks/ is on sys.path when run as a script
 
 REUSE = 1000
 
@@ -93,14 +94,7 @@ def paired(fa, fb, sync, repeats, warmup=3):
 
 def event_time(cp, fn, repeats=100):
     """Mean device time per call of back-to-back launches (CUDA events)."""
-    fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(repeats):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats
+    return queued_s(cp, fn, repeats, 1)
 
 
 def measure(name, A, B, device, sync, cp=None, trust=False):

@@ -11,25 +11,12 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
 
 
 def per_call_us(cp, fn, calls=2000, rounds=5):
-    for _ in range(50):
-        fn()
-    cp.cuda.Device().synchronize()
-    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
-    for _ in range(rounds):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
-    return float(np.median(times))
+    return queued_s(cp, fn, calls, rounds, warmup=50) * 1e6
 
 
 def main():

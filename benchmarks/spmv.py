@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
 
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan.corpus import generators  # noqa: E402
@@ -88,17 +88,7 @@ def candidates_to_time(pl):
 
 def b2b_s(cp, fn, calls=B2B, repeats=B2B_REPS):
     """Median seconds per call of ``calls`` calls queued back to back between two CUDA events."""
-    fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
-    return float(np.median(times))
+    return queued_s(cp, fn, calls, repeats)
 
 
 def copy_bandwidth_b2b(cp, nbytes=1 << 28):

@@ -260,7 +260,7 @@ class CsrSpmm(_CSR):
             raise ValueError(f"params['S']: expected one of {fmt.SPMM_SLOTS}, got {s}")
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
-        by_columns = {kk: fns[f"csr_spmm<{ct},{it},{kk},{min(s, 32 // kk)}>"] for kk in fmt.SPMM_COLUMNS}
+        by_columns = {kk: fns[f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>"] for kk in fmt.SPMM_COLUMNS}
         return self._prepared(dict(params, S=s), dict(indptr=indptr, indices=indices, data=data), A.shape,
                               data.dtype, fns=by_columns, m=np.dtype(indices.dtype).type(A.shape[0]))
 
