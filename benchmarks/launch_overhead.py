@@ -3,7 +3,8 @@
 Times N back-to-back calls between two CUDA events (the GPU never waits for work,
 so the figure is the per-call host + launch cost a user pays in a loop) for:
 a bare empty RawKernel launch, ``bound(x)`` (prepared plan), ``plan.run(A, x)``,
-``matplan.matmul`` (cache hit) and cupyx's ``A @ x`` (cuSPARSE). Issue 8's target:
+``matplan.matmul`` (cache hit) and cupyx's ``A @ x`` (cuSPARSE); and a bound TSM2 plan
+beside ``cupy.matmul`` on a small tall-skinny product. Issue 8's target:
 ``bound(x)`` <= 12 us on an H100 against about 46 us for cupyx.
 """
 import datetime
@@ -29,6 +30,12 @@ def main():
     plan = planner.plan(A, x, reuse=1000)
     bound = plan.bind(A)
     cp.testing.assert_allclose(bound(x), A @ x, rtol=1e-12)
+    # TSM2 on a small tall-skinny product (A 2048 x 2048 float32, B 2048 x 4; ~6 us of GPU time):
+    # the per-call figure is the launch path's host cost
+    At = cp.random.random((2048, 2048), dtype=cp.float32) + 0.5
+    Bt = cp.random.random((2048, 4), dtype=cp.float32) + 0.5
+    tsm2 = planner.plan(At, Bt, kernels=["tsgemm.tsm2"]).bind(At)
+    cp.testing.assert_allclose(tsm2(Bt), At @ Bt, rtol=1e-4)
     empty = cp.RawKernel("extern \"C\" __global__ void empty() {}", "empty")
     rows = {
         "bare RawKernel launch": per_call_us(cp, lambda: empty((1,), (32,), ())),
@@ -36,6 +43,8 @@ def main():
         "plan.run(A, x)": per_call_us(cp, lambda: plan.run(A, x), calls=500),
         "matplan.matmul(A, x) (cache hit)": per_call_us(cp, lambda: matplan.matmul(A, x), calls=500),
         "cupyx A @ x (cuSPARSE)": per_call_us(cp, lambda: A @ x, calls=500),
+        f"bound(B) [{tsm2.plan.kernel}] 2048^2 x 4 float32": per_call_us(cp, lambda: tsm2(Bt), calls=500),
+        "cupy.matmul 2048^2 x 4 float32 (cuBLAS)": per_call_us(cp, lambda: At @ Bt, calls=500),
     }
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else name

@@ -34,17 +34,30 @@ def _module(filename: str, name_expressions: tuple, options: tuple, device_id: i
     return mod
 
 
-def module(filename: str, name_expressions, options=()):
-    """The compiled RawModule of ``filename`` for the current device."""
+def device_id(filename: str) -> int:
     cp = cupy_module()
     if cp is None:
         raise RuntimeError(f"{filename}: GPU kernels need CuPy and an NVIDIA GPU")
-    return _module(filename, tuple(name_expressions), tuple(options), cp.cuda.Device().id)
+    return cp.cuda.Device().id
+
+
+def module(filename: str, name_expressions, options=()):
+    """The compiled RawModule of ``filename`` for the current device."""
+    return _module(filename, tuple(name_expressions), tuple(options), device_id(filename))
 
 
 def function(filename: str, name_expression: str, all_names, options=()):
-    """One kernel of the module (all_names: every instantiation the module is compiled with)."""
-    return module(filename, all_names, options).get_function(name_expression)
+    """One kernel of the module (all_names: every instantiation the module is compiled with).
+
+    The handle is memoised per device: ``get_function`` is a driver call plus a mangled-name
+    lookup, several microseconds that a launch path would otherwise pay on every call."""
+    return _function(filename, name_expression, tuple(all_names), tuple(options),
+                     device_id(filename))
+
+
+@functools.lru_cache(maxsize=None)
+def _function(filename, name_expression, all_names, options, device_id):
+    return _module(filename, all_names, options, device_id).get_function(name_expression)
 
 
 def ctype(dtype) -> str:

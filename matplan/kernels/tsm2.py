@@ -20,6 +20,7 @@ in :data:`T1_STORE` (an in-process dict; the tuning database plugs in with :func
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -189,8 +190,17 @@ def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1, gro
 
 
 def _function(layout, dtype, t1, t2, t3, vec, groups=1, steps=1):
-    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups, steps)."""
-    item = np.dtype(dtype).itemsize
+    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups, steps).
+
+    Memoised per device: building the names and looking the handle up took tens of microseconds
+    of every TSM2 call."""
+    return _compiled(layout, np.dtype(dtype), int(t1), int(t2), int(t3), int(vec), int(groups),
+                     int(steps), _cuda.device_id(SOURCE))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(layout, dtype, t1, t2, t3, vec, groups, steps, device_id):
+    item = dtype.itemsize
     names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups, steps) for t in T1_CHOICES
                   if t1_fits(layout, t, t2, item))
     name = kernel_name(layout, dtype, t1, t2, t3, vec, groups, steps)
