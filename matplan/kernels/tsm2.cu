@@ -309,3 +309,17 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
         __syncthreads();                                // the next pass refills buffer 0
     }
 }
+
+// Split-K partial products: C[i, j] = sum over s in slice order of ws[s][i][j] (ws: S x m x k,
+// contiguous), C strided by (ldc_r, ldc_c). Deterministic; one launch instead of a CuPy
+// reduction, whose host cost was most of a small TSM2 call's.
+template <typename T>
+__global__ void tsm2_split_sum(const T* __restrict__ ws, const int S, const long long mk, const int k,
+                               T* __restrict__ C, const long long ldc_r, const long long ldc_c) {
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < mk;
+         e += (long long)gridDim.x * blockDim.x) {
+        T s = ws[e];
+        for (int t = 1; t < S; ++t) s += ws[t * mk + e];
+        C[(e / k) * ldc_r + (e % k) * ldc_c] = s;
+    }
+}

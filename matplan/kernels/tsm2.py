@@ -69,6 +69,8 @@ T3_FACTORS = (1, 2, 4)
 #: this the timed problem has the planned m, so the calibration ratio is the planned size's.
 TIMING_ELEMENTS = 1 << 28
 TIMING_REPEATS = 5
+#: The split-K reduction kernel (both element types, one module).
+SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
 
 # --- layout ------------------------------------------------------------------------------------
@@ -270,13 +272,17 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
     L = -(-(-(-n // S)) // align) * align              # slice length: a multiple of the tile
     S = -(-n // L)
     out = C if S == 1 else cp.empty((S, m, k), dtype=A.dtype)
-    ldc_r, ldc_c = (C.strides[0] // item, C.strides[1] // item) if S == 1 else (k, 1)
+    c_strides = (C.strides[0] // item, C.strides[1] // item)
+    ldc_r, ldc_c = c_strides if S == 1 else (k, 1)
     args = (A, np.int64(lda), B, np.int64(B.strides[0] // item), out,
             np.int64(ldc_r), np.int64(ldc_c), np.int32(m), np.int32(n), np.int32(k),
             np.int32(L), np.int64(m * k))
     fn((-(-m // rows_per_block), S), (t1,), args)
     if S > 1:
-        cp.sum(out, axis=0, out=C)
+        mk = m * k
+        _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(A.dtype)}>", SPLIT_SUM_NAMES)(
+            (min(-(-mk // 256), 4 * _sms()),), (256,),
+            (out, np.int32(S), np.int64(mk), np.int32(k), C, np.int64(c_strides[0]), np.int64(c_strides[1])))
 
 
 # --- online t1 choice -----------------------------------------------------------------------------
