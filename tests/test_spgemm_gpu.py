@@ -135,6 +135,43 @@ def test_forced_grouping(cp, hs, rng, grouping):
         assert len(info["numeric_tables"]) <= 1
 
 
+
+@pytest.mark.parametrize("balanced", [False, True])
+def test_fused_classification_matches_the_xp_rules(cp, hs, rng, balanced):
+    """classify_rows + bucket_rows (the launch path) give the tables, counts, moments and order of
+    symbolic_index / table_index / balance / groups_of, on row figures spanning every table, the
+    risky band past the largest one and the global path, with empty rows."""
+    ladder = hs.table_ladder(48 * 1024, hs.KEY_BYTES)
+    top, k = ladder[-1], 10 * ladder[-1]
+    row_ct = np.concatenate([np.zeros(50), rng.integers(1, 3 * top, 3000), [top + 1, int(top * 3.1), 5 * top, 10 ** 9]])
+    row_ct = rng.permutation(row_ct).astype(np.int64)
+    m = row_ct.size
+    # a CSR A and csum whose nnz_RowCt is row_ct: one nonzero per row carrying its product count
+    Ap = cp.arange(m + 1, dtype=cp.int32)
+    csum = cp.asarray(np.concatenate([[0], np.cumsum(row_ct)]))
+
+    class _A:
+        indptr = Ap
+    sym = hs._classify(m, k, ladder, A=_A, csum=csum)
+    ref = hs.symbolic_index(row_ct, k, ladder)
+    assert np.array_equal(sym.idx.get(), ref)
+    assert np.array_equal(sym.counts, np.bincount(ref + 1, minlength=len(ladder) + 2))
+    assert sym.total == row_ct.sum() and sym.peak == row_ct.max()
+    assert sym.risky == int(((np.minimum(row_ct, k) > top) & (ref == len(ladder) - 1)).sum())
+    assert sym.var == pytest.approx(row_ct.astype(np.float64).var(), rel=1e-9)
+    order, counts = hs._group(sym, len(ladder), balanced)
+    want = hs.balance(ref, balanced, len(ladder))
+    assert np.array_equal(sym.idx.get(), want), "the balanced rule is written back to idx"
+    assert np.array_equal(counts, np.bincount(want + 1, minlength=len(ladder) + 2))
+    order = order.get()
+    assert np.array_equal(np.sort(order), np.arange(m))
+    assert np.all(np.diff(want[order]) >= 0), "rows come out grouped by table"
+    # numeric mode: C's exact row nnz, table_index's rule
+    nnz = cp.asarray(np.minimum(row_ct, 2 * top))
+    num = hs._classify(m, k, ladder, row_nnz=nnz)
+    assert np.array_equal(num.idx.get(), hs.table_index(np.minimum(row_ct, 2 * top), ladder))
+    assert num.total == int(np.minimum(row_ct, 2 * top).sum())
+
 def test_unsorted_output_has_the_same_entries(cp, hs, rng):
     A = random_csr(rng, 500, 500, 0.03)
     C, _ = _check(cp, hs, A, A, sort=False)

@@ -161,16 +161,85 @@ __global__ void numeric_shared(
     }
 }
 
-// ------------------------------------------------------------------ grouping
-// Counting sort of rows by table index (idx in -1..n): cursor[g] starts at the exclusive offset of
-// group g - 1; warp-aggregated atomics (one per group present in a warp). Order within a group
-// is arbitrary, which the passes do not need.
-extern "C" __global__ void bucket_rows(const long long* __restrict__ idx, const int m,
+// ------------------------------------------------------------------ analysis and grouping
+// lens[e] = nnz of the B row that A's nonzero e selects (products of e); their scan is csum.
+extern "C" __global__ void product_counts(const int* __restrict__ Aj, const long long nnz,
+                                          const int* __restrict__ Bp, long long* __restrict__ lens) {
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < nnz;
+         e += (long long)gridDim.x * blockDim.x) {
+        const int j = Aj[e];
+        lens[e] = Bp[j + 1] - Bp[j];
+    }
+}
+
+// Table index of every row, in one pass, with the totals the host needs in one transfer.
+// need: mode 0 (symbolic) min(row_ct, k), row_ct = csum[Ap[i+1]] - csum[Ap[i]] (nnz_RowCt);
+//       mode 1 (numeric) vals[i] (the exact nnz of C's row).
+// idx[i] = -1 when need == 0, else the smallest t < T with need <= caps[t], else T (global path);
+// mode 0: a row at T whose paper estimate min(row_ct / pi, k) <= top (the largest table) takes
+// T - 1 instead and counts as risky (it may overflow and is then redone globally).
+// acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
+// count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
+// Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
+extern "C" __global__ void classify_rows(
+        const int* __restrict__ Ap, const long long* __restrict__ csum,
+        const long long* __restrict__ vals, const int m, const long long k,
+        const long long* __restrict__ caps, const int T, const long long top, const int mode,
+        int* __restrict__ idx, unsigned long long* __restrict__ acc) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x & 31;
+    long long fig = 0;
+    int risky = 0, g = 0;
+    if (i < m) {
+        fig = mode == 0 ? csum[Ap[i + 1]] - csum[Ap[i]] : vals[i];
+        const long long need = mode == 0 ? min(fig, k) : fig;
+        int t = -1;
+        if (need > 0) {
+            t = 0;
+            while (t < T && need > caps[t]) ++t;
+            if (mode == 0 && t == T && min((double)fig / 3.141592653589793, (double)k) <= (double)top) {
+                t = T - 1;
+                risky = 1;
+            }
+        }
+        idx[i] = t;
+        g = t + 1;
+    }
+    // rows per group: warp-aggregated, one atomic per group present in the warp
+    const unsigned live = __ballot_sync(FULL_MASK, i < m);
+    if (i < m) {
+        const unsigned peers = __match_any_sync(live, g);
+        if (lane == __ffs(peers) - 1) atomicAdd(&acc[g], (unsigned long long)__popc(peers));
+    }
+    unsigned long long sum = (unsigned long long)fig, mx = (unsigned long long)fig, nr = risky;
+    double sq = (double)fig * (double)fig;
+    for (int off = 16; off > 0; off >>= 1) {
+        sum += __shfl_down_sync(FULL_MASK, sum, off);
+        nr += __shfl_down_sync(FULL_MASK, nr, off);
+        sq += __shfl_down_sync(FULL_MASK, sq, off);
+        const unsigned long long o = __shfl_down_sync(FULL_MASK, mx, off);
+        mx = o > mx ? o : mx;
+    }
+    if (lane == 0 && sum) {
+        atomicAdd(&acc[T + 2], sum);
+        atomicMax(&acc[T + 3], mx);
+        if (nr) atomicAdd(&acc[T + 4], nr);
+        atomicAdd(reinterpret_cast<double*>(&acc[T + 5]), sq);
+    }
+}
+
+// Counting sort of rows by table index (idx in -1..T): cursor[g] starts at the exclusive offset
+// of group g - 1; warp-aggregated atomics (one per group present in a warp). Order within a group
+// is arbitrary, which the passes do not need. top >= 0 (the balanced rule): every shared-table row
+// (0 <= idx < T) takes table top, written back to idx.
+extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const int T, const int top,
                                        int* __restrict__ cursor, int* __restrict__ order) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m) return;
     const int lane = threadIdx.x & 31;
-    const int g = (int)idx[i] + 1;
+    int t = idx[i];
+    if (top >= 0 && t >= 0 && t < T && t != top) idx[i] = t = top;
+    const int g = t + 1;
     const unsigned active = __activemask();
     const unsigned peers = __match_any_sync(active, g);
     const int leader = __ffs(peers) - 1;

@@ -109,12 +109,17 @@ def launch_shape(size: int, slot_bytes: int, smem_bytes: int) -> tuple:
     return tpr, rpb
 
 
+def table_caps(ladder: tuple, load: float = TABLE_LOAD) -> list:
+    """Most nonzeros a row may need for each table of ``ladder``: load * size, the largest table full."""
+    return [int(s * load) for s in ladder[:-1]] + [ladder[-1]]
+
+
 def table_index(need, ladder: tuple, load: float = TABLE_LOAD):
     """Per row: index in ``ladder`` of the smallest table with need <= load * size (the largest
     table takes need <= size), ``len(ladder)`` when none does (global path), -1 when need == 0."""
     xp = array_module(need)
-    caps = [int(s * load) for s in ladder[:-1]] + [ladder[-1]]
-    idx = xp.searchsorted(xp.asarray(caps, dtype=xp.int64), need.astype(xp.int64), side="left")
+    idx = xp.searchsorted(xp.asarray(table_caps(ladder, load), dtype=xp.int64), need.astype(xp.int64),
+                          side="left")
     return xp.where(need > 0, idx, -1)
 
 
@@ -152,10 +157,74 @@ def groups_of(idx, n_tables: int):
         return xp.argsort(idx, kind="stable").astype(np.int32), counts
     cursor = xp.zeros(n_tables + 2, dtype=xp.int32)
     xp.cumsum(counts[:-1], out=cursor[1:])
-    order = xp.empty(idx.size, dtype=xp.int32)
+    return _bucket(idx.astype(xp.int32, copy=False), n_tables, -1, cursor), counts
+
+
+# ----------------------------------------------------------------------------- grouping (GPU, fused)
+# The launch path of a call: a handful of kernels and one host transfer per pass instead of the
+# ~40 CuPy calls of the xp functions above (3.5-5.7 ms of host time per call on an H100,
+# benchmarks/results/spgemm-phases-h100-2026-11-23-bb69dc5.log). The xp functions stay the
+# reference the GPU path is tested against.
+def _bucket(idx, n_tables: int, top: int, cursor):
+    """Rows ordered by table index (a counting sort: bucket_rows), ``cursor`` (int32, GPU) the
+    exclusive start of each index -1..n_tables; top >= 0 moves every shared-table row to table
+    ``top`` first, in ``idx`` too (the balanced rule)."""
+    order = cupy_module().empty(idx.size, dtype=np.int32)
     _launch("bucket_rows", (idx.size + 255) // 256, 256,
-            (idx.astype(xp.int64, copy=False), np.int32(idx.size), cursor, order))
-    return order, counts
+            (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), cursor, order))
+    return order
+
+
+@functools.lru_cache(maxsize=None)
+def _device_caps(ladder: tuple, device_id: int):
+    return cupy_module().asarray(table_caps(ladder), dtype=np.int64)
+
+
+@dataclasses.dataclass
+class _Classes:
+    """classify_rows' result: table index per row (GPU) and the host figures of one transfer."""
+    idx: object
+    counts: np.ndarray      # rows per index -1 .. n_tables
+    total: int              # sum of the row figure (products, or C's nnz)
+    peak: int               # its largest row
+    risky: int              # rows sent to the largest table on the paper's estimate (mode 0)
+    mean: float
+    var: float
+
+
+def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None) -> _Classes:
+    """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
+    from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer."""
+    cp = cupy_module()
+    T = len(ladder)
+    mode = 0 if row_nnz is None else 1
+    idx = cp.empty(m, dtype=cp.int32)
+    acc = cp.zeros(T + 6, dtype=cp.uint64)
+    ref = csum if mode == 0 else row_nnz
+    _launch("classify_rows", (m + 255) // 256, 256,
+            (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
+             _device_caps(ladder, cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
+             np.int32(mode), idx, acc))
+    host = acc.get()
+    total = int(host[T + 2])
+    mean = total / m
+    var = max(0.0, float(host[T + 5:T + 6].view(np.float64)[0]) / m - mean * mean)
+    return _Classes(idx, host[:T + 2].astype(np.int64), total, int(host[T + 3]), int(host[T + 4]),
+                    mean, var)
+
+
+def _group(c: _Classes, n_tables: int, balanced: bool):
+    """(order, host counts) of rows by table index, the balanced rule applied (to c.idx too)."""
+    counts = c.counts.copy()
+    top = -1
+    present = np.flatnonzero(counts[1:n_tables + 1])
+    if balanced and present.size:
+        top = int(present[-1])
+        counts[top + 1] = counts[1:n_tables + 1].sum()
+        counts[1:top + 1] = 0
+    cursor = np.zeros(n_tables + 2, dtype=np.int32)
+    np.cumsum(counts[:-1], out=cursor[1:])
+    return _bucket(c.idx, n_tables, top, cupy_module().asarray(cursor)), counts
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -223,14 +292,16 @@ class _Fork:
 
 
 def _product_offsets(A, B):
-    """csum (int64, nnz(A)+1): exclusive scan of nnz(B[j,:]) over A's nonzeros; and nnz_RowCt per row.
-    The same figures as planner.stats.products_per_row, keeping the scan the kernels index by."""
+    """csum (int64, nnz(A)+1): exclusive scan of nnz(B[j,:]) over A's nonzeros, the work index of
+    every product (csum at A's row ends gives nnz_RowCt, planner.stats.products_per_row)."""
     cp = cupy_module()
-    b_len = cp.diff(B.indptr).astype(cp.int64)
-    csum = cp.zeros(A.indices.size + 1, dtype=cp.int64)
-    cp.cumsum(b_len[A.indices], out=csum[1:])
-    row_ct = csum[A.indptr[1:]] - csum[A.indptr[:-1]]
-    return csum, row_ct
+    nnz = A.indices.size
+    lens = cp.empty(nnz, dtype=cp.int64)
+    csum = cp.zeros(nnz + 1, dtype=cp.int64)
+    _launch("product_counts", max(1, min((nnz + 255) // 256, 4096)), 256,
+            (A.indices, np.int64(nnz), B.indptr, lens))
+    cp.cumsum(lens, out=csum[1:])
+    return csum
 
 
 def _free_device_bytes() -> int:
@@ -258,6 +329,23 @@ def check_csr(name: str, M):
         raise TypeError(f"{name}: expected a cupyx.scipy.sparse.csr_matrix, got {type(M).__name__}")
     if np.dtype(M.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"{name}: dtype {M.dtype} is not supported; expected float32 or float64")
+
+
+def csr_from_parts(data, indices, indptr, shape, *, sorted_rows: bool, canonical):
+    """A cupyx CSR of these GPU arrays without reading them back: ``_from_parts`` (cupyx >= 14)
+    checks only sizes and dtypes; the public constructor, used where that is missing, reads
+    indptr's ends from the GPU (a host synchronisation). canonical: True, or None (not known)."""
+    import cupyx.scipy.sparse as csp
+    from_parts = getattr(csp.csr_matrix, "_from_parts", None)
+    if from_parts is not None:
+        return from_parts(data, indices, indptr, shape, has_canonical_format=canonical,
+                          has_sorted_indices=sorted_rows or None)
+    M = csp.csr_matrix((data, indices, indptr), shape=shape)
+    if sorted_rows:
+        M.has_sorted_indices = True
+    if canonical:
+        M.has_canonical_format = True
+    return M
 
 
 def check_operands(A, B):
@@ -420,25 +508,17 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
 
     clock = [time.perf_counter()]  # host time at phase ends (includes the two host transfers)
 
-    # 1. analysis: everything the launches need comes back in one host transfer
-    csum, row_ct = _product_offsets(A, B)
-    rf = row_ct.astype(cp.float64)
-    mean_d, var_d = rf.mean(), rf.var()
-    bal_d = (var_d <= analytic.RBS_BALANCED_RATIO * mean_d) if grouping == "auto" else (grouping == "balanced")
-    sym_idx = symbolic_index(row_ct, k, sym_ladder)
-    risky_d = ((cp.minimum(row_ct, k) > sym_ladder[-1]) & (sym_idx == len(sym_ladder) - 1)).sum()
-    sym_idx = balance(sym_idx, bal_d, len(sym_ladder))
-    sym_order, sym_counts_d = groups_of(sym_idx, len(sym_ladder))
-    head = cp.stack([rf.sum(), rf.max(), var_d, mean_d, cp.asarray(bal_d, dtype=cp.float64),
-                     risky_d.astype(cp.float64)])
-    host = cp.concatenate([head, sym_counts_d.astype(cp.float64)]).get()
-    products, row_ct_max, var, mean, bal, risky = host[:6]
-    bal, risky = bool(bal), int(risky)
-    sym_counts = host[6:].astype(np.int64)
-    info.update(products=int(products), rowct_max=int(row_ct_max),
-                rowct_var_over_mean=float(var / mean) if mean > 0 else 0.0, balanced=bal,
+    # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
+    #    one host transfer
+    csum = _product_offsets(A, B)
+    sym = _classify(m, k, sym_ladder, A=A, csum=csum)
+    bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
+    sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
+    risky = sym.risky
+    info.update(products=sym.total, rowct_max=sym.peak,
+                rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal,
                 symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
-    del rf, row_ct, sym_idx
+    del sym
 
     clock.append(time.perf_counter())
 
@@ -480,10 +560,9 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
     Cp = cp.zeros(m + 1, dtype=cp.int64)
     cp.cumsum(row_nnz, out=Cp[1:])
-    s.num_idx = balance(table_index(row_nnz, num_ladder), bal_d, len(num_ladder))
-    order, counts_d = groups_of(s.num_idx, len(num_ladder))
-    host = cp.concatenate([Cp[-1:], counts_d.astype(cp.int64)]).get()
-    s.csum, s.Cp, s.nnz_c, s.whole = csum, Cp, int(host[0]), (order, host[1:])
+    num = _classify(m, k, num_ladder, row_nnz=row_nnz)
+    order, counts = _group(num, len(num_ladder), bal)
+    s.csum, s.Cp, s.nnz_c, s.num_idx, s.whole = csum, Cp, num.total, num.idx, (order, counts)
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
                 symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
                 numeric_tables={}, global_rows_numeric=0)
@@ -539,10 +618,9 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
                     (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
                      np.int32(n_glob), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
     fork.join()
-    indptr = (s.Cp[r0:r1 + 1] - base).astype(cp.int32)
-    C = csp.csr_matrix((Cx, Cj, indptr), shape=(r1 - r0, k))
-    if s.sort:
-        C.has_canonical_format = True  # sorted, and the hash leaves no duplicates
+    indptr = (s.Cp[r0:r1 + 1] - base if base else s.Cp[r0:r1 + 1]).astype(cp.int32)
+    # sorted rows are canonical: the hash leaves no duplicates
+    C = csr_from_parts(Cx, Cj, indptr, (r1 - r0, k), sorted_rows=s.sort, canonical=s.sort or None)
     tables = s.info["numeric_tables"]
     for size, c in zip(ladder, counts[1:-1]):
         if c:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._xp import cupy_module
 from . import _cuda
-from .spgemm import check_csr
+from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>")
@@ -135,7 +135,7 @@ def _transpose(A, check, mark):
     if check and int(ws[ctrl_off + 1].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
-    return _csr(csp, out_val, out_idx, ws[:n + 1], (n, m), canonical)
+    return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
 
 
 def _launch(kernel, mark):
@@ -146,21 +146,6 @@ def _launch(kernel, mark):
         fn((grid,), (BLOCK,), (*args, np.int32(a), np.int32(b)), enable_cooperative_groups=True)
         if mark is not None:
             mark(PHASES[a])
-
-
-def _csr(csp, data, indices, indptr, shape, canonical):
-    """A cupyx CSR of these arrays (sorted indices) without reading them back: ``_from_parts``
-    (cupyx >= 14) checks only sizes and dtypes; the public constructor, used where that is
-    missing, reads indptr's ends from the GPU."""
-    from_parts = getattr(csp.csr_matrix, "_from_parts", None)
-    if from_parts is not None:
-        return from_parts(data, indices, indptr, shape, has_canonical_format=canonical,
-                          has_sorted_indices=True)
-    T = csp.csr_matrix((data, indices, indptr), shape=shape)
-    T.has_sorted_indices = True
-    if canonical:
-        T.has_canonical_format = True
-    return T
 
 
 __all__ = ["transpose", "BLOCK", "ITEMS", "TILE", "PHASES"]
