@@ -29,6 +29,7 @@
 #define EMPTY_KEY 0x7fffffff
 #define FULL_MASK 0xffffffffu
 #define MAX_RPB 32
+#define MAX_GROUPS 32   // table sizes + 2 (empty rows, global path) that classify/bucket handle
 
 // Dynamic shared memory of every kernel here (one declaration: one linkage).
 extern __shared__ __align__(16) unsigned char smem[];
@@ -55,6 +56,73 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
     return -1;
 }
 
+// A row's A nonzeros are staged STAGE at a time in shared memory (csum at each and one past the
+// last, the start of the B row each selects, and the kernel's own extra, e.g. the A value), so
+// finding a product's nonzero reads shared memory instead of a chain of dependent global loads
+// (csum -> Aj -> Bp). Per row STAGE_BYTES after the tables; spgemm.py's STAGE_BYTES must match.
+#define STAGE 32
+#define STAGE_BYTES 656   // (STAGE + 1) * 8 + STAGE * 8 + STAGE * 4, rounded up to 16
+
+// Every product of the row's A nonzeros [a0, a1): visit(b, nz) with b the position in B's
+// arrays and nz the staged nonzero (0..STAGE); visit returns false to stop this thread's chunk.
+// load(l, e) stages the kernel's extra for nonzero e in place l. Every thread of the block calls
+// this with the same nch (the block's most chunks of any row): it synchronises the block.
+template <typename Load, typename Visit>
+__device__ __forceinline__ void staged_products(
+        const int a0, const int a1, const int nch, const int lane, const int tpr,
+        const int* __restrict__ Aj, const int* __restrict__ Bp, const long long* __restrict__ csum,
+        long long* st_c, int* st_b, Load load, Visit visit) {
+    for (int ch = 0; ch < nch; ++ch) {
+        const int c0 = a0 + ch * STAGE;
+        const int cn = max(0, min(STAGE, a1 - c0));
+        if (lane < cn) {
+            const int e = c0 + lane;
+            st_b[lane] = Bp[Aj[e]];
+            st_c[lane] = csum[e];
+            load(lane, e);
+        }
+        if (lane == 0 && cn > 0) st_c[cn] = csum[c0 + cn];
+        __syncthreads();
+        if (cn > 0) {
+            int nz = 0;
+            const long long p1 = st_c[cn];
+            for (long long p = st_c[0] + lane; p < p1; p += tpr) {
+                while (st_c[nz + 1] <= p) ++nz;
+                if (!visit(st_b[nz] + (int)(p - st_c[nz]), nz)) break;
+            }
+        }
+        __syncthreads();                                // the stage is refilled next chunk
+    }
+}
+
+// The row's stage (after rpb tables of `table_bytes` each): csum (STAGE + 1), extra (STAGE of E),
+// B row starts (STAGE).
+template <typename E>
+struct Stage {
+    long long* c; E* x; int* b;
+    __device__ Stage(int rpb, int table_bytes, int slot) {
+        unsigned char* base = smem + (long long)rpb * table_bytes + (long long)slot * STAGE_BYTES;
+        c = reinterpret_cast<long long*>(base);
+        x = reinterpret_cast<E*>(base + (STAGE + 1) * 8);
+        b = reinterpret_cast<int*>(base + (STAGE + 1) * 8 + STAGE * 8);
+    }
+};
+
+// Rows [a0, a1) of A for row r of the launch (a0 = a1 = 0 past nrows), and the block's most chunks.
+__device__ __forceinline__ int block_chunks(const int* __restrict__ Ap, const int* __restrict__ rows,
+                                            const long long r, const int nrows, const int lane,
+                                            int* row, int* a0, int* a1, int* chunks) {
+    *row = -1; *a0 = 0; *a1 = 0;
+    if (r < nrows) {
+        *row = rows[r];
+        *a0 = Ap[*row];
+        *a1 = Ap[*row + 1];
+        if (lane == 0) atomicMax(chunks, (*a1 - *a0 + STAGE - 1) / STAGE);
+    }
+    __syncthreads();
+    return *chunks;
+}
+
 // ------------------------------------------------------------------ symbolic, shared memory
 extern "C" __global__ void symbolic_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
@@ -64,27 +132,25 @@ extern "C" __global__ void symbolic_shared(
         int* __restrict__ ovf_rows, int* __restrict__ ovf_count) {
     __shared__ int counts[MAX_RPB];
     __shared__ int full[MAX_RPB];
+    __shared__ int chunks;
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     int* keys = reinterpret_cast<int*>(smem) + slot * S;
+    Stage<int> st(rpb, S * 4, slot);
     for (int i = lane; i < S; i += tpr) keys[i] = EMPTY_KEY;
     if (lane == 0) { counts[slot] = 0; full[slot] = 0; }
+    if (threadIdx.x == 0) chunks = 0;
     __syncthreads();
-    const long long r = (long long)blockIdx.x * rpb + slot;
-    int row = -1;
-    if (r < nrows) {
-        row = rows[r];
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
-        int fresh = 0;
-        for (long long p = p0 + lane; p < p1; p += tpr) {
-            if (*(volatile int*)&full[slot]) break;
-            seek(csum, nz, p);
-            const int k = Bj[Bp[Aj[nz]] + (int)(p - csum[nz])];
-            if (hash_insert(keys, S, k, &fresh) < 0) { full[slot] = 1; break; }
-        }
-        atomicAdd(&counts[slot], fresh);
-    }
+    int row, a0, a1;
+    const int nch = block_chunks(Ap, rows, (long long)blockIdx.x * rpb + slot, nrows, lane, &row, &a0, &a1, &chunks);
+    int fresh = 0;
+    staged_products(a0, a1, nch, lane, tpr, Aj, Bp, csum, st.c, st.b, [](int, int) {},
+        [&](int b, int) {
+            if (*(volatile int*)&full[slot]) return false;
+            if (hash_insert(keys, S, Bj[b], &fresh) < 0) { full[slot] = 1; return false; }
+            return true;
+        });
+    if (row >= 0) atomicAdd(&counts[slot], fresh);
     __syncthreads();
     if (row >= 0 && lane == 0) {
         if (full[slot]) {
@@ -97,6 +163,10 @@ extern "C" __global__ void symbolic_shared(
 }
 
 // ------------------------------------------------------------------ numeric, shared memory
+// Tables up to RANK_SORT_MAX slots are sorted by rank (each key counts the smaller keys of its
+// table: S reads a key, broadcast, no barriers); larger ones by a bitonic sort.
+#define RANK_SORT_MAX 256
+
 template <typename T>
 __global__ void numeric_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
@@ -105,29 +175,39 @@ __global__ void numeric_shared(
         const int S, const int rpb, const long long* __restrict__ Cp, const long long c_base,
         int* __restrict__ Cj, T* __restrict__ Cx, const int sort) {
     __shared__ int counts[MAX_RPB];
+    __shared__ int chunks;
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     T* vals = reinterpret_cast<T*>(smem) + slot * S;
     int* keys = reinterpret_cast<int*>(reinterpret_cast<T*>(smem) + rpb * S) + slot * S;
+    Stage<T> st(rpb, S * (int)(sizeof(T) + 4), slot);
     for (int i = lane; i < S; i += tpr) { keys[i] = EMPTY_KEY; vals[i] = T(0); }
     if (lane == 0) counts[slot] = 0;
+    if (threadIdx.x == 0) chunks = 0;
     __syncthreads();
-    const long long r = (long long)blockIdx.x * rpb + slot;
-    int row = -1;
-    if (r < nrows) {
-        row = rows[r];
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
-        int fresh = 0;
-        for (long long p = p0 + lane; p < p1; p += tpr) {
-            seek(csum, nz, p);
-            const int b = Bp[Aj[nz]] + (int)(p - csum[nz]);
+    int row, a0, a1;
+    const int nch = block_chunks(Ap, rows, (long long)blockIdx.x * rpb + slot, nrows, lane, &row, &a0, &a1, &chunks);
+    int fresh = 0;
+    staged_products(a0, a1, nch, lane, tpr, Aj, Bp, csum, st.c, st.b,
+        [&](int l, int e) { st.x[l] = Ax[e]; },
+        [&](int b, int nz) {
             const int h = hash_insert(keys, S, Bj[b], &fresh);
-            if (h >= 0) atomicAdd(&vals[h], Ax[nz] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
+            if (h >= 0) atomicAdd(&vals[h], st.x[nz] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
+            return true;
+        });
+    if (sort && S <= RANK_SORT_MAX) {
+        if (row >= 0) {
+            const long long base = Cp[row] - c_base;
+            for (int i = lane; i < S; i += tpr) {
+                const int k = keys[i];
+                if (k != EMPTY_KEY) {
+                    int rank = 0;
+                    for (int q = 0; q < S; ++q) rank += keys[q] < k;
+                    Cj[base + rank] = k; Cx[base + rank] = vals[i];
+                }
+            }
         }
-    }
-    __syncthreads();
-    if (sort) {
+    } else if (sort) {
         // Bitonic sort of every row's whole table (all rows of the block share S).
         for (int k = 2; k <= S; k <<= 1) {
             for (int j = k >> 1; j > 0; j >>= 1) {
@@ -205,11 +285,17 @@ extern "C" __global__ void classify_rows(
         idx[i] = t;
         g = t + 1;
     }
-    // rows per group: warp-aggregated, one atomic per group present in the warp
+    // block-level totals in shared memory first: one global atomic per figure and block (a warp
+    // per atomic serialised ~8k warps on the same words: ~100 us for 262k rows)
+    __shared__ unsigned long long s_acc[MAX_GROUPS + 4];
+    __shared__ double s_sq;
+    for (int t = threadIdx.x; t < MAX_GROUPS + 4; t += blockDim.x) s_acc[t] = 0;
+    if (threadIdx.x == 0) s_sq = 0.0;
+    __syncthreads();
     const unsigned live = __ballot_sync(FULL_MASK, i < m);
     if (i < m) {
         const unsigned peers = __match_any_sync(live, g);
-        if (lane == __ffs(peers) - 1) atomicAdd(&acc[g], (unsigned long long)__popc(peers));
+        if (lane == __ffs(peers) - 1) atomicAdd(&s_acc[g], (unsigned long long)__popc(peers));
     }
     unsigned long long sum = (unsigned long long)fig, mx = (unsigned long long)fig, nr = risky;
     double sq = (double)fig * (double)fig;
@@ -221,33 +307,51 @@ extern "C" __global__ void classify_rows(
         mx = o > mx ? o : mx;
     }
     if (lane == 0 && sum) {
-        atomicAdd(&acc[T + 2], sum);
-        atomicMax(&acc[T + 3], mx);
-        if (nr) atomicAdd(&acc[T + 4], nr);
-        atomicAdd(reinterpret_cast<double*>(&acc[T + 5]), sq);
+        atomicAdd(&s_acc[MAX_GROUPS], sum);
+        atomicMax(&s_acc[MAX_GROUPS + 1], mx);
+        atomicAdd(&s_acc[MAX_GROUPS + 2], nr);
+        atomicAdd(&s_sq, sq);
+    }
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < T + 2) {
+        if (s_acc[t]) atomicAdd(&acc[t], s_acc[t]);
+    } else if (t < T + 5) {
+        const unsigned long long v = s_acc[MAX_GROUPS + t - (T + 2)];
+        if (v) (t == T + 3) ? atomicMax(&acc[t], v) : atomicAdd(&acc[t], v);
+    } else if (t == T + 5 && s_sq != 0.0) {
+        atomicAdd(reinterpret_cast<double*>(&acc[T + 5]), s_sq);
     }
 }
 
 // Counting sort of rows by table index (idx in -1..T): cursor[g] starts at the exclusive offset
-// of group g - 1; warp-aggregated atomics (one per group present in a warp). Order within a group
-// is arbitrary, which the passes do not need. top >= 0 (the balanced rule): every shared-table row
+// of group g - 1. A block counts its rows per group in shared memory (warp-aggregated), takes one
+// range per group from cursor, and places its rows in it. Order within a group is arbitrary,
+// which the passes do not need. top >= 0 (the balanced rule): every shared-table row
 // (0 <= idx < T) takes table top, written back to idx.
 extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const int T, const int top,
                                        int* __restrict__ cursor, int* __restrict__ order) {
+    __shared__ int s_count[MAX_GROUPS];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= m) return;
     const int lane = threadIdx.x & 31;
-    int t = idx[i];
-    if (top >= 0 && t >= 0 && t < T && t != top) idx[i] = t = top;
-    const int g = t + 1;
-    const unsigned active = __activemask();
-    const unsigned peers = __match_any_sync(active, g);
-    const int leader = __ffs(peers) - 1;
-    const int rank = __popc(peers & ((1u << lane) - 1u));
-    int base = 0;
-    if (lane == leader) base = atomicAdd(&cursor[g], __popc(peers));
-    base = __shfl_sync(peers, base, leader);
-    order[base + rank] = i;
+    for (int t = threadIdx.x; t < T + 2; t += blockDim.x) s_count[t] = 0;
+    __syncthreads();
+    int g = 0, pos = 0;
+    const unsigned live = __ballot_sync(FULL_MASK, i < m);
+    if (i < m) {
+        int t = idx[i];
+        if (top >= 0 && t >= 0 && t < T && t != top) idx[i] = t = top;
+        g = t + 1;
+        const unsigned peers = __match_any_sync(live, g);
+        const int leader = __ffs(peers) - 1;
+        if (lane == leader) pos = atomicAdd(&s_count[g], __popc(peers));
+        pos = __shfl_sync(peers, pos, leader) + __popc(peers & ((1u << lane) - 1u));
+    }
+    __syncthreads();
+    if (threadIdx.x < T + 2 && s_count[threadIdx.x])
+        s_count[threadIdx.x] = atomicAdd(&cursor[threadIdx.x], s_count[threadIdx.x]);
+    __syncthreads();
+    if (i < m) order[s_count[g] + pos] = i;
 }
 
 // ------------------------------------------------------------------ global-memory paths

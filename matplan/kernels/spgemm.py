@@ -4,19 +4,23 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
 
 1. analysis (GPU): ``csum``, the exclusive scan of nnz(B[j,:]) over A's nonzeros (int64), gives
    nnz_RowCt per row (the paper's row computation density) and a work index for every product;
-   one host transfer brings back the totals and the group sizes;
+   one launch (``classify_rows``) finds every row's table and the totals, one host transfer
+   brings back the group sizes and the moments the balanced rule needs, ``bucket_rows`` groups;
 2. symbolic pass: a shared-memory hash of column keys per row counts its distinct columns; the
    table is sized from nnz_RowCt (an upper bound, so it cannot overflow) where it fits, else the
    largest table is tried and a row that fills it goes to the global-memory path (a dense
    accumulator), as do rows whose paper estimate alpha = nnz_RowCt / pi already exceeds it;
-3. exclusive scan of the exact row counts -> C's indptr, one host transfer (total nnz, groups)
-   and the allocation of C;
+3. exclusive scan of the exact row counts -> C's indptr, the numeric table of every row (one
+   launch, one host transfer: total nnz, groups) and the allocation of C;
 4. numeric pass grouped by the exact nnz of each row (the paper groups by its estimate alpha; the
    symbolic pass gives the true count, so a numeric table never overflows): keys by atomicCAS,
-   values by atomicAdd, then the row is bitonic-sorted by column in shared memory (``sort=False``
-   skips it) and written out; rows larger than every shared table use the global path;
+   values by atomicAdd, then the row is sorted by column in shared memory (by rank up to 256
+   slots, else bitonic; ``sort=False`` skips it) and written out; rows larger than every shared
+   table use the global path;
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
 
+Both passes stage a row's A nonzeros 32 at a time in shared memory (csum, B row start, value),
+so a thread finds its product's nonzero there instead of through dependent global loads.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
@@ -73,6 +77,8 @@ _NAMES = ("numeric_shared<float>", "numeric_shared<double>",
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
 STATIC_SMEM = 1024
+#: Dynamic shared memory per row beside its table: the staged A nonzeros (spgemm.cu's STAGE_BYTES).
+STAGE_BYTES = 656
 #: Threads per row: table size / 2 clamped to [32, MAX_TPR]; rows per block fill BLOCK_THREADS.
 MAX_TPR = 1024
 BLOCK_THREADS = 256
@@ -90,13 +96,13 @@ KEY_BYTES = 4
 def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
     """Power-of-two table sizes from MIN_TABLE up to the largest that fits ``smem_bytes`` per block."""
     sizes, size = [], MIN_TABLE
-    while size * slot_bytes + STATIC_SMEM <= smem_bytes:
+    while size * slot_bytes + STAGE_BYTES + STATIC_SMEM <= smem_bytes:
         sizes.append(size)
         size *= 2
     if not sizes:
         raise ValueError(f"smem_limit: {smem_bytes} bytes of shared memory per block hold no "
                          f"{MIN_TABLE}-slot table of {slot_bytes}-byte slots; expected at least "
-                         f"{MIN_TABLE * slot_bytes + STATIC_SMEM}")
+                         f"{MIN_TABLE * slot_bytes + STAGE_BYTES + STATIC_SMEM}")
     return tuple(sizes)
 
 
@@ -104,9 +110,14 @@ def launch_shape(size: int, slot_bytes: int, smem_bytes: int) -> tuple:
     """(threads per row, rows per block) for tables of ``size`` slots."""
     tpr = min(MAX_TPR, max(32, size // 2))
     rpb = max(1, BLOCK_THREADS // tpr)
-    while rpb > 1 and rpb * size * slot_bytes + STATIC_SMEM > smem_bytes:
+    while rpb > 1 and table_smem(size, slot_bytes, rpb) + STATIC_SMEM > smem_bytes:
         rpb //= 2
     return tpr, rpb
+
+
+def table_smem(size: int, slot_bytes: int, rpb: int) -> int:
+    """Dynamic shared memory of a launch: rpb tables of ``size`` slots and their rows' stages."""
+    return rpb * (size * slot_bytes + STAGE_BYTES)
 
 
 def table_caps(ladder: tuple, load: float = TABLE_LOAD) -> list:
@@ -541,7 +552,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
             _launch("symbolic_shared", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, B.indptr, B.indices, csum, rows, np.int32(n),
                      np.int32(size), np.int32(rpb), row_nnz, ovf_rows, ovf_count),
-                    smem=rpb * size * KEY_BYTES)
+                    smem=table_smem(size, KEY_BYTES, rpb))
     fork.join()
     n_global_sym = n_direct
     if risky:  # rows that may have filled the largest table: one more host transfer to know
@@ -606,7 +617,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
                     (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
                      np.int32(n), np.int32(size), np.int32(rpb), s.Cp, base, Cj, Cx,
                      np.int32(s.sort)),
-                    smem=rpb * size * num_slot)
+                    smem=table_smem(size, num_slot, rpb))
     n_glob = int(counts[-1])
     if n_glob:
         G = _global_blocks(n_glob, k * num_slot, "numeric")
