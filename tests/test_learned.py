@@ -92,7 +92,21 @@ def test_fast_prediction_matches_scikit_learn(dataset):
     Z[::3, 5] = np.nan
     Z[1::4] = Z[1::4] * 1.7
     ref = np.exp(np.column_stack([m.predict(Z) for m in model.models_]))
+    model.fixed_prepare_ = {}   # compare the tree walks alone (see test_fixed_prepare)
     np.testing.assert_allclose(model._predict_z(Z), ref, rtol=1e-12)
+
+
+def test_fixed_prepare(dataset):
+    """Kernels whose prepare keeps A's arrays (reads_a_at_run) are predicted their median prepare time."""
+    from matplan.kernels import get
+    model = fit(dataset, kind="combined", cv=0, max_iter=30)
+    queries, y = dataset.queries(), dataset.y()
+    fixed = {q.kernel for q in queries if get(q.kernel).reads_a_at_run}
+    assert fixed and set(model.fixed_prepare_) == fixed
+    pred = model.predict(queries)
+    for k in fixed:
+        rows = [i for i, q in enumerate(queries) if q.kernel == k]
+        assert np.allclose(pred[rows, 1], np.median(y[rows, 1]))
 
 
 def test_sklearn_conventions(dataset):

@@ -37,7 +37,16 @@ LAUNCH_S = 6e-6
 #: with or without 4x unrolling (second run).
 ITER_S = 4e-7
 #: Cost of each launched thread (indptr loads, shuffles): W = 4 vs 8 vs 16 lanes on 3-D Poisson.
+#: CSR scalar and vector launch their threads (1 or W per row) once for each of the k columns
+#: (grid (rows, k)), so they count m * k and m * W * k threads; on the H100 tuning data
+#: (2026-11-23) CSR vector's time past the bytes grew as m * W * k at 3-5e-12 s a thread
+#: (Poisson, banded, uniform, k = 4 and 16).
 THREAD_S = 5e-12
+#: Entries each lane of CSR scalar / vector loads per loop trip (spmv.cu's UNROLL): the longest
+#: row takes row_max / (UNROLL * lanes) trips of ITER_S. Counting one trip per entry predicted
+#: 3-5x the H100's times where that row dominates (2026-11-23 tuning data: skewed, R-MAT, ice40,
+#: gene_go; CSR scalar 0.17-0.3x, CSR vector 0.15-0.45x); per trip they fit 0.75-1.2x.
+UNROLL = 4
 #: Merge path: fixed cost of each tile (search, scan, barriers), fitted with its efficiency on the
 #: H100 benchmark at d7a3bd4 (see EFFICIENCY).
 MERGE_TILE_S = 2e-9
@@ -194,7 +203,8 @@ class CsrScalar(_CSR):
         v, i = self._sizes(f)
         slots = f.warp_len_before * f.m   # a warp runs as long as its longest row
         nbytes = slots * (v + i) * f.k + (f.m + 1) * i + self._dense_bytes(f)
-        return Cost(0.0, self._time(nbytes, device, 1, f.row_max, f.m),
+        trips = np.ceil(f.row_max / UNROLL)
+        return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * f.k),
                     f"thread per row: warps run {f.warp_len_before:.2f} iterations on average "
                     f"({slots / max(f.nnz, 1):.2f}x the nonzeros as lane-slots), uncoalesced, "
                     f"~{EFFICIENCY[self.name]:.2f} of bandwidth")
@@ -224,10 +234,11 @@ class CsrVector(_CSR):
         w = int(params["W"])
         lane_slots = f.m * w * max(1.0, np.ceil(f.row_mean / w))
         nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + self._dense_bytes(f)
-        return Cost(0.0, self._time(nbytes, device, 1, np.ceil(f.row_max / w), f.m * w),
-                    f"{w} lanes per row (mean row {f.row_mean:.1f}): lanes busy "
+        trips = np.ceil(f.row_max / (UNROLL * w))
+        return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * w * f.k),
+                    f"{w} lanes per row (mean row {f.row_mean:.1f}) for each of {f.k} column(s): lanes busy "
                     f"{f.nnz / max(lane_slots, 1):.2f}, longest row {f.row_max} takes "
-                    f"{int(np.ceil(f.row_max / w))} iterations")
+                    f"{int(trips)} trips of {UNROLL * w} entries")
 
 
 class CsrSpmm(_CSR):
