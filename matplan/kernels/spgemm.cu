@@ -56,73 +56,6 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
     return -1;
 }
 
-// A row's A nonzeros are staged STAGE at a time in shared memory (csum at each and one past the
-// last, the start of the B row each selects, and the kernel's own extra, e.g. the A value), so
-// finding a product's nonzero reads shared memory instead of a chain of dependent global loads
-// (csum -> Aj -> Bp). Per row STAGE_BYTES after the tables; spgemm.py's STAGE_BYTES must match.
-#define STAGE 32
-#define STAGE_BYTES 656   // (STAGE + 1) * 8 + STAGE * 8 + STAGE * 4, rounded up to 16
-
-// Every product of the row's A nonzeros [a0, a1): visit(b, nz) with b the position in B's
-// arrays and nz the staged nonzero (0..STAGE); visit returns false to stop this thread's chunk.
-// load(l, e) stages the kernel's extra for nonzero e in place l. Every thread of the block calls
-// this with the same nch (the block's most chunks of any row): it synchronises the block.
-template <typename Load, typename Visit>
-__device__ __forceinline__ void staged_products(
-        const int a0, const int a1, const int nch, const int lane, const int tpr,
-        const int* __restrict__ Aj, const int* __restrict__ Bp, const long long* __restrict__ csum,
-        long long* st_c, int* st_b, Load load, Visit visit) {
-    for (int ch = 0; ch < nch; ++ch) {
-        const int c0 = a0 + ch * STAGE;
-        const int cn = max(0, min(STAGE, a1 - c0));
-        if (lane < cn) {
-            const int e = c0 + lane;
-            st_b[lane] = Bp[Aj[e]];
-            st_c[lane] = csum[e];
-            load(lane, e);
-        }
-        if (lane == 0 && cn > 0) st_c[cn] = csum[c0 + cn];
-        __syncthreads();
-        if (cn > 0) {
-            int nz = 0;
-            const long long p1 = st_c[cn];
-            for (long long p = st_c[0] + lane; p < p1; p += tpr) {
-                while (st_c[nz + 1] <= p) ++nz;
-                if (!visit(st_b[nz] + (int)(p - st_c[nz]), nz)) break;
-            }
-        }
-        __syncthreads();                                // the stage is refilled next chunk
-    }
-}
-
-// The row's stage (after rpb tables of `table_bytes` each): csum (STAGE + 1), extra (STAGE of E),
-// B row starts (STAGE).
-template <typename E>
-struct Stage {
-    long long* c; E* x; int* b;
-    __device__ Stage(int rpb, int table_bytes, int slot) {
-        unsigned char* base = smem + (long long)rpb * table_bytes + (long long)slot * STAGE_BYTES;
-        c = reinterpret_cast<long long*>(base);
-        x = reinterpret_cast<E*>(base + (STAGE + 1) * 8);
-        b = reinterpret_cast<int*>(base + (STAGE + 1) * 8 + STAGE * 8);
-    }
-};
-
-// Rows [a0, a1) of A for row r of the launch (a0 = a1 = 0 past nrows), and the block's most chunks.
-__device__ __forceinline__ int block_chunks(const int* __restrict__ Ap, const int* __restrict__ rows,
-                                            const long long r, const int nrows, const int lane,
-                                            int* row, int* a0, int* a1, int* chunks) {
-    *row = -1; *a0 = 0; *a1 = 0;
-    if (r < nrows) {
-        *row = rows[r];
-        *a0 = Ap[*row];
-        *a1 = Ap[*row + 1];
-        if (lane == 0) atomicMax(chunks, (*a1 - *a0 + STAGE - 1) / STAGE);
-    }
-    __syncthreads();
-    return *chunks;
-}
-
 // ------------------------------------------------------------------ symbolic, shared memory
 extern "C" __global__ void symbolic_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
@@ -132,25 +65,27 @@ extern "C" __global__ void symbolic_shared(
         int* __restrict__ ovf_rows, int* __restrict__ ovf_count) {
     __shared__ int counts[MAX_RPB];
     __shared__ int full[MAX_RPB];
-    __shared__ int chunks;
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     int* keys = reinterpret_cast<int*>(smem) + slot * S;
-    Stage<int> st(rpb, S * 4, slot);
     for (int i = lane; i < S; i += tpr) keys[i] = EMPTY_KEY;
     if (lane == 0) { counts[slot] = 0; full[slot] = 0; }
-    if (threadIdx.x == 0) chunks = 0;
     __syncthreads();
-    int row, a0, a1;
-    const int nch = block_chunks(Ap, rows, (long long)blockIdx.x * rpb + slot, nrows, lane, &row, &a0, &a1, &chunks);
-    int fresh = 0;
-    staged_products(a0, a1, nch, lane, tpr, Aj, Bp, csum, st.c, st.b, [](int, int) {},
-        [&](int b, int) {
-            if (*(volatile int*)&full[slot]) return false;
-            if (hash_insert(keys, S, Bj[b], &fresh) < 0) { full[slot] = 1; return false; }
-            return true;
-        });
-    if (row >= 0) atomicAdd(&counts[slot], fresh);
+    const long long r = (long long)blockIdx.x * rpb + slot;
+    int row = -1;
+    if (r < nrows) {
+        row = rows[r];
+        int nz = Ap[row];
+        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
+        int fresh = 0;
+        for (long long p = p0 + lane; p < p1; p += tpr) {
+            if (*(volatile int*)&full[slot]) break;
+            seek(csum, nz, p);
+            const int k = Bj[Bp[Aj[nz]] + (int)(p - csum[nz])];
+            if (hash_insert(keys, S, k, &fresh) < 0) { full[slot] = 1; break; }
+        }
+        atomicAdd(&counts[slot], fresh);
+    }
     __syncthreads();
     if (row >= 0 && lane == 0) {
         if (full[slot]) {
@@ -175,26 +110,28 @@ __global__ void numeric_shared(
         const int S, const int rpb, const long long* __restrict__ Cp, const long long c_base,
         int* __restrict__ Cj, T* __restrict__ Cx, const int sort) {
     __shared__ int counts[MAX_RPB];
-    __shared__ int chunks;
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     T* vals = reinterpret_cast<T*>(smem) + slot * S;
     int* keys = reinterpret_cast<int*>(reinterpret_cast<T*>(smem) + rpb * S) + slot * S;
-    Stage<T> st(rpb, S * (int)(sizeof(T) + 4), slot);
     for (int i = lane; i < S; i += tpr) { keys[i] = EMPTY_KEY; vals[i] = T(0); }
     if (lane == 0) counts[slot] = 0;
-    if (threadIdx.x == 0) chunks = 0;
     __syncthreads();
-    int row, a0, a1;
-    const int nch = block_chunks(Ap, rows, (long long)blockIdx.x * rpb + slot, nrows, lane, &row, &a0, &a1, &chunks);
-    int fresh = 0;
-    staged_products(a0, a1, nch, lane, tpr, Aj, Bp, csum, st.c, st.b,
-        [&](int l, int e) { st.x[l] = Ax[e]; },
-        [&](int b, int nz) {
+    const long long r = (long long)blockIdx.x * rpb + slot;
+    int row = -1;
+    if (r < nrows) {
+        row = rows[r];
+        int nz = Ap[row];
+        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
+        int fresh = 0;
+        for (long long p = p0 + lane; p < p1; p += tpr) {
+            seek(csum, nz, p);
+            const int b = Bp[Aj[nz]] + (int)(p - csum[nz]);
             const int h = hash_insert(keys, S, Bj[b], &fresh);
-            if (h >= 0) atomicAdd(&vals[h], st.x[nz] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
-            return true;
-        });
+            if (h >= 0) atomicAdd(&vals[h], Ax[nz] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
+        }
+    }
+    __syncthreads();
     if (sort && S <= RANK_SORT_MAX) {
         if (row >= 0) {
             const long long base = Cp[row] - c_base;

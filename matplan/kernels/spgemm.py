@@ -18,9 +18,6 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
    slots, else bitonic; ``sort=False`` skips it) and written out; rows larger than every shared
    table use the global path;
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
-
-Both passes stage a row's A nonzeros 32 at a time in shared memory (csum, B row start, value),
-so a thread finds its product's nonzero there instead of through dependent global loads.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
@@ -77,8 +74,6 @@ _NAMES = ("numeric_shared<float>", "numeric_shared<double>",
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
 STATIC_SMEM = 1024
-#: Dynamic shared memory per row beside its table: the staged A nonzeros (spgemm.cu's STAGE_BYTES).
-STAGE_BYTES = 656
 #: Threads per row: table size / 2 clamped to [32, MAX_TPR]; rows per block fill BLOCK_THREADS.
 MAX_TPR = 1024
 BLOCK_THREADS = 256
@@ -96,13 +91,13 @@ KEY_BYTES = 4
 def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
     """Power-of-two table sizes from MIN_TABLE up to the largest that fits ``smem_bytes`` per block."""
     sizes, size = [], MIN_TABLE
-    while size * slot_bytes + STAGE_BYTES + STATIC_SMEM <= smem_bytes:
+    while size * slot_bytes + STATIC_SMEM <= smem_bytes:
         sizes.append(size)
         size *= 2
     if not sizes:
         raise ValueError(f"smem_limit: {smem_bytes} bytes of shared memory per block hold no "
                          f"{MIN_TABLE}-slot table of {slot_bytes}-byte slots; expected at least "
-                         f"{MIN_TABLE * slot_bytes + STAGE_BYTES + STATIC_SMEM}")
+                         f"{MIN_TABLE * slot_bytes + STATIC_SMEM}")
     return tuple(sizes)
 
 
@@ -116,8 +111,8 @@ def launch_shape(size: int, slot_bytes: int, smem_bytes: int) -> tuple:
 
 
 def table_smem(size: int, slot_bytes: int, rpb: int) -> int:
-    """Dynamic shared memory of a launch: rpb tables of ``size`` slots and their rows' stages."""
-    return rpb * (size * slot_bytes + STAGE_BYTES)
+    """Dynamic shared memory of a launch: rpb tables of ``size`` slots."""
+    return rpb * size * slot_bytes
 
 
 def table_caps(ladder: tuple, load: float = TABLE_LOAD) -> list:
