@@ -792,11 +792,13 @@ def transpose_sort(A):
 
 # ----------------------------------------------------------------------------- the kernel
 #: Fraction of the copy bandwidth the hash passes reach on the product traffic, and the fixed
-#: cost of a call (analysis and allocation: ~80 CuPy calls and two host transfers, 3-4 ms of
-#: host time measured on an H100, benchmarks/results/spgemm-*-2026-11-22.json). Fitted to R-MAT
-#: scale 16 (72 ms); the model over-predicts block-dense and banded products (conservative).
+#: cost of a call outside the two passes (product scan, classification, grouping, allocation, two
+#: host transfers): 0.4-0.6 ms on an H100 with the fused analysis kernels (whole call minus the
+#: pass kernels, benchmarks/results/spgemm-phases-h100-2026-11-23-8a8889c.json; it was 3.5 ms
+#: with ~80 CuPy calls). Efficiency fitted to R-MAT scale 16 (72 ms); the model over-predicts
+#: block-dense and banded products (conservative) and under-predicts skewed (its global rows).
 HASH_EFFICIENCY = 0.055
-HASH_FIXED_S = 3.5e-3
+HASH_FIXED_S = 0.6e-3
 LAUNCH_S = 6e-6
 #: The paper's compression estimate: nnz(C row) ~ nnz_RowCt / pi.
 COMPRESSION = math.pi
