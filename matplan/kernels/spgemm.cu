@@ -34,15 +34,54 @@
 // Dynamic shared memory of every kernel here (one declaration: one linkage).
 extern __shared__ __align__(16) unsigned char smem[];
 
-// Advance nz (an A nonzero of the current row) until product p lies in its B row.
-__device__ __forceinline__ void seek(const long long* __restrict__ csum, int& nz, long long p) {
-    while (csum[nz + 1] <= p) ++nz;
+// Walk the products of `row` that thread `lane` of its `tpr` threads owns (tpr a multiple of 32,
+// the row's threads whole warps of the block), calling f(k, e, b) for product p = A(row, col e) *
+// B(col e, column k) read at B's position b. Products are numbered by csum (the exclusive scan of
+// nnz(B[j,:]) over A's nonzeros). A's row is taken 32 nonzeros at a time: lane t of every warp of
+// the row loads csum, B's row start and (for the caller) the A index of nonzero t of the chunk,
+// once per chunk; then the warps take the chunk's products 32 at a time, strided by tpr, and each
+// lane finds its product's nonzero by a binary search over the lanes' csum (__shfl_sync): no
+// chain of dependent global loads per product (csum -> Aj -> Bp), no block barrier. Every lane
+// of a warp runs the same loop trips (the shuffles need them); `stop(p < end, ...)` is asked
+// after each product round and ends the walk for the whole warp when any lane says so.
+template <typename F, typename Stop>
+__device__ __forceinline__ void for_each_product(
+        const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
+        const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
+        const int lane, const int tpr, F f, Stop stop) {
+    const int l32 = lane & 31, wbase = lane & ~31;
+    const int a0 = Ap[row], a1 = Ap[row + 1];
+    for (int c0 = a0; c0 < a1; c0 += 32) {
+        const int cn = min(32, a1 - c0);
+        const long long q1 = csum[c0 + cn];
+        long long cs = 0x7fffffffffffffffLL;
+        int bs = 0;
+        if (l32 < cn) { cs = csum[c0 + l32]; bs = Bp[Aj[c0 + l32]]; }
+        const long long q0 = __shfl_sync(FULL_MASK, cs, 0);
+        for (long long base = q0 + wbase; base < q1; base += tpr) {
+            const long long p = base + l32;
+            int t = 0;
+#pragma unroll
+            for (int step = 16; step > 0; step >>= 1) {
+                const long long v = __shfl_sync(FULL_MASK, cs, t + step);
+                if (v <= p) t += step;
+            }
+            const long long off = p - __shfl_sync(FULL_MASK, cs, t);
+            const int b = __shfl_sync(FULL_MASK, bs, t) + (int)off;
+            bool quit = false;
+            if (p < q1) quit = f(Bj[b], c0 + t, b);
+            if (__any_sync(FULL_MASK, stop(quit))) return;
+        }
+    }
 }
 
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
 // Counts a newly claimed slot in *fresh.
+// The slot is Fibonacci hashing (the top log2(S) bits of k * 2^32/phi), not k mod S: columns of
+// structured matrices (stencils, bands, blocks) step by multiples of a power of two, which k mod S
+// piles onto one slot and a long probe chain.
 __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) {
-    int h = k & (S - 1);
+    int h = (int)(((unsigned)k * 0x9E3779B1u) >> (33 - __ffs(S))) & (S - 1);
     for (int probe = 0; probe < S; ++probe) {
         int cur = keys[h];
         if (cur == k) return h;
@@ -75,15 +114,14 @@ extern "C" __global__ void symbolic_shared(
     int row = -1;
     if (r < nrows) {
         row = rows[r];
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
         int fresh = 0;
-        for (long long p = p0 + lane; p < p1; p += tpr) {
-            if (*(volatile int*)&full[slot]) break;
-            seek(csum, nz, p);
-            const int k = Bj[Bp[Aj[nz]] + (int)(p - csum[nz])];
-            if (hash_insert(keys, S, k, &fresh) < 0) { full[slot] = 1; break; }
-        }
+        for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+            [&](int k, int, int) {
+                if (hash_insert(keys, S, k, &fresh) >= 0) return false;
+                full[slot] = 1;
+                return true;
+            },
+            [&](bool quit) { return quit || *(volatile int*)&full[slot] != 0; });
         atomicAdd(&counts[slot], fresh);
     }
     __syncthreads();
@@ -121,15 +159,14 @@ __global__ void numeric_shared(
     int row = -1;
     if (r < nrows) {
         row = rows[r];
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
         int fresh = 0;
-        for (long long p = p0 + lane; p < p1; p += tpr) {
-            seek(csum, nz, p);
-            const int b = Bp[Aj[nz]] + (int)(p - csum[nz]);
-            const int h = hash_insert(keys, S, Bj[b], &fresh);
-            if (h >= 0) atomicAdd(&vals[h], Ax[nz] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
-        }
+        for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+            [&](int k, int e, int b) {
+                const int h = hash_insert(keys, S, k, &fresh);
+                if (h >= 0) atomicAdd(&vals[h], Ax[e] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
+                return false;
+            },
+            [](bool) { return false; });
     }
     __syncthreads();
     if (sort && S <= RANK_SORT_MAX) {
@@ -329,14 +366,13 @@ extern "C" __global__ void symbolic_global(
         const int row = rows[r], stamp = row + 1;
         if (threadIdx.x == 0) count = 0;
         __syncthreads();
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
         int fresh = 0;
-        for (long long p = p0 + threadIdx.x; p < p1; p += blockDim.x) {
-            seek(csum, nz, p);
-            const int k = Bj[Bp[Aj[nz]] + (int)(p - csum[nz])];
-            if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
-        }
+        for_each_product(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
+            [&](int k, int, int) {
+                if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
+                return false;
+            },
+            [](bool) { return false; });
         atomicAdd(&count, fresh);
         __syncthreads();
         if (threadIdx.x == 0) row_nnz[row] = count;
@@ -358,15 +394,13 @@ __global__ void numeric_global(
     T* a = acc + (long long)blockIdx.x * ncols;
     for (int r = blockIdx.x; r < nrows; r += gridDim.x) {
         const int row = rows[r], stamp = row + 1;
-        int nz = Ap[row];
-        const long long p0 = csum[nz], p1 = csum[Ap[row + 1]];
-        for (long long p = p0 + threadIdx.x; p < p1; p += blockDim.x) {
-            seek(csum, nz, p);
-            const int b = Bp[Aj[nz]] + (int)(p - csum[nz]);
-            const int k = Bj[b];
-            mark[k] = stamp;
-            atomicAdd(&a[k], Ax[nz] * Bx[b]);
-        }
+        for_each_product(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
+            [&](int k, int e, int b) {
+                mark[k] = stamp;
+                atomicAdd(&a[k], Ax[e] * Bx[b]);
+                return false;
+            },
+            [](bool) { return false; });
         __syncthreads();
         long long out = Cp[row] - c_base;
         for (long long c0 = 0; c0 < ncols; c0 += blockDim.x) {
