@@ -77,11 +77,16 @@ __device__ __forceinline__ void for_each_product(
 
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
 // Counts a newly claimed slot in *fresh.
-// The slot is Fibonacci hashing (the top log2(S) bits of k * 2^32/phi), not k mod S: columns of
-// structured matrices (stencils, bands, blocks) step by multiples of a power of two, which k mod S
-// piles onto one slot and a long probe chain.
+// The first slot is k's log2(S)-bit chunks XORed together, not k mod S: columns of stencil rows
+// step by powers of two (i +- 64, i +- 4096), which k mod S piles onto one probe chain, while
+// the fold still maps an aligned run of consecutive columns (a band) onto distinct slots and
+// shared-memory banks. (Fibonacci hashing, tried first on the H100: Poisson numeric 1020 -> 441
+// us, but banded 638 -> 936 us: its scattered slots cost bank conflicts in the value atomics.)
 __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) {
-    int h = (int)(((unsigned)k * 0x9E3779B1u) >> (33 - __ffs(S))) & (S - 1);
+    const int bits = __ffs(S) - 1;
+    unsigned f = (unsigned)k;
+    for (int sh = bits; sh < 32; sh += bits) f ^= (unsigned)k >> sh;
+    int h = (int)(f & (unsigned)(S - 1));
     for (int probe = 0; probe < S; ++probe) {
         int cur = keys[h];
         if (cur == k) return h;
@@ -136,9 +141,14 @@ extern "C" __global__ void symbolic_shared(
 }
 
 // ------------------------------------------------------------------ numeric, shared memory
-// Tables up to RANK_SORT_MAX slots are sorted by rank (each key counts the smaller keys of its
-// table: S reads a key, broadcast, no barriers); larger ones by a bitonic sort.
+// Tables of up to RANK_SLOTS slots a thread (S <= RANK_SLOTS * tpr; launch_shape gives every
+// table up to 2048 slots that) and RANK_SORT_MAX slots are sorted by rank: each thread takes its
+// slots into registers, the occupied keys are compacted to the front of the table, and each key
+// counts the smaller ones among the row's c compacted keys (c^2 broadcast reads a row instead of
+// S^2: a row of 64 nonzeros in a 128-slot table, uniform random, had 16k comparisons). Larger
+// tables use a bitonic sort.
 #define RANK_SORT_MAX 256
+#define RANK_SLOTS 2
 
 template <typename T>
 __global__ void numeric_shared(
@@ -169,17 +179,32 @@ __global__ void numeric_shared(
             [](bool) { return false; });
     }
     __syncthreads();
-    if (sort && S <= RANK_SORT_MAX) {
+    if (sort && S <= RANK_SORT_MAX && S <= RANK_SLOTS * tpr) {
+        int mk[RANK_SLOTS];
+        T mv[RANK_SLOTS];
+#pragma unroll
+        for (int j = 0; j < RANK_SLOTS; ++j) {
+            const int i = lane + j * tpr;
+            mk[j] = i < S ? keys[i] : EMPTY_KEY;
+            mv[j] = i < S ? vals[i] : T(0);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < RANK_SLOTS; ++j)
+            if (mk[j] != EMPTY_KEY) keys[atomicAdd(&counts[slot], 1)] = mk[j];
+        __syncthreads();
         if (row >= 0) {
             const long long base = Cp[row] - c_base;
-            for (int i = lane; i < S; i += tpr) {
-                const int k = keys[i];
-                if (k != EMPTY_KEY) {
-                    int rank = 0;
-                    for (int q = 0; q < S; ++q) rank += keys[q] < k;
-                    Cj[base + rank] = k; Cx[base + rank] = vals[i];
-                }
+            const int c = counts[slot];
+            int rank[RANK_SLOTS] = {};
+            for (int q = 0; q < c; ++q) {
+                const int kq = keys[q];
+#pragma unroll
+                for (int j = 0; j < RANK_SLOTS; ++j) rank[j] += kq < mk[j];
             }
+#pragma unroll
+            for (int j = 0; j < RANK_SLOTS; ++j)
+                if (mk[j] != EMPTY_KEY) { Cj[base + rank[j]] = mk[j]; Cx[base + rank[j]] = mv[j]; }
         }
     } else if (sort) {
         // Bitonic sort of every row's whole table (all rows of the block share S).
