@@ -6,7 +6,8 @@ the planner plans the product (its TSM2 candidate's t1 is timed online), TSM2 ru
 planned parameters, cuBLAS runs on the same arrays, both timed with CUDA events (median after
 warm-up). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
 with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online timing) and their
-errors, and which kernel the planner picked.
+errors, and which kernel the planner picked. A t3 marked * ran the row kernel with more than one
+warp step of A in flight (its ``depth``, in the JSON).
 
     PYTHONPATH=. python3 benchmarks/tsgemm.py [--n 8192 16384] [--k 1 2 4] [--sweep]
 
@@ -60,7 +61,7 @@ def main(argv=None):
         return 0
     rows = []
     t_start = time.perf_counter()
-    hdr = (f"{'n':>6} {'k':>3} {'dtype':>7} {'lay':>3} {'t1':>4} {'t2':>3} {'t3':>3} {'ms':>8} "
+    hdr = (f"{'n':>6} {'k':>3} {'dtype':>7} {'lay':>3} {'t1':>4} {'t2':>3} {'t3':>3}  {'ms':>7} "
            f"{'cublas':>8} {'speedup':>7} {'frac_bw':>7} {'cub_bw':>6} {'model':>8} {'cubpred':>8} {'planner':>12}")
     print(hdr, flush=True)
     for n in args.n:
@@ -89,6 +90,7 @@ def main(argv=None):
                     vms_q = tsm2.time_kernel(lambda: [cp.matmul(A, B) for _ in range(B2B)], 5, 1) * 1e3 / B2B
                     nbytes = (n * n + 2 * n * k) * np.dtype(dtype).itemsize
                     row = dict(n=n, k=k, dtype=dtype, layout=layout, t1=p["t1"], t2=p["t2"], t3=p["t3"],
+                               depth=p.get("depth", 1),
                                ms=ms, vendor_ms=vms, speedup_vs_vendor=vms / ms,
                                frac_of_copy_bw=nbytes / (ms * 1e-3) / copy_bw,
                                vendor_frac_of_copy_bw=nbytes / (vms * 1e-3) / copy_bw,
@@ -103,7 +105,7 @@ def main(argv=None):
                                planner_ms=ms if plan.kernel == "tsgemm.tsm2" else vms,
                                max_rel_err=err, t1_source=p.get("t1_source", ""))
                     rows.append(row)
-                    print(f"{n:>6} {k:>3} {dtype:>7} {layout:>3} {p['t1']:>4} {p['t2']:>3} {p['t3']:>3} "
+                    print(f"{n:>6} {k:>3} {dtype:>7} {layout:>3} {p['t1']:>4} {p['t2']:>3} {p['t3']:>3}{'*' if p.get('depth', 1) > 1 else ' '}"
                           f"{ms:8.3f} {vms:8.3f} {vms / ms:7.2f} {row['frac_of_copy_bw']:7.3f} "
                           f"{row['vendor_frac_of_copy_bw']:6.3f} {cand.run_s * 1e3:8.3f} {vcand.run_s * 1e3:8.3f} {plan.kernel:>12}"
                           + ("" if err < (1e-4 if dtype == "float32" else 1e-12) else f"  ERR {err:.2e}"),

@@ -73,7 +73,8 @@ def test_t1_candidates_fit_shared_memory():
 
 def test_kernel_names():
     assert tsm2.kernel_name("col", np.float64, 128, 8, 4, 2) == "tsm2_colmajor<double,128,8,4,2>"
-    assert tsm2.kernel_name("row", np.float32, 256, 16, 2, 4, 2, 3) == "tsm2_rowmajor<float,256,16,2,4,2,3>"
+    assert tsm2.kernel_name("row", np.float32, 256, 16, 2, 4, 2, 3) == "tsm2_rowmajor<float,256,16,2,4,2,3,1>"
+    assert tsm2.kernel_name("row", np.float32, 512, 16, 4, 4, 2, 4, 2) == "tsm2_rowmajor<float,512,16,4,4,2,4,2>"
     assert tsm2.row_steps(16, 2, 4, 4) == 4 and tsm2.row_steps(32, 1, 4, 4) == 1   # 48 KiB of shared memory
 
 
@@ -176,3 +177,45 @@ def test_row_cost_finite_for_large_blocks(dtype, k, t3):
     block there (inf), so the row kernel's cost falls back to the unrounded occupancy."""
     t = tsm2.model_time(H100, 8192, 8192, k, dtype, "row", 512, k, t3)
     assert math.isfinite(t) and t > 0
+
+
+def test_row_depths_share_loads_across_lane_groups():
+    # SH: the largest of G, 2, 1 dividing t3 and G; depth SH when it divides the steps per B tile
+    assert tsm2.row_share(4, 2) == 2 and tsm2.row_share(4, 4) == 4 and tsm2.row_share(2, 4) == 2
+    assert tsm2.row_share(3, 2) == 1 and tsm2.row_share(8, 1) == 1
+    assert tsm2.row_depths(4, 2, 4) == [1, 2]          # fp32 k = 16: G = 2, 4 steps per tile
+    assert tsm2.row_depths(4, 4, 4) == [1, 4]          # k = 32: G = 4
+    assert tsm2.row_depths(4, 4, 2) == [1]             # 4 does not divide 2 steps
+    assert tsm2.row_depths(4, 1, 4) == [1]             # one group: nothing to share
+    assert tsm2.row_depths(3, 2, 4) == [1]
+
+
+def test_split_waves_fills_the_last_wave():
+    """H100 column kernel at n = 32768: 13 slices of 32 blocks at one block per SM are 3.15 waves
+    of 132 (the last one 15 % full); 16 slices are 3.88 waves. Never fewer slices than the plain
+    rounding of the asked number to whole tiles gives."""
+    assert tsm2.split_waves(13, 26, 32, 32768, 256, 132) == (16, 2048)
+    assert tsm2.split_waves(7, 14, 128, 32768, 128, 264) == (8, 4096)
+    S, L = tsm2.split_waves(16, 16, 16, 16384, 256, 132)
+    assert (S, L) == (16, 1024)
+    assert tsm2.split_waves(1, 1, 128, 32768, 128, 396) == (1, 32768)       # no split: unchanged
+    assert tsm2.split_waves(5, 10, 8, 10000, 128, 0) == (5, 2048)           # occupancy unknown
+    for S0 in (2, 3, 7, 13):
+        S, L = tsm2.split_waves(S0, 2 * S0, 40, 30000, 256, 132)
+        assert S >= tsm2.split_waves(S0, S0, 40, 30000, 256, 132)[0]
+        assert L % 256 == 0 and (S - 1) * L < 30000 <= S * L
+
+
+def test_t1_store_keeps_the_row_depth():
+    store = tsm2.InProcessT1Store()
+    key = tsm2.t1_key("dev", "float32", "row", 16, 32768)
+    store.put(key, {"t1": 512, "t3": 4, "depth": 2}, {(512, 4, 1): 2e-3, (512, 4, 2): 1.5e-3}, 1.0)
+    assert store.get(key) == {"t1": 512, "t3": 4, "depth": 2}
+    assert store.timings[key] == {"t1=512,t3=4,depth=1": 2e-3, "t1=512,t3=4,depth=2": 1.5e-3}
+
+
+def test_row_candidates_carry_a_depth_without_gpu():
+    (p,) = list(get("tsgemm.tsm2").candidates(_features("C", "float32", k=16), H100))
+    assert p["depth"] == 1                             # untimed: the kernel as it was
+    (q,) = list(get("tsgemm.tsm2").candidates(_features("F", "float32", k=16), H100))
+    assert "depth" not in q

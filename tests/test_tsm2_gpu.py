@@ -85,13 +85,42 @@ def test_row_kernel_lane_groups(cp, rng, dtype):
     A, B = cp.asarray(A_h), cp.asarray(B_h)
     item = np.dtype(dtype).itemsize
     C = cp.empty((m, k), dtype=dtype)
-    # (t2, t3, groups, steps per B tile; None: the rule's)
-    for t2, t3, g, u in ((19, 1, 1, None), (19, 3, 2, None), (19, 4, 4, 1), (10, 4, 4, None),
-                         (3, 3, 2, 3), (3, 1, 4, None)):
+    # (t2, t3, groups, steps per B tile; None: the rule's, depth)
+    for t2, t3, g, u, d in ((19, 1, 1, None, 1), (19, 3, 2, None, 1), (19, 4, 4, 1, 1),
+                            (10, 4, 4, None, 1), (3, 3, 2, 3, 1), (3, 1, 4, None, 1),
+                            (19, 4, 2, 2, 2), (10, 4, 4, 4, 4), (3, 2, 4, 2, 2)):
         assert t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item]
         for t1 in (64, 512):
             C.fill(cp.nan)
-            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u)
+            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
+            _check(C, A_h, B_h, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", (8, 16, 33, 64))
+def test_row_kernel_depths(cp, rng, dtype, k):
+    """Row kernel with several warp steps of A in flight (lane groups sharing loads by shuffles):
+    every depth > 1 the timing tries (none below k = 9: one lane group) and forced groups (SH = G,
+    SH = 2 < G, SH = 1 with depth 2), against NumPy on fresh data; m != n, n not a multiple of a
+    step or tile, split over n, NaN-poisoned output. Depth 1 is the kernel the other tests run."""
+    m, n = 1531, 5133
+    A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
+    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    item = np.dtype(dtype).itemsize
+    C = cp.empty((m, k), dtype=dtype)
+    t2 = tsm2.balance_t2(k, k, "row", item)
+    runs = []
+    for t3 in (2, 4, 8):
+        g = tsm2.row_groups(t2, t3, item)
+        if t3 * -(-t2 // g) > tsm2.MAX_ROW_ACC[item]:
+            continue
+        u = tsm2.row_steps(t2, g, 16 // item, item)
+        runs += [(t3, g, u, d) for d in tsm2.row_depths(t3, g, u) if d > 1]
+    runs += [(4, 4, 4, 4), (2, 4, 2, 2), (6, 4, 2, 2), (3, 2, 2, 2)]   # (t3, groups, steps, depth)
+    for t3, g, u, d in runs:
+        for t1 in (64, 512):
+            C.fill(cp.nan)
+            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
             _check(C, A_h, B_h, dtype)
 
 
@@ -172,7 +201,9 @@ def test_planner_tsgemm_on_gpu(cp, rng, order, dtype):
     assert tc.params["t1_source"] == "timed on the device"
     assert "t2threshold" in tc.why
     key = tsm2.t1_key(p.device, dtype, tc.params["layout"], k, n)
-    assert tsm2.T1_STORE.get(key) == {"t1": tc.params["t1"], "t3": tc.params["t3"]}
+    best = tsm2.T1_STORE.get(key)
+    assert (best["t1"], best["t3"]) == (tc.params["t1"], tc.params["t3"])
+    assert best.get("depth", 1) == tc.params.get("depth", 1)
     _check(p.run(A, B), A_h, B_h, dtype)
     # forced TSM2 through the planner too
     q = planner.plan(A, B, kernels=["tsgemm.tsm2"])

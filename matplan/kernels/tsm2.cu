@@ -178,25 +178,34 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row-major A: a warp per T3 rows, its lanes split in G groups of 32/G. A lane of group g loads
-// V consecutive elements (16 bytes) of each of the T3 rows and computes columns
-// [g*CG, (g+1)*CG) of C for them, CG = ceil(T2/G): the G lanes that share a column range of A
-// load the same 16 bytes in one warp instruction (one memory transaction), and each B element a
-// lane reads from shared memory serves T3*V products. Shared-memory bytes per byte of A are
-// T2/T3, accumulators per lane T3*CG: G trades registers for rows per warp (SEEDS section 5's
-// register budget). The transposed B tile (CG*G rows of U*TJ columns: U steps of the warp) is
-// XOR-swizzled by 16-byte chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way
-// bank conflicts and the vector reads none; double-buffered, prefetched through registers, one
-// barrier per U steps (warps drift up to U steps apart, which keeps more A loads in flight). A
-// shuffle reduction within each group finishes the sums.
+// Row-major A: a warp per T3 rows, its lanes split in G groups of 32/G. A lane of group g computes
+// columns [g*CG, (g+1)*CG) of C for the T3 rows, CG = ceil(T2/G), from V consecutive elements
+// (16 bytes) of each row, and each B element it reads from shared memory serves T3*V products:
+// shared-memory bytes per byte of A are T2/T3, accumulators per lane T3*CG (G trades registers
+// for rows per warp, SEEDS section 5's register budget).
+// A loads in flight: D steps of the warp (T3*32/G*16 bytes each). With D = 1 every group loads
+// all T3 rows (the G groups of a warp load the same bytes). With D > 1 the groups share the loads:
+// lane g of a group loads rows i*SH + g % SH (SH = G, or 2, or 1: the largest dividing both T3
+// and G) and gets the other SH - 1 rows of each set by shuffles from the other groups' lanes, so
+// D = SH steps in flight take the registers one step took without sharing. (On an H100, 1 KB per
+// warp step with 16 warps per SM reached 0.74 of the copy bandwidth at k = 16, G = 2, where 2 KB
+// per step reached 0.95 at k = 8, G = 1.)
+// The transposed B tile (CG*G rows of U*TJ columns: U steps of the warp) is XOR-swizzled by 16-byte
+// chunks (chunk ^ (row % 8)) so the transposing stores have at most 2-way bank conflicts and the
+// vector reads none; double-buffered, prefetched through registers, one barrier per U steps (warps
+// drift up to U steps apart, which keeps more A loads in flight). A shuffle reduction within each
+// group finishes the sums.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int T1, int T2, int T3, int V, int G, int U>
+template <typename T, int T1, int T2, int T3, int V, int G, int U, int D>
 __global__ void __launch_bounds__(T1)
 tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
               T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
               int split, long long ldc_s)
 {
     static_assert(T1 % 32 == 0 && 32 % G == 0 && G <= 4, "T1: multiple of 32; G: 1, 2 or 4");
+    static_assert(D >= 1 && U % D == 0, "D: a divisor of U (constant register slots)");
+    constexpr int SH = D == 1 ? 1 : T3 % G == 0 ? G : T3 % 2 == 0 && G % 2 == 0 ? 2 : 1;   // see above
+    constexpr int RL = T3 / SH;                         // rows a lane loads per step
     constexpr int W = T1 / 32;                          // warps per block
     constexpr int JL = 32 / G;                          // lanes along a row
     constexpr int TJ = JL * V;                          // columns of A per step (rows of the B tile)
@@ -214,21 +223,27 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
     const int lane = tid & 31;
     const int jl = lane % JL, grp = lane / JL;
     const long long r0 = ((long long)blockIdx.x * W + (tid >> 5)) * T3;
-    const T* arow[T3];
+    // Row of (row set i, relative group t) for this lane: i*SH + (grp + t) % SH; t = 0: its own loads.
+    const T* arow[RL];
 #pragma unroll
-    for (int r = 0; r < T3; ++r) {
-        const long long rr = r0 + r < m ? r0 + r : (long long)m - 1;   // clamp: loads stay inside A
-        arow[r] = A + rr * lda;
+    for (int i = 0; i < RL; ++i) {
+        const long long r = r0 + i * SH + grp % SH;
+        arow[i] = A + (r < m ? r : (long long)m - 1) * lda;   // clamp: loads stay inside A
     }
+    int src[SH];                                        // lane holding relative group t's rows
+#pragma unroll
+    for (int t = 0; t < SH; ++t) src[t] = jl + JL * ((grp + t) % G);
     // element (row c, column j) of a B tile buffer: chunks of V columns swizzled by c % 8 (JL >= 8)
     auto bidx = [](int c, int j) { return c * BT + ((j / V) ^ (c & 7)) * V + j % V; };
 
     for (int c0 = 0; c0 < k; c0 += T2) {
-        T acc[T3][CG];
+        T acc[RL][SH][CG];
 #pragma unroll
-        for (int r = 0; r < T3; ++r)
+        for (int i = 0; i < RL; ++i)
 #pragma unroll
-            for (int c = 0; c < CG; ++c) acc[r][c] = Zero<T>::get();
+            for (int t = 0; t < SH; ++t)
+#pragma unroll
+                for (int c = 0; c < CG; ++c) acc[i][t][c] = Zero<T>::get();
 
         // B[j0 + jj, c0 + c] for this thread's slots e = tid + s * T1 (c = e % T2, jj = e / T2)
         T bnext[NB];
@@ -247,46 +262,57 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
                 if (e < BT * T2) bs[bidx(e % T2, e / T2)] = bnext[s];
             }
         };
-        T anext[T3][V];
-        auto load_a = [&](long long j) {                // V elements of each row from column j
+        T anext[D][RL][V];                              // step s of the pass in slot s % D
+        auto load_a = [&](T (&o)[RL][V], long long j) { // V elements of this lane's rows from column j
 #pragma unroll
-            for (int r = 0; r < T3; ++r) {
+            for (int i = 0; i < RL; ++i) {
                 if (j + V <= n) {
-                    Ld<T, V>::go(arow[r] + j, anext[r]);
+                    Ld<T, V>::go(arow[i] + j, o[i]);
                 } else {
 #pragma unroll
                     for (int q = 0; q < V; ++q)
-                        anext[r][q] = (j + q < n) ? __ldcs(arow[r] + j + q) : Zero<T>::get();
+                        o[i][q] = (j + q < n) ? __ldcs(arow[i] + j + q) : Zero<T>::get();
                 }
             }
         };
         load_b(0);
         store_b(Bs[0]);
         load_b(BT);
-        load_a((long long)jl * V);
+#pragma unroll
+        for (int d = 0; d < D; ++d) load_a(anext[d], (long long)d * TJ + jl * V);
         __syncthreads();
 
         int buf = 0;
         for (int j0 = 0; j0 < n; j0 += BT, buf ^= 1) {
             const T* bs = Bs[buf];
 #pragma unroll 1
-            for (int u = 0; u < U; ++u) {
-                T acur[T3][V];
+            for (int u0 = 0; u0 < U; u0 += D) {
 #pragma unroll
-                for (int r = 0; r < T3; ++r)
+                for (int d = 0; d < D; ++d) {
+                    T acur[RL][SH][V];
 #pragma unroll
-                    for (int q = 0; q < V; ++q) acur[r][q] = anext[r][q];
-                const int jt = u * TJ + jl * V;        // this lane's columns within the tile
-                load_a((long long)j0 + TJ + jt);       // prefetch the next step
+                    for (int i = 0; i < RL; ++i)
 #pragma unroll
-                for (int cc = 0; cc < CG; ++cc) {
-                    const int c = grp * CG + cc;       // rows past T2 hold stale values, never stored
-                    T b[V];
-                    Lds<T, V>::go(bs + bidx(c, jt), b);
+                        for (int q = 0; q < V; ++q) {
+                            acur[i][0][q] = anext[d][i][q];
 #pragma unroll
-                    for (int r = 0; r < T3; ++r)
+                            for (int t = 1; t < SH; ++t)
+                                acur[i][t][q] = __shfl_sync(0xffffffffu, anext[d][i][q], src[t]);
+                        }
+                    const int jt = (u0 + d) * TJ + jl * V;          // this lane's columns in the tile
+                    load_a(anext[d], (long long)j0 + D * TJ + jt);  // prefetch D steps ahead
 #pragma unroll
-                        for (int q = 0; q < V; ++q) acc[r][cc] += acur[r][q] * b[q];
+                    for (int cc = 0; cc < CG; ++cc) {
+                        const int c = grp * CG + cc;   // rows past T2 hold stale values, never stored
+                        T b[V];
+                        Lds<T, V>::go(bs + bidx(c, jt), b);
+#pragma unroll
+                        for (int i = 0; i < RL; ++i)
+#pragma unroll
+                            for (int t = 0; t < SH; ++t)
+#pragma unroll
+                                for (int q = 0; q < V; ++q) acc[i][t][cc] += acur[i][t][q] * b[q];
+                    }
                 }
             }
             // The other buffer was last read before the previous barrier: fill it, then prefetch.
@@ -295,17 +321,19 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
             __syncthreads();
         }
 #pragma unroll
-        for (int r = 0; r < T3; ++r)
+        for (int i = 0; i < RL; ++i)
 #pragma unroll
-            for (int cc = 0; cc < CG; ++cc) {
-                T s = acc[r][cc];
+            for (int t = 0; t < SH; ++t)
 #pragma unroll
-                for (int off = JL / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-                const long long row = r0 + r;
-                const int c = grp * CG + cc;
-                if (((r * CG + cc) % JL) == jl && row < m && c < T2 && c0 + c < k)
-                    C[row * ldc_r + (long long)(c0 + c) * ldc_c] = s;
-            }
+                for (int cc = 0; cc < CG; ++cc) {
+                    T s = acc[i][t][cc];
+#pragma unroll
+                    for (int off = JL / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+                    const long long row = r0 + i * SH + (grp + t) % SH;
+                    const int c = grp * CG + cc;
+                    if ((((i * SH + t) * CG + cc) % JL) == jl && row < m && c < T2 && c0 + c < k)
+                        C[row * ldc_r + (long long)(c0 + c) * ldc_c] = s;
+                }
         __syncthreads();                                // the next pass refills buffer 0
     }
 }

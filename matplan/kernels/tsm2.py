@@ -6,7 +6,8 @@ Two CUDA kernels in ``tsm2.cu``, one per layout of A, neither copies A:
   the paper's outer-product kernel, one thread per row, B tiles in shared memory, prefetch.
 * ``"row"`` -- row-major A (C order, CuPy's default, or any view with unit stride along a row):
   a warp per ``t3`` rows, 16-byte coalesced loads, a transposed B tile in shared memory reused
-  for the ``t3`` rows, a shuffle reduction at the end.
+  for the ``t3`` rows, a shuffle reduction at the end; ``depth`` warp steps of A in flight (more
+  than one: the lane groups share the loads through shuffles).
 
 A view with neither unit stride is rejected with a clear error (the planner routes it to cuBLAS).
 A B without unit column stride is copied (it is n x k, small); A never is.
@@ -14,9 +15,11 @@ A B without unit column stride is copied (it is n x k, small); A never is.
 Parameters (the paper's): ``t1`` threads per block (= rows of a B tile for ``"col"``), ``t2``
 columns of C per pass (A is read ceil(k / t2) times), ``t3`` loads of A in flight per thread
 (``"col"``: elements of the row; ``"row"``: rows per warp, each a 16-byte vector per lane).
-``t2`` and ``t3`` come from the performance model in :mod:`matplan.models.tsm2`; ``t1`` is chosen by
-timing the candidates on the device once per (device, dtype, layout, k bucket, n bucket) and kept
-in :data:`T1_STORE` (an in-process dict; the tuning database plugs in with :func:`set_t1_store`).
+``t2`` and ``t3`` come from the performance model in :mod:`matplan.models.tsm2`; ``t1`` (and t3's
+multiples, and the row kernel's depth) is chosen by timing the candidates on the device once per
+(device, dtype, layout, k bucket, n bucket) and kept in :data:`T1_STORE` (an in-process dict; the
+tuning database plugs in with :func:`set_t1_store`). A split over n is evened out to whole waves
+of resident blocks.
 """
 from __future__ import annotations
 
@@ -153,6 +156,22 @@ def row_steps(t2: int, groups: int, vec: int, itemsize: int) -> int:
     return max(1, min(ROW_MAX_STEPS, SMEM_LIMIT // tile))
 
 
+def row_share(t3: int, groups: int) -> int:
+    """Lane groups that share the row kernel's A loads when depth > 1 (the kernel's SH): G, 2 or 1,
+    the largest dividing both t3 and G."""
+    if t3 % groups == 0:
+        return groups
+    return 2 if t3 % 2 == 0 and groups % 2 == 0 else 1
+
+
+def row_depths(t3: int, groups: int, steps: int) -> list[int]:
+    """Depths (warp steps of A in flight) the online timing tries for the row kernel: 1, and the
+    share factor when groups share loads and it divides the steps per B tile (same A registers as
+    depth 1 without sharing, SH times the bytes in flight)."""
+    sh = row_share(t3, groups)
+    return [1, sh] if sh > 1 and steps % sh == 0 else [1]
+
+
 def t1_fits(layout: str, t1: int, t2: int, itemsize: int) -> bool:
     """Whether the two B tile buffers of block size t1 fit the shared-memory limit."""
     vb = 16 // itemsize
@@ -184,28 +203,29 @@ def t1_candidates(layout: str, dtype, t2: int, model_t1=()) -> list[int]:
 
 # --- compiling and launching ------------------------------------------------------------------
 def kernel_name(layout: str, dtype, t1: int, t2: int, t3: int, vec: int = 1, groups: int = 1,
-                steps: int = 1) -> str:
+                steps: int = 1, depth: int = 1) -> str:
     ct = _cuda.ctype(dtype)
     if layout == "col":
         return f"tsm2_colmajor<{ct},{t1},{t2},{t3},{vec}>"
-    return f"tsm2_rowmajor<{ct},{t1},{t2},{t3},{vec},{groups},{steps}>"
+    return f"tsm2_rowmajor<{ct},{t1},{t2},{t3},{vec},{groups},{steps},{depth}>"
 
 
-def _function(layout, dtype, t1, t2, t3, vec, groups=1, steps=1):
-    """The compiled kernel; one module holds every T1_CHOICES block size of this (t2, t3, vec, groups, steps).
+def _function(layout, dtype, t1, t2, t3, vec, groups=1, steps=1, depth=1):
+    """The compiled kernel; one module holds every T1_CHOICES block size of this
+    (t2, t3, vec, groups, steps, depth).
 
     Memoised per device: building the names and looking the handle up took tens of microseconds
     of every TSM2 call."""
     return _compiled(layout, np.dtype(dtype), int(t1), int(t2), int(t3), int(vec), int(groups),
-                     int(steps), _cuda.device_id(SOURCE))
+                     int(steps), int(depth), _cuda.device_id(SOURCE))
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(layout, dtype, t1, t2, t3, vec, groups, steps, device_id):
+def _compiled(layout, dtype, t1, t2, t3, vec, groups, steps, depth, device_id):
     item = dtype.itemsize
-    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups, steps) for t in T1_CHOICES
+    names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups, steps, depth) for t in T1_CHOICES
                   if t1_fits(layout, t, t2, item))
-    name = kernel_name(layout, dtype, t1, t2, t3, vec, groups, steps)
+    name = kernel_name(layout, dtype, t1, t2, t3, vec, groups, steps, depth)
     if name not in names:
         raise ValueError(f"t1: block size {t1} is not one of {T1_CHOICES} or its B tile does not fit "
                          f"{SMEM_LIMIT} bytes of shared memory (t2={t2}, {np.dtype(dtype)})")
@@ -236,6 +256,29 @@ def split_count(layout: str, m: int, n: int, t1: int, t3: int, vec: int, sms: in
     return int(max(1, min(want, MAX_SPLIT, n // (SPLIT_MIN_TILES * tile))))
 
 
+def split_waves(S: int, s_max: int, blocks_x: int, n: int, align: int, slots: int) -> tuple[int, int]:
+    """(slices, slice length: a multiple of ``align``) for a split of ``S`` to ``s_max`` slices
+    (before rounding to whole tiles) that wastes the least of the last wave of ``slots`` resident
+    blocks (ties: fewer slices). S <= 1 or slots < 1 (occupancy unknown): ``S`` slices.
+
+    A memory-bound kernel whose blocks each keep a fixed number of loads in flight runs the last
+    partial wave at that wave's share of the bandwidth: on an H100 the column kernel at n = 32768
+    ran 416 blocks at 255 registers, one per SM (3.15 waves of 132), at 0.78 of the copy
+    bandwidth, and 896 blocks at two per SM (3.39 waves of 264) at 0.85."""
+    def shape(s):
+        L = -(-(-(-n // s)) // align) * align
+        return -(-n // L), L
+
+    def useful(s):                                 # slice-blocks of work per block slot used
+        S2, L = shape(s)
+        return blocks_x * n / L / (-(-blocks_x * S2 // slots) * slots)
+
+    if S <= 1 or slots < 1:
+        return shape(max(S, 1))
+    best = max(range(S, max(S, s_max) + 1), key=lambda s: (round(useful(s), 2), -s))
+    return shape(best)
+
+
 _SMS: dict = {}
 
 
@@ -249,14 +292,33 @@ def _sms() -> int:
     return _SMS[dev]
 
 
+def _resident_blocks(fn, t1: int) -> int:
+    """Blocks of ``fn`` an SM holds at once (the driver's occupancy query), 0 if unknown."""
+    key = (fn.ptr, t1)
+    if key not in _RESIDENT:
+        try:
+            _RESIDENT[key] = int(cupy_module().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, t1, 0))
+        except Exception:  # an older CuPy without the query: no wave balancing
+            _RESIDENT[key] = 0
+    return _RESIDENT[key]
+
+
+_RESIDENT: dict = {}
+
+
 def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: int | None = None,
-           col_words: int | None = None, steps: int | None = None) -> None:
+           col_words: int | None = None, steps: int | None = None, depth: int = 1,
+           slices: int | None = None) -> None:
     """C[...] = A @ B with the TSM2 kernel of ``layout`` (all arrays CuPy, validated by the caller).
 
     When too few rows fill the GPU, n is split in slices whose partial products go to a
-    workspace and are summed in slice order afterwards (deterministic). ``groups`` and ``steps``
-    (row kernel) and ``col_words`` (column kernel) override the rules :func:`row_groups`,
-    :func:`row_steps` and COL_ACC_WORDS (for sweeps).
+    workspace and are summed in slice order afterwards (deterministic); the split is evened out
+    to whole waves of resident blocks (:func:`split_waves`). ``depth``: the row kernel's warp
+    steps of A in flight (:func:`row_depths`; lowered to a divisor of its steps per B tile;
+    ignored by the column kernel). For sweeps, ``groups`` and ``steps`` (row kernel) and
+    ``col_words`` (column kernel) override the rules :func:`row_groups`, :func:`row_steps` and
+    COL_ACC_WORDS, and ``slices`` the split (instead of :func:`split_count`; rounded to whole
+    tiles, not balanced).
     """
     cp = cupy_module()
     m, n = A.shape
@@ -265,12 +327,17 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
     vec = _vector_width(A, layout, lda, t2, col_words)
     g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
     u = 1 if layout == "col" else int(steps or row_steps(t2, g, vec, item))
-    fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u)
+    d = 1 if layout == "col" else max(1, min(int(depth), u))
+    while u % d:                                        # the kernel's register slots need d | u
+        d -= 1
+    fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u, d)
     rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
-    S = split_count(layout, m, n, t1, t3, vec, _sms(), g)
+    sms = _sms()
+    S = int(slices or split_count(layout, m, n, t1, t3, vec, sms, g))
     align = t1 if layout == "col" else 32 // g * vec * u
-    L = -(-(-(-n // S)) // align) * align              # slice length: a multiple of the tile
-    S = -(-n // L)
+    s_max = min(2 * S, MAX_SPLIT, max(S, n // (SPLIT_MIN_TILES * align)))
+    slots = _resident_blocks(fn, t1) * sms if S > 1 and not slices else 0
+    S, L = split_waves(S, s_max, -(-m // rows_per_block), n, align, slots)
     out = C if S == 1 else cp.empty((S, m, k), dtype=A.dtype)
     c_strides = (C.strides[0] // item, C.strides[1] // item)
     ldc_r, ldc_c = c_strides if S == 1 else (k, 1)
@@ -289,7 +356,8 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
 class InProcessT1Store:
     """The winners of the online timing, per (device, dtype, layout, k bucket, n bucket).
 
-    Each entry keeps the winning ``{"t1": .., "t3": ..}``, every candidate's seconds and
+    Each entry keeps the winning ``{"t1": .., "t3": ..}`` (and ``"depth"`` for the row kernel when
+    timed with depths), every candidate's seconds and
     ``ratio``: the winner's measured time over the model's prediction for the timed problem,
     which calibrates the model's cost for this bucket. The tuning database replaces this class
     through :func:`set_t1_store` with an object that has the same ``get`` / ``put`` / ``ratio``.
@@ -307,8 +375,9 @@ class InProcessT1Store:
         return self._ratio.get(key)
 
     def put(self, key, best: dict, timings: dict, ratio: float | None = None) -> None:
-        self._best[key] = {"t1": int(best["t1"]), "t3": int(best["t3"])}
-        self.timings[key] = {f"t1={t1},t3={t3}": float(v) for (t1, t3), v in timings.items()}
+        self._best[key] = {x: int(best[x]) for x in ("t1", "t3", "depth") if x in best}
+        self.timings[key] = {",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c)): float(v)
+                             for c, v in timings.items()}
         if ratio is not None and math.isfinite(ratio) and ratio > 0:
             self._ratio[key] = float(ratio)
 
@@ -397,9 +466,10 @@ def _time_vendor(device, key, A, B, dtype) -> None:
 
 
 def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s) -> tuple[dict, dict]:
-    """Time every (t1, t3) candidate on random data of this problem's shape (m capped so A has at
-    most TIMING_ELEMENTS elements); cache the winner for the bucket and return it. cuBLAS is timed
-    on the same data once per bucket (VENDOR_RATIO).
+    """Time every (t1, t3) candidate (row kernel: every (t1, t3, depth), depths from
+    :func:`row_depths`) on random data of this problem's shape (m capped so A has at most
+    TIMING_ELEMENTS elements); cache the winner for the bucket and return it. cuBLAS is timed on
+    the same data once per bucket (VENDOR_RATIO).
 
     A candidate that fails to compile or launch scores infinity (it is never chosen).
     """
@@ -416,17 +486,28 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     _time_vendor(device, key, A, B, dtype)
     timings = {}
     for t3 in t3s:
-        for t1 in t1s:
-            try:
-                timings[(t1, t3)] = time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3))
-            except Exception:  # a configuration that does not compile or launch is never chosen
-                timings[(t1, t3)] = float("inf")
-    (t1, t3) = min(timings, key=lambda c: (timings[c], c))
-    best = {"t1": t1, "t3": t3}
-    predicted = model_time(device, mb, n, k, dtype, layout, t1, t2, t3)
-    T1_STORE.put(key, best, timings, timings[(t1, t3)] / predicted if predicted > 0 else None)
+        for d in _depths(layout, A, lda, t2, t3):
+            for t1 in t1s:
+                c = (t1, t3) if layout == "col" else (t1, t3, d)
+                try:
+                    timings[c] = time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3, depth=d))
+                except Exception:  # a configuration that does not compile or launch is never chosen
+                    timings[c] = float("inf")
+    win = min(timings, key=lambda c: (timings[c], c))
+    best = dict(zip(("t1", "t3", "depth"), win))
+    predicted = model_time(device, mb, n, k, dtype, layout, best["t1"], t2, best["t3"])
+    T1_STORE.put(key, best, timings, timings[win] / predicted if predicted > 0 else None)
     del A, B, C
     return best, timings
+
+
+def _depths(layout: str, A, lda: int, t2: int, t3: int) -> list[int]:
+    """The row kernel's depths to time for A (its rules' groups and steps); [1] for the column kernel."""
+    if layout == "col":
+        return [1]
+    item = A.itemsize
+    g = row_groups(t2, t3, item)
+    return row_depths(t3, g, row_steps(t2, g, _vector_width(A, layout, lda, t2), item))
 
 
 # --- the kernel ---------------------------------------------------------------------------------
@@ -457,13 +538,16 @@ class TSM2(Kernel):
         mp = _model_params(device, f)
         t2, t3 = kernel_params(layout, f.dtype, f.k, mp["t2"], mp["t3"])
         t1s = t1_candidates(layout, f.dtype, t2, mp["t1"])
-        t1, source = t1s[0], "model's first candidate (no GPU timing)"
+        t1, depth, source = t1s[0], 1, "model's first candidate (no GPU timing)"
         if _can_time(f, device):
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s)
-            t1, t3 = best["t1"], best["t3"]
+            t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
             source = "timed on the device"
-        yield {"layout": layout, "t1": int(t1), "t2": int(t2), "t3": int(t3), "t1_source": source}
+        p = {"layout": layout, "t1": int(t1), "t2": int(t2), "t3": int(t3), "t1_source": source}
+        if layout == "row":
+            p["depth"] = int(depth)
+        yield p
 
     def cost(self, f, params, device):
         mp = _model_params(device, f)
@@ -511,7 +595,8 @@ class TSM2(Kernel):
             C2.fill(0)
             return C
         t2 = min(p["t2"], k)
-        launch(A, prepared.meta["layout"], prepared.meta["lda"], B2, C2, p["t1"], t2, p["t3"])
+        launch(A, prepared.meta["layout"], prepared.meta["lda"], B2, C2, p["t1"], t2, p["t3"],
+               depth=p.get("depth", 1))
         return C
 
 
