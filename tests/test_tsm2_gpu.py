@@ -118,7 +118,7 @@ def test_row_kernel_depths(cp, rng, dtype, k):
         runs += [(t3, g, u, d) for d in tsm2.row_depths(t3, g, u) if d > 1]
     runs += [(4, 4, 4, 4), (2, 4, 2, 2), (6, 4, 2, 2), (3, 2, 2, 2)]   # (t3, groups, steps, depth)
     for t3, g, u, d in runs:
-        for t1 in (64, 512):
+        for t1 in (64, 384, 512):
             C.fill(cp.nan)
             tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
             _check(C, A_h, B_h, dtype)

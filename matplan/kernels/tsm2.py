@@ -37,7 +37,9 @@ from .vendor import LAUNCH_S
 
 SOURCE = "tsm2.cu"
 #: Block sizes the online choice times (the model's candidate list is intersected with these).
-T1_CHOICES = (64, 128, 256, 512)
+#: 384: 12 warps of up to 168 registers, where the row kernel with depth > 1 compiles with fewer
+#: spills than at 512 threads (128 registers; nvcc 13, sm_90: fp32 k = 16, depth 2: none).
+T1_CHOICES = (64, 128, 256, 384, 512)
 #: Static shared memory a kernel may use (bytes): the B tile must fit.
 SMEM_LIMIT = 48 * 1024
 #: Most accumulators (columns of C) a thread keeps per pass, by element size: the register budget.
