@@ -10,7 +10,7 @@ For n in {16384, 32768} (A is n x n), float32 and float64, C order (row kernel) 
   count (``slices``: no wave balancing).
 * row kernel: t3 in {4, 8} with each depth > 1 :func:`tsm2.row_depths` allows (lane groups share
   the A loads by shuffles, that many warp steps of A in flight), t1 = 512 and 384 (12 warps of
-  168 registers instead of 16 of 128).
+  168 registers instead of 16 of 128), and the old pick at t1 = 384.
 * column kernel: the old pick with the split evened out to whole waves (the new default).
 
 Each variant is first checked against NumPy float64 on fresh random data (m = 1531 != n = 5133,
@@ -71,7 +71,8 @@ def variants(n: int, dtype: str, order: str, k: int, sms: int = 132) -> list[dic
         old_split = tsm2.split_count("col", n, n, t1, t3, vec, sms)
         return [dict(name="old", t1=t1, t2=t2, t3=t3, slices=old_split),
                 dict(name="waves", t1=t1, t2=t2, t3=t3)]
-    out = [dict(name="old", t1=t1, t2=t2, t3=t3, depth=1)]
+    out = [dict(name="old", t1=t1, t2=t2, t3=t3, depth=1),
+           dict(name=f"t1=384,t3={t3},D=1", t1=384, t2=t2, t3=t3, depth=1)]
     t2 = tsm2.balance_t2(k, k, "row", item)
     for t3 in (4, 8):
         g = tsm2.row_groups(t2, t3, item)
