@@ -258,6 +258,7 @@ def split_count(layout: str, m: int, n: int, t1: int, t3: int, vec: int, sms: in
     return int(max(1, min(want, MAX_SPLIT, n // (SPLIT_MIN_TILES * tile))))
 
 
+@functools.lru_cache(maxsize=4096)                 # on every split launch's path: keep it off the host time
 def split_waves(S: int, s_max: int, blocks_x: int, n: int, align: int, slots: int) -> tuple[int, int]:
     """(slices, slice length: a multiple of ``align``) for a split of ``S`` to ``s_max`` slices
     (before rounding to whole tiles) that wastes the least of the last wave of ``slots`` resident
@@ -265,8 +266,9 @@ def split_waves(S: int, s_max: int, blocks_x: int, n: int, align: int, slots: in
 
     A memory-bound kernel whose blocks each keep a fixed number of loads in flight runs the last
     partial wave at that wave's share of the bandwidth: on an H100 the column kernel at n = 32768
-    ran 416 blocks at 255 registers, one per SM (3.15 waves of 132), at 0.78 of the copy
-    bandwidth, and 896 blocks at two per SM (3.39 waves of 264) at 0.85."""
+    ran 416 blocks of 255 registers, one per SM (3.15 waves of 132), at 0.78 of the copy
+    bandwidth, and 896 blocks at two per SM (3.39 waves of 264) at 0.85 (blocks per SM from the
+    nvcc register counts, not measured)."""
     def shape(s):
         L = -(-(-(-n // s)) // align) * align
         return -(-n // L), L
