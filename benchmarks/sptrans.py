@@ -1,5 +1,6 @@
-"""SpTRANS on the GPU: segmented merge (sptrans.transpose) vs CuPy's A.T.tocsr() (cuSPARSE csr2csc)
-and the sort-based transpose (spgemm.transpose_sort), same run.
+"""SpTRANS on the GPU: sptrans.transpose (segsort, the default) vs CuPy's A.T.tocsr() (cuSPARSE
+csr2csc), the segmented merge (sptrans.transpose(method="merge")) and the sort-based transpose
+(spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's.
 
 Matrices: the corpus families at >= 1M nonzeros (the 'spgemm' size set, R-MAT scales 17-18) and
 the real matrices (``matplan.corpus.real_matrices``: $MATPLAN_MATRICES, ../shared/matrices, or
@@ -61,6 +62,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
                     and np.array_equal(T.data, ref.data))
 
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
+                    ("merge_ms", lambda: sptrans.transpose(A, method="merge")),
                     ("sort_ms", lambda: transpose_sort(A))):
         try:
             row[key] = timed(cp, fn, reps, warmup=3)[0]
@@ -76,6 +78,10 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
             row["vendor_frac_of_copy_bw"] = nbytes / (row["vendor_ms"] * 1e-3) / copy_bw
         if row["sort_ms"]:
             row["speedup_vs_sort"] = row["sort_ms"] / row["ms"]
+        if row["merge_ms"]:
+            row["speedup_vs_merge"] = row["merge_ms"] / row["ms"]
+            if row["vendor_ms"]:
+                row["merge_speedup"] = row["vendor_ms"] / row["merge_ms"]
     # host time of a call (the launch path; the GPU may still be working), median of 10, GPU idle first
     ts = []
     for _ in range(11):
@@ -112,7 +118,7 @@ def main(argv=None):
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
           flush=True)
     print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
-          f"{'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
+          f"{'mrg ms':>7} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
     t0 = time.time()
     rows = []
     for name, load in matrices():
@@ -122,9 +128,10 @@ def main(argv=None):
             rows.append(r)
             f = lambda v: float("nan") if v is None else v  # noqa: E731
             print(f"{name:<24} {r['dtype']:<7} {r['nnz']:>9,} {r['max_col_nnz']:>7,} {f(r['ms']):7.3f} "
-                  f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['sort_ms']):7.3f} "
+                  f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['merge_ms']):7.3f} {f(r['sort_ms']):7.3f} "
                   f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {r.get('correct')}"
-                  + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}"), flush=True)
+                  + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}")
+                  + ("" if r.get("merge_correct") else f"  merge: {r.get('merge_status', 'WRONG')}"), flush=True)
         del A
     summary = {}
     for dt in ("float64", "float32"):
@@ -133,9 +140,13 @@ def main(argv=None):
                            min_speedup=min((r["speedup"] for r in rs), default=None),
                            geomean_speedup_vs_sort=geomean([r["speedup_vs_sort"] for r in rs
                                                             if r.get("speedup_vs_sort")]),
+                           geomean_speedup_vs_merge=geomean([r["speedup_vs_merge"] for r in rs
+                                                             if r.get("speedup_vs_merge")]),
+                           merge_geomean_speedup_vs_vendor=geomean([r["merge_speedup"] for r in rs
+                                                                    if r.get("merge_speedup")]),
                            geomean_frac_of_copy_bw=geomean([r["frac_of_copy_bw"] for r in rs]),
                            matrices=len(rs))
-    summary["all_correct"] = all(r.get("correct") for r in rows)
+    summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
     today = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()

@@ -1,16 +1,19 @@
 """Where the time of sptrans.transpose goes: GPU time per phase, host time of the launch path, and
 the same two figures for CuPy's A.T.tocsr(), on the sptrans.py matrices (float64).
 
-* ``gpu_us[phase]``: CUDA events between one-phase-a-launch runs (``sptrans._transpose`` with a
-  mark), a ~0.3 ms spin kernel queued first so the launches wait on the GPU and the events time
-  the kernels only (plus the GPU's own launch gaps); median of ``--reps``.
-* ``fused_us``: CUDA events around the production call (two launches), the GPU idle before it
-  (as benchmarks/sptrans.py times it); ``fused_queued_us``: the same behind a spin kernel (GPU
-  time only, host overhead hidden).
+* ``gpu_us[phase]``: CUDA events between the launches of the default (segsort) method
+  (``sptrans._transpose`` with a mark after each launch: count, scan, scatter, sort_short,
+  sort_big; ``wrap`` is the result's assembly), a ~0.3 ms spin kernel queued first so the launches
+  wait on the GPU and the events time the kernels only (plus the GPU's own launch gaps); median of
+  ``--reps``. ``--merge`` adds ``merge_gpu_us``, the segmented merge one phase a launch.
+* ``fused_us``: CUDA events around the production call, the GPU idle before it (as
+  benchmarks/sptrans.py times it); ``fused_queued_us``: the same behind a spin kernel (GPU time
+  only, host overhead hidden); ``merge_fused_us`` / ``merge_queued_us``: the same for
+  ``method="merge"``.
 * ``host_us``: wall time of the call on the host (returns without waiting for the GPU);
   ``vendor_host_us`` likewise for A.T.tocsr().
 
-    PYTHONPATH=. python3 benchmarks/sptrans_phases.py [--reps 30] [--json out.json]
+    PYTHONPATH=. python3 benchmarks/sptrans_phases.py [--reps 30] [--merge] [--json out.json]
 """
 from __future__ import annotations
 
@@ -34,8 +37,9 @@ def _spin(cp):
     return lambda: k((1,), (1,), (np.int64(500_000),))   # ~0.3 ms at 1.7 GHz
 
 
-def phases(cp, st, A, spin, reps):
-    per = {name: [] for name in st.PHASES}
+def phases(cp, st, A, spin, reps, method="segsort"):
+    names = st.PHASES if method == "segsort" else st.MERGE_PHASES
+    per = {name: [] for name in names}
     per["wrap"] = []
     queued = []
     for _ in range(reps + 2):
@@ -47,7 +51,7 @@ def phases(cp, st, A, spin, reps):
             evs.append((name, e))
         spin()
         mark("start")
-        T = st._transpose(A, False, mark)
+        T = st._transpose(A, False, mark, method)
         mark("wrap")
         evs[-1][1].synchronize()
         for (_, a), (name, b) in zip(evs, evs[1:]):
@@ -56,7 +60,7 @@ def phases(cp, st, A, spin, reps):
         spin()
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record()
-        T = st.transpose(A)
+        T = st.transpose(A, method=method)
         b.record()
         b.synchronize()
         queued.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
@@ -80,6 +84,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--merge", action="store_true", help="also the segmented merge's phases")
     args = ap.parse_args(argv)
     from matplan._xp import cupy_module
     cp = cupy_module()
@@ -100,7 +105,10 @@ def main(argv=None):
                    fused_us=timed(cp, lambda: st.transpose(A), args.reps, warmup=3)[0] * 1e3,
                    vendor_us=timed(cp, lambda: A.T.tocsr(), args.reps, warmup=3)[0] * 1e3,
                    host_us=host_us(cp, lambda: st.transpose(A), args.reps),
-                   vendor_host_us=host_us(cp, lambda: A.T.tocsr(), args.reps))
+                   vendor_host_us=host_us(cp, lambda: A.T.tocsr(), args.reps),
+                   merge_fused_us=timed(cp, lambda: st.transpose(A, method="merge"), args.reps, warmup=3)[0] * 1e3)
+        if args.merge:
+            row["merge_gpu_us"], row["merge_queued_us"] = phases(cp, st, A, spin, args.reps, "merge")
         rows.append(row)
         del A
         cp.get_default_memory_pool().free_all_blocks()
@@ -116,7 +124,9 @@ def main(argv=None):
     for r in rows:
         print(f"{r['matrix']:<24} {r['nnz']:>8} " + " ".join(f"{r['gpu_us'][c]:8.1f}" for c in cols)
               + f" {r['fused_queued_us']:7.1f} {r['fused_us']:7.1f} {r['host_us']:6.1f} {r['vendor_us']:7.1f}"
-              f" {r['vendor_host_us']:8.1f} {r['vendor_us'] / r['fused_us']:5.2f}")
+              f" {r['vendor_host_us']:8.1f} {r['vendor_us'] / r['fused_us']:5.2f} {r['merge_fused_us']:7.1f}")
+    xs = [r["vendor_us"] / r["fused_us"] for r in rows]
+    print(f"geomean x CuPy {float(np.exp(np.mean(np.log(xs)))):.2f}" if xs else "no matrices")
 
 
 if __name__ == "__main__":

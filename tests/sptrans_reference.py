@@ -1,4 +1,5 @@
-"""NumPy port of matplan/kernels/sptrans.cu, phase by phase, thread by thread.
+"""NumPy port of matplan/kernels/sptrans.cu, phase by phase, thread by thread: the segmented
+merge (``transpose``) and, at the end of the file, the segsort (``segsort_transpose``).
 
 Same partitioning (merge path over (ends, positions), SPT_TILE steps a block, ITEMS a thread),
 same rounds (thread-local odd-even sort, log2(BLOCK) shared-memory merge rounds, binary-tree
@@ -248,3 +249,259 @@ def transpose(A, rng, block=256, items=8, info=None, check=True):
     if info is not None:
         info.update(crossing_columns=merged, most_rounds=rounds)
     return sp.csr_matrix((out_val, out_idx.astype(np.int32), t_indptr.astype(np.int32)), shape=(n, m))
+
+
+# ------------------------------------------------------------------------------------------------
+# The segsort method (sptrans.cu spt_count, spt_scan, spt_scatter, spt_sort_short, spt_sort_big).
+# Atomics (global and shared) happen in an order drawn from ``rng``; the result must not depend on it.
+
+def segsort_count(indices, n, rng, chunk=2048, hash_bits=11, probes=4):
+    """spt_count: per-chunk hash table of (column -> local count), one global atomic per claimed slot;
+    entries whose probes all fail take a global atomic each. Returns (counts[n + 1], rank, bad, info)."""
+    nnz = indices.size
+    size = 1 << hash_bits
+    counts = np.zeros(n + 1, np.int64)
+    rank = np.full(nnz, -1, np.int64)
+    bad = False
+    events = []                          # (column, amount, target): target an entry (direct) or a slot
+    crowded = 0
+    slot_base = {}
+    for b in range((nnz + chunk - 1) // chunk):
+        s_col = np.full(size, -1, np.int64)
+        s_cnt = np.zeros(size, np.int64)
+        local = {}
+        es = np.arange(b * chunk, min(nnz, (b + 1) * chunk))
+        rng.shuffle(es)                  # the shared atomics' order
+        for e in es:
+            col = int(indices[e])
+            if col < 0 or col >= n:
+                bad = True
+                continue
+            h = ((col * 2654435761) & 0xFFFFFFFF) >> (32 - hash_bits)
+            for p in range(probes):
+                hh = (h + p) & (size - 1)
+                if s_col[hh] == -1:
+                    s_col[hh] = col
+                if s_col[hh] == col:
+                    local[e] = (hh, int(s_cnt[hh]))
+                    s_cnt[hh] += 1
+                    break
+            else:
+                events.append((col, 1, ("e", int(e))))
+                crowded += 1
+        for hh in np.flatnonzero(s_col >= 0):
+            events.append((int(s_col[hh]), int(s_cnt[hh]), ("s", b, int(hh))))
+        slot_base[b] = local             # ranks: the slot's base (below) + the local count
+    order = rng.permutation(len(events))  # the global atomics' order
+    bases = {}
+    for i in order:
+        col, amount, target = events[i]
+        base = counts[col + 1]
+        counts[col + 1] += amount
+        if target[0] == "e":
+            rank[target[1]] = base
+        else:
+            bases[target[1:]] = base
+    for b, local in slot_base.items():
+        for e, (hh, loc) in local.items():
+            rank[e] = bases[(b, hh)] + loc
+    return counts, rank, bad, dict(global_atomics=len(events), crowded=crowded)
+
+
+def segsort_scan(counts, short_max, warp_max, rng, tile=2048):
+    """spt_scan: inclusive scan of counts (= A.T's indptr) and the column lists: medium ids
+    (short_max < L <= warp_max) from the front of seg_list, long ids (L > warp_max) from the back,
+    each tile's ids in column order at a base taken by one atomic (tiles in arbitrary order)."""
+    n = counts.size - 1
+    indptr = np.cumsum(counts)
+    seg_list = np.full(max(n, 0), -1, np.int64)
+    n_med = n_long = 0
+    tiles = (n + 1 + tile - 1) // tile
+    for t in rng.permutation(tiles):
+        ids = np.arange(max(t * tile, 1), min((t + 1) * tile, n + 1)) - 1
+        lens = counts[ids + 1]
+        med = ids[(lens > short_max) & (lens <= warp_max)]
+        lng = ids[lens > warp_max]
+        seg_list[n_med:n_med + med.size] = med
+        n_med += med.size
+        seg_list[n - n_long - lng.size:n - n_long] = lng[::-1]   # seg_list[n - 1 - k] = k-th long id
+        n_long += lng.size
+    return indptr, seg_list, n_med, n_long
+
+
+def _insertion_sort(buf, lo, length):
+    for i in range(lo + 1, lo + length):
+        v = buf[i]
+        k = i - 1
+        while k >= lo and buf[k] > v:
+            buf[k + 1] = buf[k]
+            k -= 1
+        buf[k + 1] = v
+
+
+def _bitonic(buf, P):
+    """bitonic<>(s, P, t, nt): every stage's compare-swaps (pair q -> i, i + j), ascending."""
+    q = np.arange(P // 2)
+    k = 2
+    while k <= P:
+        j = k >> 1
+        while j > 0:
+            i = (q // j) * 2 * j + (q & (j - 1))
+            a, b = buf[i].copy(), buf[i + j].copy()
+            swap = (a > b) == ((i & k) == 0)
+            buf[i[swap]], buf[i[swap] + j] = b[swap], a[swap]
+            j >>= 1
+        k <<= 1
+
+
+def _write(slot, key, data, out_idx, out_val):
+    key = int(key)
+    out_idx[slot] = key >> 32
+    out_val[slot] = data[key & 0xFFFFFFFF]
+
+
+def segsort_short(t_indptr, n, keys, data, out_idx, out_val, short_max, stage=1024, info=None):
+    """spt_sort_short: warps of 32 columns; staged in shared memory when the warp's slots fit."""
+    for j0 in range(0, n, 32):
+        jend = min(j0 + 32, n)
+        lo, hi = int(t_indptr[j0]), int(t_indptr[jend])
+        cols = np.arange(j0, jend)
+        starts, lens = t_indptr[cols], t_indptr[cols + 1] - t_indptr[cols]
+        mine = lens <= short_max
+        if hi - lo <= stage:
+            buf = keys[lo:hi].copy()
+            for s, L in zip(starts[~mine], lens[~mine]):
+                buf[s - lo:s - lo + L] = SENTINEL_KEY
+            for s, L in zip(starts[mine], lens[mine]):
+                if L > 1:
+                    _insertion_sort(buf, int(s - lo), int(L))
+            for p in range(lo, hi):
+                if buf[p - lo] != SENTINEL_KEY:
+                    _write(p, buf[p - lo], data, out_idx, out_val)
+            if info is not None:
+                info["short_staged"] = info.get("short_staged", 0) + int(mine.sum())
+        else:
+            for s, L in zip(starts[mine], lens[mine]):
+                _insertion_sort(keys, int(s), int(L))
+                for k in range(L):
+                    _write(s + k, keys[s + k], data, out_idx, out_val)
+            if info is not None:
+                info["short_in_place"] = info.get("short_in_place", 0) + int(mine.sum())
+
+
+def _pow2_at_least(L, lo=32):
+    P = lo
+    while P < L:
+        P <<= 1
+    return P
+
+
+def segsort_long_column(s, L, cap, keys, scratch, data, out_idx, out_val, block, items):
+    """long_column(): chunks of cap keys sorted back into keys, then merge-path rounds by the
+    block's threads (``items`` outputs a thread a step) between keys and scratch."""
+    for c0 in range(0, L, cap):
+        length = min(cap, L - c0)
+        buf = np.full(cap, SENTINEL_KEY, np.uint64)
+        buf[:length] = keys[s + c0:s + c0 + length]
+        _bitonic(buf, cap)
+        keys[s + c0:s + c0 + length] = buf[:length]
+    src, dst = keys[s:s + L], scratch[s:s + L]                   # views: writes land in keys/scratch
+    w, rounds = cap, 0
+    while w < L:
+        final = 2 * w >= L
+        out = np.full(L, SENTINEL_KEY, np.uint64)
+        for tid in range(block):
+            p = tid * items
+            while p < L:
+                a0 = (p // (2 * w)) * (2 * w)
+                am, ae = min(a0 + w, L), min(a0 + 2 * w, L)
+                diag, alen, blen = p - a0, am - a0, ae - am
+                lo, hi = max(diag - blen, 0), min(diag, alen)
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if src[a0 + mid] <= src[am + diag - 1 - mid]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                ia, ib = a0 + lo, am + diag - lo
+                for o in range(p, min(p + items, ae)):
+                    if ib >= ae or (ia < am and src[ia] <= src[ib]):
+                        out[o] = src[ia]; ia += 1
+                    else:
+                        out[o] = src[ib]; ib += 1
+                p += block * items
+        # every output written once (the kernel writes each slot from one thread)
+        assert not np.any(out == SENTINEL_KEY)
+        if final:
+            for o in range(L):
+                _write(s + o, out[o], data, out_idx, out_val)
+        else:
+            dst[:] = out
+        src, dst = dst, src
+        w *= 2
+        rounds += 1
+    return rounds
+
+
+def segsort_big(t_indptr, n, seg_list, n_med, n_long, keys, scratch, data, out_idx, out_val, cap,
+                block=256, items=8, info=None):
+    """spt_sort_big: a warp per medium column (bitonic, P >= 32), then a block per long one."""
+    for i in range(n_med):
+        c = int(seg_list[i])
+        s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
+        P = _pow2_at_least(L)
+        buf = np.full(P, SENTINEL_KEY, np.uint64)
+        buf[:L] = keys[s:s + L]
+        _bitonic(buf, P)
+        for k in range(L):
+            _write(s + k, buf[k], data, out_idx, out_val)
+    rounds = 0
+    for i in range(n_long):
+        c = int(seg_list[n - 1 - i])
+        s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
+        if L <= cap:
+            P = _pow2_at_least(L)
+            buf = np.full(P, SENTINEL_KEY, np.uint64)
+            buf[:L] = keys[s:s + L]
+            _bitonic(buf, P)
+            for k in range(L):
+                _write(s + k, buf[k], data, out_idx, out_val)
+            if info is not None:
+                info["long_in_block"] = info.get("long_in_block", 0) + 1
+        else:
+            rounds = max(rounds, segsort_long_column(s, L, cap, keys, scratch, data, out_idx, out_val,
+                                                     block, items))
+            if info is not None:
+                info["long_fallback"] = info.get("long_fallback", 0) + 1
+    if info is not None:
+        info["medium"] = info.get("medium", 0) + n_med
+        info["fallback_rounds"] = max(info.get("fallback_rounds", 0), rounds)
+
+
+def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block=256, items=8,
+                      stage=1024, chunk=2048, hash_bits=11, scan_tile=2048):
+    """CSR of A.T (scipy CSR in, scipy CSR out) by the segsort kernels' NumPy ports."""
+    import scipy.sparse as sp
+    short_max, warp_max, cap = bins
+    m, n = A.shape
+    indptr = np.asarray(A.indptr, np.int64)
+    indices = np.asarray(A.indices, np.int64)
+    nnz = int(indptr[-1])
+    if nnz == 0 or m == 0 or n == 0:
+        return sp.csr_matrix((n, m), dtype=A.dtype)
+    counts, rank, bad, cinfo = segsort_count(indices[:nnz], n, rng, chunk, hash_bits)
+    if bad and check:
+        raise ValueError("A.indices: column index out of range")
+    t_indptr, seg_list, n_med, n_long = segsort_scan(counts, short_max, warp_max, rng, scan_tile)
+    keys = scatter_keys(indptr, indices, m, t_indptr, rank, n, items)
+    scratch = np.full(nnz, SENTINEL_KEY, np.uint64)
+    out_idx = np.full(nnz, -1, np.int64)
+    out_val = np.full(nnz, np.nan, A.dtype)
+    loc = {} if info is None else info
+    loc.update(cinfo)
+    segsort_short(t_indptr, n, keys, A.data, out_idx, out_val, short_max, stage, loc)
+    segsort_big(t_indptr, n, seg_list, n_med, n_long, keys, scratch, A.data, out_idx, out_val, cap,
+                block, items, loc)
+    total = int(t_indptr[-1])
+    return sp.csr_matrix((out_val[:total], out_idx[:total].astype(np.int32), t_indptr.astype(np.int32)),
+                         shape=(n, m))

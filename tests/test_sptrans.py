@@ -108,3 +108,106 @@ def test_out_of_range_unchecked_stays_in_bounds(rng):
     A.indices[[0, 5, -1]] = [30, -2, 1000]
     T = ref.transpose(A, rng, check=False, **SMALL)
     assert T.indptr[-1] == A.nnz - 3
+
+
+# ---- the segsort method (sptrans.transpose's default): its NumPy port against SciPy -------------
+#: bins forced small so every sort path runs on small matrices: thread <= 2, warp <= 8, block <= 32
+#: keys, longer rows of A.T by the chunk + merge-round fallback (block of 4 threads, 2 items each)
+TINY = dict(bins=(2, 8, 32), block=4, items=2, stage=64, chunk=64, hash_bits=4, scan_tile=16)
+
+
+def _col_lengths_csr(rng, m, lengths):
+    """CSR of m rows whose column j holds lengths[j] entries at random distinct rows."""
+    rows, cols = [], []
+    for j, L in enumerate(lengths):
+        rows.append(rng.choice(m, size=L, replace=False))
+        cols.append(np.full(L, j))
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    vals = (rng.random(rows.size) + 0.5) * rng.choice([-1.0, 1.0], rows.size)
+    return sp.csr_matrix((vals, (rows, cols)), shape=(m, len(lengths)))
+
+
+@pytest.mark.parametrize("kw", [TINY, dict(bins=(4, 16, 64), block=8, items=4, stage=128, chunk=128,
+                                           hash_bits=5, scan_tile=32), {}])
+def test_segsort_every_bin(rng, kw):
+    lengths = [0, 1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 40, 64, 65, 100, 0, 257, 1]
+    A = _col_lengths_csr(rng, 300, lengths)
+    info = {}
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, info=info, **kw))
+    if kw is TINY:
+        assert info["medium"] > 0 and info["long_in_block"] > 0 and info["long_fallback"] > 0
+        assert info["fallback_rounds"] >= 3 and info["short_in_place"] > 0   # one warp: 19 columns > stage
+
+
+@pytest.mark.parametrize("shape,density", [((60, 50), 0.1), ((7, 300), 0.2), ((300, 7), 0.3),
+                                           ((1, 40), 0.5), ((40, 1), 0.5), ((200, 150), 0.05)])
+def test_segsort_random(rng, shape, density):
+    A = random_csr(rng, *shape, density)
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, **TINY))
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, bins=(4, 16, 32), block=8, items=2, stage=256))
+
+
+def test_segsort_crowded_warp_sorts_in_place(rng):
+    """A warp whose 32 columns hold more keys than it stages: short columns sorted in place in
+    global memory; the long ones in the same warp left to spt_sort_big."""
+    A = _col_lengths_csr(rng, 400, [2, 300, 1, 2, 0, 250] + [2] * 40)
+    info = {}
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, info=info, **TINY))
+    assert info["short_in_place"] > 0 and info["short_staged"] > 0
+
+
+def test_segsort_hash_table_crowded(rng):
+    """More distinct columns in a chunk than the table's probes find: global atomics per entry."""
+    A = random_csr(rng, 50, 400, 0.2)
+    info = {}
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, info=info, **TINY))
+    assert info["crowded"] > 0
+
+
+def test_segsort_hot_column_aggregated(rng):
+    """A column in every row: one global atomic per chunk for it, not one per entry."""
+    m = 3000
+    A = sp.csr_matrix(random_csr(rng, m, 40, 0.05) + sp.csr_matrix(
+        (np.ones(m), (np.arange(m), np.zeros(m, int))), shape=(m, 40)))
+    info = {}
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, info=info))   # the GPU's constants
+    assert info["global_atomics"] < A.nnz / 10
+
+
+def test_segsort_messy_duplicates_unsorted_long_row(rng):
+    for m, n in ((30, 20), (5, 64), (1, 17), (50, 3), (300, 2)):
+        A = messy_csr(rng, m, n)
+        _same_as_scipy(A, ref.segsort_transpose(A, rng, **TINY))
+
+
+def test_segsort_empty_and_degenerate(rng):
+    for shape in ((0, 0), (0, 5), (5, 0), (4, 6)):
+        T = ref.segsort_transpose(sp.csr_matrix(shape), rng, **TINY)
+        assert T.shape == shape[::-1] and T.nnz == 0
+    A = sp.csr_matrix((np.ones(3), ([0, 0, 0], [999, 0, 500])), shape=(1, 1000))
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, **TINY))
+
+
+def test_segsort_atomic_order_does_not_matter():
+    A = _col_lengths_csr(np.random.default_rng(3), 200, [3, 40, 1, 7, 120, 0, 2])
+    outs = [ref.segsort_transpose(A, np.random.default_rng(s), **TINY) for s in range(4)]
+    for T in outs[1:]:
+        np.testing.assert_array_equal(T.indices, outs[0].indices)
+        np.testing.assert_array_equal(T.data, outs[0].data)
+
+
+def test_segsort_out_of_range(rng):
+    A = random_csr(rng, 40, 30, 0.2)
+    A.indices[[0, 5, -1]] = [30, -2, 1000]
+    with pytest.raises(ValueError, match="A.indices"):
+        ref.segsort_transpose(A, rng, **TINY)
+    T = ref.segsort_transpose(A, rng, check=False, **TINY)
+    assert T.indptr[-1] == A.nnz - 3
+
+
+def test_segsort_bins_validated():
+    from matplan.kernels import sptrans
+    assert sptrans._check_bins(sptrans.BINS) == sptrans.BINS
+    for bad in ((0, 8, 32), (33, 64, 64), (8, 4, 32), (4, 513, 64), (4, 8, 48), (4, 8, 8192)):
+        with pytest.raises(ValueError, match="bins"):
+            sptrans._check_bins(bad)

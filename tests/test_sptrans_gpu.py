@@ -1,4 +1,6 @@
-"""GPU tests of the segmented-merge SpTRANS (matplan.kernels.sptrans) against SciPy float64."""
+"""GPU tests of SpTRANS (matplan.kernels.sptrans; the segsort default and the segmented merge)
+against SciPy float64. The fixture poisons the memory pool (NaN values, -1 indices) so slots the
+kernels miss show up."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -25,28 +27,101 @@ def _dev(cp, M, dtype=np.float64):
                           shape=M.shape)
 
 
-def _check(cp, st, A, dtype=np.float64):
+def _check(cp, st, A, dtype=np.float64, method="segsort", bins=None):
     A = sp.csr_matrix(A)
-    T = st.transpose(_dev(cp, A, dtype)).get()
+    Ad = _dev(cp, A, dtype)
+    if bins is None:
+        T = st.transpose(Ad, method=method)
+    else:
+        T = st._transpose(Ad, False, None, method, bins)
+    T = T.get()
     assert np.all(np.isfinite(T.data))
     _same_as_scipy(A.astype(dtype), T)
     return T
 
 
+def _col_lengths(rng, m, lengths):
+    """CSR (m rows) whose column j holds lengths[j] entries at random distinct rows."""
+    rows = np.concatenate([rng.choice(m, size=L, replace=False) for L in lengths])
+    cols = np.repeat(np.arange(len(lengths)), lengths)
+    vals = (rng.random(rows.size) + 0.5) * rng.choice([-1.0, 1.0], rows.size)
+    return sp.csr_matrix((vals, (rows, cols)), shape=(m, len(lengths)))
+
+
+#: a length in every bin of the default segsort bins (32, 512, 4096) and at each edge
+BIN_LENGTHS = [0, 1, 2, 3, 7, 16, 31, 32, 33, 34, 100, 255, 256, 257, 511, 512, 513, 1000, 2048, 4095,
+               4096, 4097, 5000, 9000, 20000]
+
+
+@pytest.mark.parametrize("method", ["segsort", "merge"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,density", [((1000, 800), 0.01), ((3000, 50), 0.2), ((50, 3000), 0.2),
                                            ((20000, 20000), 0.0005), ((1, 5000), 0.5), ((5000, 1), 0.5)])
-def test_random(cp, st, rng, dtype, shape, density):
-    _check(cp, st, random_csr(rng, *shape, density), dtype)
+def test_random(cp, st, rng, dtype, shape, density, method):
+    _check(cp, st, random_csr(rng, *shape, density), dtype, method)
 
 
-def test_long_columns_many_tiles(cp, st, rng):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_segsort_every_bin(cp, st, rng, dtype):
+    """Rows of A.T in every length bin: thread (<= 32), warp (<= 512), block (<= 4096), fallback."""
+    lengths = BIN_LENGTHS + list(rng.integers(0, 40, 300)) + list(rng.integers(33, 600, 40))
+    rng.shuffle(lengths)
+    _check(cp, st, _col_lengths(rng, 30000, lengths), dtype)
+
+
+@pytest.mark.parametrize("bins", [(4, 16, 32), (1, 1, 32), (32, 32, 64), (8, 512, 128)])
+def test_segsort_forced_fallback(cp, st, rng, bins):
+    """Bins forced small: most rows of A.T go to the warp, block and chunk + merge-round fallback."""
+    lengths = BIN_LENGTHS[:-3] + list(rng.integers(0, 300, 200))
+    _check(cp, st, _col_lengths(rng, 6000, lengths), np.float64, bins=bins)
+    _check(cp, st, messy_csr(rng, 400, 50), np.float32, bins=bins)
+
+
+def test_segsort_one_very_long_column(cp, st, rng):
+    """One row of A.T of 300k keys (chunks of 4096, 7 merge rounds by one block) among short ones."""
+    m, n = 300_000, 1000
+    A = random_csr(rng, m, n, 3 / n) + sp.csr_matrix((np.ones(m), (np.arange(m), np.full(m, 999))), shape=(m, n))
+    _check(cp, st, A)
+
+
+def test_segsort_crowded_warps(cp, st, rng):
+    """Warps whose 32 columns hold more than 1024 keys (a long column among short ones): the short
+    columns are sorted in place in global memory."""
+    lengths = []
+    for _ in range(50):
+        lengths += [3, 2000, 5, 0, 1] + [2] * 27
+    _check(cp, st, _col_lengths(rng, 5000, lengths))
+
+
+def test_segsort_hot_columns_and_duplicates(cp, st, rng):
+    """Every row of A holds columns 0, 5 and 1999 (hot rows of A.T, aggregated atomics), every 7th
+    row column 5 twice more (duplicates kept, in A's order), rows left unsorted."""
+    B = _hot_messy(rng, 50_000, 2000)
+    assert not B.has_sorted_indices
+    _check(cp, st, B)
+    _check(cp, st, B, np.float32, "merge")
+
+
+def _hot_messy(rng, m, n):
+    r = [np.repeat(np.arange(m), 3), rng.integers(0, m, 4 * m), np.repeat(np.arange(0, m, 7), 2)]
+    c = [np.tile([1999, 0, 5], m), rng.integers(0, n, 4 * m), np.full(r[2].size, 5)]
+    r, c = np.concatenate(r), np.concatenate(c)
+    v = (rng.random(r.size) + 0.5) * rng.choice([-1.0, 1.0], r.size)
+    order = np.argsort(r, kind="stable")                  # rows in order, each row as listed
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=m))]).astype(np.int32)
+    B = sp.csr_matrix((v[order], c[order].astype(np.int32), indptr), shape=(m, n))
+    B.has_sorted_indices = False
+    return B
+
+
+@pytest.mark.parametrize("method", ["segsort", "merge"])
+def test_long_columns_many_tiles(cp, st, rng, method):
     """Dense columns of 40k rows span ~20 tiles of 2048: several cross_merge rounds."""
     m, n = 40000, 300
     A = random_csr(rng, m, n, 0.01)
     cols = np.array([0, 7, 299])
     dense = sp.csr_matrix((np.ones(m * 3), (np.repeat(np.arange(m), 3), np.tile(cols, m))), shape=(m, n))
-    _check(cp, st, A + 2 * dense)
+    _check(cp, st, A + 2 * dense, method=method)
 
 
 def test_matches_cupy_transpose_large(cp, st, rng):
@@ -64,29 +139,35 @@ def test_matches_cupy_transpose_large(cp, st, rng):
     _same_as_scipy(A, T.get())
 
 
-def test_messy(cp, st, rng):
-    for m, n in ((300, 200), (5, 3000), (1, 700), (4000, 3)):
-        _check(cp, st, messy_csr(rng, m, n))
+@pytest.mark.parametrize("method", ["segsort", "merge"])
+def test_messy(cp, st, rng, method):
+    for m, n in ((300, 200), (5, 3000), (1, 700), (4000, 3), (20000, 2)):
+        _check(cp, st, messy_csr(rng, m, n), method=method)
 
 
-def test_empty_rows_cols_and_degenerate(cp, st, rng):
+@pytest.mark.parametrize("method", ["segsort", "merge"])
+def test_empty_rows_cols_and_degenerate(cp, st, rng, method):
     import cupyx.scipy.sparse as csp
     for shape in ((0, 0), (0, 5), (5, 0), (4, 6)):
-        T = st.transpose(csp.csr_matrix(shape, dtype=np.float64))
+        T = st.transpose(csp.csr_matrix(shape, dtype=np.float64), method=method)
         assert T.shape == shape[::-1] and T.nnz == 0
     A = sp.csr_matrix((np.ones(3), ([0, 0, 0], [99999, 0, 50000])), shape=(3, 100000))
-    _check(cp, st, A)
+    _check(cp, st, A, method=method)
+    A = sp.csr_matrix((np.ones(2), ([0, 99998], [7, 7])), shape=(100000, 10))   # empty rows of A
+    _check(cp, st, A, method=method)
 
 
-def test_int64_indices_converted(cp, st, rng):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_int64_indices_converted(cp, st, rng, dtype):
     import cupyx.scipy.sparse as csp
-    A = random_csr(rng, 500, 400, 0.02)
-    Ad = _dev(cp, A)
+    A = random_csr(rng, 500, 400, 0.02) + _col_lengths(rng, 500, [0] * 399 + [450])
+    Ad = _dev(cp, A, dtype)
     try:
         Ad64 = csp.csr_matrix((Ad.data, Ad.indices.astype(cp.int64), Ad.indptr.astype(cp.int64)), shape=A.shape)
     except Exception:
         pytest.skip("this cupyx does not hold int64 indices")
-    _same_as_scipy(A, st.transpose(Ad64).get())
+    _same_as_scipy(A.astype(dtype), st.transpose(Ad64).get())
+    _same_as_scipy(A.astype(dtype), st.transpose(Ad64, method="merge").get())
 
 
 def test_errors(cp, st, rng):
@@ -96,26 +177,33 @@ def test_errors(cp, st, rng):
         st.transpose(A.tocsc())
     with pytest.raises(TypeError, match="A: dtype"):
         st.transpose(csp.csr_matrix(A.astype(cp.complex128)))
+    with pytest.raises(ValueError, match="method"):
+        st.transpose(A, method="radix")
     bad = A.copy()
     bad.indices[0] = 30
-    with pytest.raises(ValueError, match="A.indices"):
-        st.transpose(bad, check=True)
-    st.transpose(bad)   # unchecked: no fault, result unspecified
-    cp.cuda.Device().synchronize()
+    bad.indices[3] = -1
+    for method in ("segsort", "merge"):
+        with pytest.raises(ValueError, match="A.indices"):
+            st.transpose(bad, check=True, method=method)
+        st.transpose(bad, method=method)   # unchecked: no fault, result unspecified
+        cp.cuda.Device().synchronize()
+    T = st.transpose(A, check=True)        # a clean matrix passes the check
+    _same_as_scipy(A.get(), T.get())
 
 
-def test_no_host_sync_in_launch_path(cp, st, rng):
+@pytest.mark.parametrize("method", ["segsort", "merge"])
+def test_no_host_sync_in_launch_path(cp, st, rng, method):
     """transpose only enqueues work: it returns while a long kernel queued ahead still runs (the
     result is wrapped by cupyx's _from_parts, which does not read the arrays back)."""
     A = _dev(cp, random_csr(rng, 2000, 2000, 0.01))
-    st.transpose(A)
+    st.transpose(A, method=method)
     cp.cuda.Device().synchronize()
     spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long c){
         long long t = clock64(); while (clock64() - t < c) {} }''', "spin")
     spin((1,), (1,), (np.int64(2_000_000_000),))  # ~1 s
     done = cp.cuda.Event()
     done.record()
-    T = st.transpose(A)
+    T = st.transpose(A, method=method)
     assert not done.done, "transpose waited for the GPU"
     cp.cuda.Device().synchronize()
     _same_as_scipy(A.get(), T.get())
@@ -125,19 +213,23 @@ def test_phase_by_phase_launches_agree(cp, st, rng):
     """The profiling path (one launch a phase) gives the fused launches' result bit for bit."""
     A = _dev(cp, random_csr(rng, 30000, 20000, 0.002) + sp.csr_matrix(
         (np.ones(30000), (np.arange(30000), np.full(30000, 5))), shape=(30000, 20000)))
-    names = []
+    names, merge_names = [], []
     T1 = st._transpose(A, False, names.append)
     T2 = st.transpose(A)
-    assert tuple(names) == st.PHASES
-    for a, b in ((T1.indptr, T2.indptr), (T1.indices, T2.indices), (T1.data, T2.data)):
-        assert cp.array_equal(a, b)
+    T3 = st._transpose(A, False, merge_names.append, "merge")
+    T4 = st.transpose(A, method="merge")
+    assert tuple(names) == st.PHASES and tuple(merge_names) == st.MERGE_PHASES
+    for T in (T2, T3, T4):   # both methods give the one stable order
+        for a, b in ((T1.indptr, T.indptr), (T1.indices, T.indices), (T1.data, T.data)):
+            assert cp.array_equal(a, b)
     _same_as_scipy(A.get(), T1.get())
 
 
+@pytest.mark.parametrize("method", ["segsort", "merge"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype):
+def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
     """~1.8M nonzeros: more tiles than resident blocks (grid-stride loops in every phase) and a
     200k-entry column over ~100 tiles (7 cross-merge rounds, grid barrier between rounds)."""
     m, n = 200_000, 50_000
     A = random_csr(rng, m, n, 8 / n) + sp.csr_matrix((np.ones(m), (np.arange(m), np.full(m, 7))), shape=(m, n))
-    _check(cp, st, A, dtype)
+    _check(cp, st, A, dtype, method)

@@ -1,4 +1,6 @@
-// SpTRANS (CSR -> CSR of A^T) with the segmented merge of SEEDS section 3, in two cooperative
+// SpTRANS (CSR -> CSR of A^T). Two methods: the segment sort (default; its kernels are at the end of
+// this file, after the line of '=') and, first, the segmented merge of SEEDS section 3 (kept as
+// sptrans.transpose(method="merge"): its cost does not depend on the longest row of A^T), in two cooperative
 // launches whose phases are separated by grid barriers instead of kernel boundaries (a launch from
 // Python costs more host time than a barrier costs the GPU). tests/sptrans_reference.py holds a
 // NumPy port of every phase.
@@ -383,3 +385,316 @@ template __global__ void spt_sort<float>(const int*, int, long long, const float
                                          int*, int*, float*, int, int);
 template __global__ void spt_sort<double>(const int*, int, long long, const double*, u64*, u64*, int*,
                                           int*, int*, double*, int, int);
+
+// ================================================================================================
+// Segment-sort SpTRANS (the default path, sptrans.transpose(method="segsort")): five plain launches,
+// no grid barrier. tests/sptrans_reference.py ports each kernel (segsort_* functions).
+//   spt_count      : per-block shared-memory hash aggregation of column counts (one global atomic
+//                    per distinct column of a 2048-entry chunk instead of one per entry: hot
+//                    columns no longer serialise thousands of atomics on one word); each entry's
+//                    rank in its column (arbitrary order)
+//   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr, in
+//                    place; columns binned by length: ids of medium ones (short_max < L <= warp_max)
+//                    to the front of seg_list, of long ones (L > warp_max) to its back
+//   spt_scatter    : as phase 2 above (merge path over A's rows; key (row << 32 | e) to its slot)
+//   spt_sort_short : a thread per column of L <= short_max (all columns are scanned, no list): the
+//                    warp stages its 32 columns' slots in shared memory (coalesced), each lane
+//                    insertion-sorts its column there, the warp writes the outputs (coalesced)
+//   spt_sort_big   : a warp per medium column (bitonic in shared memory), then a block per long
+//                    column: bitonic in shared memory up to `cap` keys, else the fallback (chunks of
+//                    cap keys sorted in shared memory, then merge-path rounds between two global
+//                    buffers by the one block, the last round writing the outputs)
+// Keys are unique (e is), so any correct sort gives the one stable order: no stability needed.
+
+#define SEG_CNT_BLOCK 256
+#define SEG_CNT_ITEMS 8
+#define SEG_CNT_CHUNK (SEG_CNT_BLOCK * SEG_CNT_ITEMS)
+#define SEG_CNT_HASH_BITS 11
+#define SEG_CNT_HASH (1 << SEG_CNT_HASH_BITS)
+#define SEG_CNT_PROBES 4
+#define SEG_SCAN_TILE (SPT_BLOCK * SPT_ITEMS)
+#define SEG_SHORT_BLOCK 128
+#define SEG_SHORT_STAGE 1024     // keys a warp stages (32 columns of <= 32 keys)
+#define SEG_BIG_BLOCK 256
+#define SEG_WARP_KEYS 512        // most keys of a warp-sorted column (warp_max <= this)
+#define SEG_BLOCK_KEYS 4096      // most keys a block sorts in shared memory (cap <= this)
+#define SEG_SENTINEL_KEY 0xffffffffffffffffull
+// control words (ctrl, zeroed by the host)
+#define SEG_BAD 0
+#define SEG_TILE_CTR 1
+#define SEG_N_MED 2
+#define SEG_N_LONG 3
+
+extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
+spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
+    __shared__ int s_col[SEG_CNT_HASH];
+    __shared__ int s_cnt[SEG_CNT_HASH];
+    for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) { s_col[i] = -1; s_cnt[i] = 0; }
+    __syncthreads();
+    const long long e0 = (long long)blockIdx.x * SEG_CNT_CHUNK + threadIdx.x;
+    int slot[SEG_CNT_ITEMS], loc[SEG_CNT_ITEMS];   // slot -2: no entry, -1: counted by a global atomic
+#pragma unroll
+    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
+        const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
+        slot[k] = -2;
+        loc[k] = 0;
+        if (e < nnz) {
+            const int col = indices[e];
+            if (col < 0 || col >= n) {
+                ctrl[SEG_BAD] = 1;
+            } else {
+                const unsigned h = ((unsigned)col * 2654435761u) >> (32 - SEG_CNT_HASH_BITS);
+                slot[k] = -1;
+                for (int p = 0; p < SEG_CNT_PROBES; ++p) {
+                    const int hh = (int)((h + p) & (SEG_CNT_HASH - 1));
+                    const int prev = atomicCAS(&s_col[hh], -1, col);
+                    if (prev == -1 || prev == col) {
+                        slot[k] = hh;
+                        loc[k] = atomicAdd(&s_cnt[hh], 1);
+                        break;
+                    }
+                }
+                if (slot[k] == -1) loc[k] = atomicAdd(&counts[col + 1], 1);   // table crowded
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) {   // one atomic per column
+        const int c = s_col[i];
+        if (c >= 0) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
+        if (slot[k] == -2) continue;
+        rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
+    }
+}
+
+__device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
+    return ((u64)flag << 32) | (u64)(unsigned)value;
+}
+
+// ws[0..n] (ws[0] == 0, ws[1 + j] = count of column j) -> inclusive prefix sums in place. status:
+// one zeroed word a tile (flag << 32 | value; flag 1: the tile's sum, 2: inclusive prefix).
+extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
+spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int short_max, int warp_max) {
+    __shared__ int s_warp[SPT_BLOCK / 32];
+    __shared__ int s_tile, s_prefix, s_base[2];
+    if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
+    __syncthreads();
+    const int t = s_tile;
+    const long long len = (long long)n + 1;
+    const long long i0 = (long long)t * SEG_SCAN_TILE + (long long)threadIdx.x * SPT_ITEMS;
+    int v[SPT_ITEMS];
+    int sum = 0, bins = 0;                        // bins: medium count | long count << 16
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        const long long i = i0 + k;
+        v[k] = i < len ? ws[i] : 0;
+        sum += v[k];
+        if (i >= 1 && i < len) bins += v[k] > warp_max ? 1 << 16 : (v[k] > short_max ? 1 : 0);
+    }
+    int total;
+    const int excl = block_exclusive_scan(sum, s_warp, &total);
+    if (threadIdx.x == 0) {
+        int prefix = 0;
+        if (t == 0) {
+            atomicExch(&status[0], seg_status(2, total));
+        } else {
+            atomicExch(&status[t], seg_status(1, total));
+            for (int j = t - 1;;) {
+                const u64 st = *(volatile u64*)&status[j];
+                const unsigned flag = (unsigned)(st >> 32);
+                if (flag == 0) continue;              // tile j has not published yet
+                prefix += (int)(unsigned)(st & 0xffffffffull);
+                if (flag == 2) break;
+                --j;
+            }
+            atomicExch(&status[t], seg_status(2, prefix + total));
+        }
+        s_prefix = prefix;
+    }
+    int bin_total;
+    const int bin_excl = block_exclusive_scan(bins, s_warp, &bin_total);
+    if (threadIdx.x == 0) {
+        s_base[0] = (bin_total & 0xffff) ? atomicAdd(ctrl + SEG_N_MED, bin_total & 0xffff) : 0;
+        s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
+    }
+    __syncthreads();
+    int run = s_prefix + excl;
+    int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16);
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        const long long i = i0 + k;
+        if (i < len) {
+            run += v[k];
+            ws[i] = run;
+            if (i >= 1) {
+                if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);
+                else if (v[k] > short_max) seg_list[med++] = (int)(i - 1);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
+spt_scatter(const int* __restrict__ a_indptr, const int* __restrict__ indices, int m, long long nnz,
+            const int* t_indptr, const int* rank, int n, u64* keys) {
+    phase_scatter(a_indptr, indices, m, nnz, t_indptr, rank, n, keys);
+}
+
+__device__ __forceinline__ void insertion_sort(u64* s, int len) {
+    for (int i = 1; i < len; ++i) {
+        const u64 v = s[i];
+        int k = i - 1;
+        while (k >= 0 && s[k] > v) { s[k + 1] = s[k]; --k; }
+        s[k + 1] = v;
+    }
+}
+
+// Bitonic sort of s[0..P) (P a power of two) by nt threads (thread t), ascending; WARP: the
+// threads are one warp (__syncwarp between stages), else the block (__syncthreads).
+template <bool WARP>
+__device__ __forceinline__ void bitonic(u64* s, int P, int t, int nt) {
+    for (int k = 2; k <= P; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int q = t; q < P / 2; q += nt) {
+                const int i = (q / j) * 2 * j + (q & (j - 1));
+                const int l = i + j;
+                const u64 a = s[i], b = s[l];
+                if ((a > b) == ((i & k) == 0)) { s[i] = b; s[l] = a; }
+            }
+            if (WARP) __syncwarp(); else __syncthreads();
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SEG_SHORT_BLOCK)
+spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __restrict__ data,
+               int* __restrict__ out_idx, T* __restrict__ out_val, int short_max) {
+    __shared__ u64 s_buf[SEG_SHORT_BLOCK / 32][SEG_SHORT_STAGE];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long j0 = (long long)blockIdx.x * SEG_SHORT_BLOCK + w * 32;
+    if (j0 >= n) return;                                      // warp-uniform
+    const long long jend = j0 + 32 < n ? j0 + 32 : n;
+    const long long j = j0 + lane;
+    const int lo = t_indptr[j0], hi = t_indptr[jend];
+    int s = 0, L = 0;
+    if (j < n) { s = t_indptr[j]; L = t_indptr[j + 1] - s; }
+    const bool mine = j < n && L <= short_max;
+    u64* buf = s_buf[w];
+    if (hi - lo <= SEG_SHORT_STAGE) {
+        for (int p = lo + lane; p < hi; p += 32) buf[p - lo] = keys[p];
+        __syncwarp();
+        unsigned others = __ballot_sync(0xffffffffu, j < n && !mine);   // medium/long: not ours
+        while (others) {
+            const int src = __ffs(others) - 1;
+            others &= others - 1;
+            const int os = __shfl_sync(0xffffffffu, s, src), ol = __shfl_sync(0xffffffffu, L, src);
+            for (int k = lane; k < ol; k += 32) buf[os - lo + k] = SEG_SENTINEL_KEY;
+        }
+        __syncwarp();
+        if (mine && L > 1) insertion_sort(buf + (s - lo), L);
+        __syncwarp();
+        for (int p = lo + lane; p < hi; p += 32) {
+            const u64 key = buf[p - lo];
+            if (key != SEG_SENTINEL_KEY) write_final<T>(p, key, data, out_idx, out_val);
+        }
+    } else if (mine) {                                           // a crowded warp: in place
+        insertion_sort(keys + s, L);
+        for (int k = 0; k < L; ++k) write_final<T>((long long)s + k, keys[s + k], data, out_idx, out_val);
+    }
+}
+
+// One long column of L > cap keys at slots [s, s + L) by one block: chunks of cap keys sorted in
+// shared memory back into keys, then merge-path rounds (runs of w, 2w, ...) between keys and
+// scratch; the last round writes the outputs.
+template <typename T>
+__device__ void long_column(long long s, int L, int cap, u64* keys, u64* scratch, u64* s_buf,
+                            const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val) {
+    for (int c0 = 0; c0 < L; c0 += cap) {
+        const int len = L - c0 < cap ? L - c0 : cap;
+        for (int k = threadIdx.x; k < cap; k += blockDim.x) s_buf[k] = k < len ? keys[s + c0 + k] : SEG_SENTINEL_KEY;
+        __syncthreads();
+        bitonic<false>(s_buf, cap, threadIdx.x, blockDim.x);
+        for (int k = threadIdx.x; k < len; k += blockDim.x) keys[s + c0 + k] = s_buf[k];
+        __syncthreads();
+    }
+    u64* src = keys + s;
+    u64* dst = scratch + s;
+    for (long long w = cap; w < L; w *= 2) {
+        const bool final = 2 * w >= L;
+        for (long long p = (long long)threadIdx.x * SPT_ITEMS; p < L; p += (long long)blockDim.x * SPT_ITEMS) {
+            const long long a0 = (p / (2 * w)) * (2 * w);
+            const long long am = a0 + w < L ? a0 + w : L, ae = a0 + 2 * w < L ? a0 + 2 * w : L;
+            const long long diag = p - a0, alen = am - a0, blen = ae - am;
+            long long lo = diag - blen > 0 ? diag - blen : 0, hi = diag < alen ? diag : alen;
+            while (lo < hi) {
+                const long long mid = (lo + hi) >> 1;
+                if (src[a0 + mid] <= src[am + diag - 1 - mid]) lo = mid + 1;
+                else hi = mid;
+            }
+            long long ia = a0 + lo, ib = am + diag - lo;
+            const long long pend = p + SPT_ITEMS < ae ? p + SPT_ITEMS : ae;
+            for (long long out = p; out < pend; ++out) {
+                u64 key;
+                if (ib >= ae || (ia < am && src[ia] <= src[ib])) key = src[ia++];
+                else key = src[ib++];
+                if (final) write_final<T>(s + out, key, data, out_idx, out_val);
+                else dst[out] = key;
+            }
+        }
+        __syncthreads();
+        u64* tmp = src; src = dst; dst = tmp;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SEG_BIG_BLOCK)
+spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ seg_list, const int* ctrl,
+             u64* keys, u64* scratch, const T* __restrict__ data, int* __restrict__ out_idx,
+             T* __restrict__ out_val, int cap) {
+    __shared__ u64 s_buf[SEG_BLOCK_KEYS];
+    const int n_med = ctrl[SEG_N_MED], n_long = ctrl[SEG_N_LONG];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int warps = SEG_BIG_BLOCK / 32;
+    u64* wb = s_buf + w * SEG_WARP_KEYS;
+    for (long long i = (long long)blockIdx.x * warps + w; i < n_med; i += (long long)gridDim.x * warps) {
+        const int c = seg_list[i];
+        const long long s = t_indptr[c];
+        const int L = t_indptr[c + 1] - (int)s;
+        int P = 32;
+        while (P < L) P <<= 1;
+        for (int k = lane; k < P; k += 32) wb[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+        __syncwarp();
+        bitonic<true>(wb, P, lane, 32);
+        for (int k = lane; k < L; k += 32) write_final<T>(s + k, wb[k], data, out_idx, out_val);
+        __syncwarp();
+    }
+    __syncthreads();
+    for (long long i = blockIdx.x; i < n_long; i += gridDim.x) {   // block-uniform
+        const int c = seg_list[n - 1 - i];
+        const long long s = t_indptr[c];
+        const int L = t_indptr[c + 1] - (int)s;
+        if (L <= cap) {
+            int P = 32;
+            while (P < L) P <<= 1;
+            for (int k = threadIdx.x; k < P; k += SEG_BIG_BLOCK) s_buf[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+            __syncthreads();
+            bitonic<false>(s_buf, P, threadIdx.x, SEG_BIG_BLOCK);
+            for (int k = threadIdx.x; k < L; k += SEG_BIG_BLOCK) write_final<T>(s + k, s_buf[k], data, out_idx, out_val);
+            __syncthreads();
+        } else {
+            long_column<T>(s, L, cap, keys, scratch, s_buf, data, out_idx, out_val);
+        }
+    }
+}
+
+template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int);
+template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int);
+template __global__ void spt_sort_big<float>(const int*, int, const int*, const int*, u64*, u64*,
+                                             const float*, int*, float*, int);
+template __global__ void spt_sort_big<double>(const int*, int, const int*, const int*, u64*, u64*,
+                                              const double*, int*, double*, int);

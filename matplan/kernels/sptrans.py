@@ -1,28 +1,43 @@
-"""SpTRANS on the GPU by the segmented merge of SEEDS section 3: CSR of A.T, rows sorted by column.
+"""SpTRANS on the GPU: CSR of A.T, rows sorted by column, stable and deterministic.
 
 :func:`transpose` takes a cupyx CSR A (m x n, float32 or float64) and returns the cupyx CSR of
-A.T (n x m) with two cooperative launches, one zeroed workspace and no host synchronisation
-(the result is assembled with cupyx's ``_from_parts``, which does not read the arrays back;
-cupyx's public ``csr_matrix((data, indices, indptr))`` waits for the GPU in CuPy 14.2). The
-phases, separated by grid barriers (sptrans.cu has the details):
+A.T (n x m) with no host synchronisation (the result is assembled with cupyx's ``_from_parts``,
+which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
+for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 
-``spt_place`` (0) per-column counts by warp-aggregated atomics and each nonzero's rank among its
-column's nonzeros, in the atomics' (arbitrary) order; (1) their scan in place: A.T's indptr, and
-the longest column; (2) merge-path partition of (A's row ends, nonzeros), ITEMS steps a thread:
-nonzero e of row i goes to slot indptr[col] + rank as the key (i << 32 | e).
-``spt_sort`` (3) merge-path tiles of TILE steps over (A.T's row ends, slots), fixed work per
-thread; each block sorts its slots by (row of A.T, key): per-thread sorts, then log2(BLOCK)
-merge-path rounds in shared memory (a segmented merge: each row of A.T is a segment). Rows inside
-a tile are final; a row crossing tiles leaves one sorted run per tile; (4) binary-tree rounds
-over the crossing rows' runs, a grid barrier between rounds, every block taking whole tiles of
-output slots (ITEMS outputs a thread), so one long row is merged by many blocks.
+``method="segsort"`` (default): five plain launches after one zeroed workspace.
+``spt_count`` per-column counts and each nonzero's rank in its column, aggregated per 2048-entry
+chunk in a shared-memory hash table (one global atomic per distinct column of a chunk: hot columns
+of R-MAT/wordnet/gene_go no longer serialise an atomic per entry on one word); ``spt_scan`` a
+single-pass (decoupled look-back) scan into A.T's indptr that also bins the columns by length;
+``spt_scatter`` key (row << 32 | e) of nonzero e to slot indptr[col] + rank, so each row of A.T
+holds its keys in the atomics' arbitrary order; then each row of A.T is sorted by its keys with a
+method chosen by its length L: ``spt_sort_short`` a thread per row of L <= short_max (32;
+insertion sort in shared memory, coalesced reads and writes by the warp), ``spt_sort_big`` a warp
+per row of L <= warp_max (512; bitonic in shared memory), a block per longer row (bitonic in
+shared memory up to ``cap`` = 4096 keys, else the fallback: chunks of cap keys sorted in shared
+memory and merge-path rounds by that block between two global buffers).
+
+``method="merge"``: the segmented merge of SEEDS section 3 in two cooperative launches (phases
+separated by grid barriers): count/scan/scatter as above but with warp-aggregated atomics, then
+merge-path tiles sorted in shared memory (per-thread sorts, log2(BLOCK) merge rounds) and
+binary-tree rounds over the rows crossing tiles, every block taking whole tiles of output slots.
+It was the only method until 2026-11; on an H100 (dc49754) it ran at 0.60x CuPy's
+``A.T.tocsr()`` geomean: the tile sort (log2(2048) shared-memory merge rounds over every nonzero,
+~200 us a 2M-nonzero matrix) did work that rows of A.T of ~7-20 entries do not need, and the
+per-entry atomics on hot columns took up to 150 us. It is kept because its cost does not depend on
+the longest row of A.T: the segsort fallback gives a row of more than ``cap`` keys to one block
+(L log(L / cap) work on one SM), so a matrix whose nonzeros sit mostly in a few columns of
+millions of entries transposes faster with ``method="merge"``.
 
 Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
 deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
-``A.T.tocsr()`` keeps them too). The result has sorted indices; it is flagged canonical only when
-A is (known to be) canonical. Indices must be int32 (int64 inputs are converted when every index,
-the shape and nnz fit below 2^31; else OverflowError). Column indices out of [0, n) are skipped
-without a memory fault; ``check=True`` raises on them (one host transfer, after the launches).
+``A.T.tocsr()`` keeps them too). The keys are unique (e is), so no sort needs to be stable. The
+result has sorted indices; it is flagged canonical only when A is (known to be) canonical. Indices
+must be int32 (int64 inputs are converted when every index, the shape and nnz fit below 2^31; else
+OverflowError). Column indices out of [0, n) are skipped without a memory fault (the slots past
+A.T's indptr[n] are then unspecified); ``check=True`` raises on them (one host transfer, after the
+launches).
 """
 from __future__ import annotations
 
@@ -33,13 +48,22 @@ from . import _cuda
 from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
-_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>")
+_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
+          "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>", "spt_sort_big<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
-#: Phases of the two kernels (profiling runs one a launch): spt_place runs 0-2, spt_sort 3-4.
-PHASES = ("count", "scan", "scatter", "tile_sort", "cross_merge")
-_CTRL = 4   # barrier, bad-index flag, longest column, pad
+#: Phases of the segmented merge's two kernels (profiling runs one a launch): spt_place 0-2, spt_sort 3-4.
+MERGE_PHASES = ("count", "scan", "scatter", "tile_sort", "cross_merge")
+#: The segsort's launches, in order.
+PHASES = ("count", "scan", "scatter", "sort_short", "sort_big")
+#: Default length bins of the segsort: (short_max, warp_max, cap); must stay within sptrans.cu's
+#: SEG_SHORT_STAGE / 32 (thread), SEG_WARP_KEYS (warp) and SEG_BLOCK_KEYS (block) limits.
+BINS = (32, 512, 4096)
+SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
+CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK = 2048, BLOCK * ITEMS, 128, 256
+_CTRL = 4   # barrier, bad-index flag, longest column, pad (merge); bad, tile counter, medium, long (segsort)
+METHODS = ("segsort", "merge")
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -54,6 +78,13 @@ class _Kernels:
         self.place = _cuda.function(_CU, "spt_place", _NAMES).kernel
         self.sort = {ct: _cuda.function(_CU, f"spt_sort<{ct}>", _NAMES).kernel for ct in ("float", "double")}
         occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
+        self.sms = sms
+        # the segsort kernels (plain launches)
+        self.count = _cuda.function(_CU, "spt_count", _NAMES)
+        self.scan = _cuda.function(_CU, "spt_scan", _NAMES)
+        self.scatter = _cuda.function(_CU, "spt_scatter", _NAMES)
+        self.sort_short = {ct: _cuda.function(_CU, f"spt_sort_short<{ct}>", _NAMES) for ct in ("float", "double")}
+        self.sort_big = {ct: _cuda.function(_CU, f"spt_sort_big<{ct}>", _NAMES) for ct in ("float", "double")}
         self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
         self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
@@ -87,17 +118,31 @@ def _int32_arrays(A):
     return indptr, indices
 
 
-def transpose(A, *, check: bool = False):
+def transpose(A, *, check: bool = False, method: str = "segsort"):
     """CSR of A.T (cupyx), rows sorted by column; see the module docstring.
 
     check: verify A's column indices lie in [0, n) (waits for the GPU: one host transfer).
+    method: "segsort" (default) or "merge" (the segmented merge; see the module docstring).
     """
-    return _transpose(A, check, None)
+    if method not in METHODS:
+        raise ValueError(f"method: {method!r}; expected one of {METHODS}")
+    return _transpose(A, check, None, method)
 
 
-def _transpose(A, check, mark):
+def _check_bins(bins):
+    short_max, warp_max, cap = (int(b) for b in bins)
+    if not (1 <= short_max <= SHORT_LIMIT and short_max <= warp_max <= WARP_LIMIT
+            and 32 <= cap <= BLOCK_LIMIT and cap & (cap - 1) == 0):
+        raise ValueError(f"bins {bins}: need 1 <= short_max <= {SHORT_LIMIT}, short_max <= warp_max <= "
+                         f"{WARP_LIMIT}, cap a power of two in [32, {BLOCK_LIMIT}]")
+    return short_max, warp_max, cap
+
+
+def _transpose(A, check, mark, method="segsort", bins=BINS):
     """transpose(); ``mark`` (profiling only): None, or called with each phase's name after that
-    phase is launched, each phase then in a launch of its own."""
+    phase is launched (the merge method then runs each phase in a launch of its own). ``bins``
+    (segsort; tests force small ones to reach every sort path on small matrices): (short_max,
+    warp_max, cap)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("sptrans needs CuPy and an NVIDIA GPU")
@@ -111,6 +156,8 @@ def _transpose(A, check, mark):
         return csp.csr_matrix((n, m), dtype=dtype)
     ks = _kernels(cp)
     ct = _cuda.ctype(dtype)
+    if method == "segsort":
+        return _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins))
     tiles = (n + nnz + TILE - 1) // TILE
     g_place = max(1, min(ks.place_cap, (nnz + BLOCK - 1) // BLOCK))
     g_sort = max(1, min(ks.sort_cap[ct], tiles))
@@ -138,6 +185,53 @@ def _transpose(A, check, mark):
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
 
 
+def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
+    """The segsort launches (module docstring); no host synchronisation unless ``check``."""
+    m, n = A.shape
+    nnz = int(indices.size)
+    short_max, warp_max, cap = bins
+    tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
+    # one zeroed workspace: counts -> A.T's indptr [0, n], control words, scan status (8-byte words),
+    # then the column lists (seg_list, n ints: medium from the front, long from the back)
+    ctrl_off = n + 1
+    status_off = (ctrl_off + _CTRL + 1) & ~1
+    list_off = status_off + 2 * tiles
+    ws = cp.zeros(list_off + n, dtype=cp.int32)
+    p_ws = ws.data.ptr
+    p_ctrl, p_status, p_list = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, list_off))
+    # keys [0, nnz): the scattered keys; [nnz, 2 nnz): ranks (int32), later the long rows' merge scratch
+    keys = cp.empty(2 * nnz, dtype=cp.uint64)
+    p_second = np.uintp(keys.data.ptr + 8 * nnz)
+    n32, nnz64 = np.int32(n), np.int64(nnz)
+
+    def done(name):
+        if mark is not None:
+            mark(name)
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
+    done("count")
+    ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, np.int32(short_max), np.int32(warp_max)))
+    done("scan")
+    ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
+                                                           p_second, n32, keys))
+    done("scatter")
+    out_idx = cp.empty(nnz, dtype=cp.int32)
+    out_val = cp.empty(nnz, dtype=A.dtype)
+    ks.sort_short[ct](((n + SHORT_BLOCK - 1) // SHORT_BLOCK,), (SHORT_BLOCK,),
+                      (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max)))
+    done("sort_short")
+    # at most min(n, nnz / (short_max + 1)) rows of A.T are medium or long: a warp each, grid-stride
+    most = min(n, nnz // (short_max + 1))
+    warps = BIG_BLOCK // 32
+    grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
+    ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_ctrl, keys, p_second, A.data, out_idx, out_val,
+                                            np.int32(cap)))
+    done("sort_big")
+    if check and int(ws[ctrl_off].get()):
+        raise ValueError(f"A.indices: column indices outside [0, {n})")
+    canonical = True if getattr(A, "_has_canonical_format", None) is True else None
+    return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
+
+
 def _launch(kernel, mark):
     """Cooperative launch of (fn, grid, args, first phase, end phase): all its phases in one launch,
     or (profiling: ``mark`` given) one phase a launch, ``mark(name)`` after each."""
@@ -145,7 +239,7 @@ def _launch(kernel, mark):
     for a, b in ((lo, hi),) if mark is None else ((p, p + 1) for p in range(lo, hi)):
         fn((grid,), (BLOCK,), (*args, np.int32(a), np.int32(b)), enable_cooperative_groups=True)
         if mark is not None:
-            mark(PHASES[a])
+            mark(MERGE_PHASES[a])
 
 
-__all__ = ["transpose", "BLOCK", "ITEMS", "TILE", "PHASES"]
+__all__ = ["transpose", "BLOCK", "ITEMS", "TILE", "PHASES", "MERGE_PHASES", "BINS", "METHODS"]
