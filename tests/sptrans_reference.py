@@ -329,6 +329,32 @@ def segsort_scan(counts, short_max, warp_max, rng, tile=2048):
     return indptr, seg_list, n_med, n_long
 
 
+def segsort_scatter(a_indptr, indices, m, t_indptr, rank, n, items):
+    """spt_scatter (segsort): per thread the walk of its ``items`` path steps (rows of its entries,
+    which are consecutive y0, y0 + 1, ...), then the entries' loads and writes."""
+    nnz = indices.size
+    total = m + nnz
+    keys = np.full(nnz, SENTINEL_KEY, np.uint64)           # poison: every slot must be written
+    for d in range(0, total, items):
+        x = path_search(a_indptr[1:], m, nnz, d)
+        y = y0 = d - x
+        row = [-1] * items
+        for k in range(items):
+            if x + y < total:
+                if y < nnz and x < m and a_indptr[x + 1] > y:
+                    row[k] = x
+                    y += 1
+                else:
+                    x += 1
+        cnt = y - y0
+        col = [int(indices[y0 + k]) if k < cnt else -1 for k in range(items)]
+        rows = [r for r in row if r >= 0] + [0] * (items - cnt)
+        for k in range(cnt):
+            if 0 <= col[k] < n:
+                keys[t_indptr[col[k]] + rank[y0 + k]] = (np.uint64(rows[k]) << np.uint64(32)) | np.uint64(y0 + k)
+    return keys
+
+
 def _insertion_sort(buf, lo, length):
     for i in range(lo + 1, lo + length):
         v = buf[i]
@@ -493,7 +519,7 @@ def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block
     if bad and check:
         raise ValueError("A.indices: column index out of range")
     t_indptr, seg_list, n_med, n_long = segsort_scan(counts, short_max, warp_max, rng, scan_tile)
-    keys = scatter_keys(indptr, indices, m, t_indptr, rank, n, items)
+    keys = segsort_scatter(indptr, indices, m, t_indptr, rank, n, 8)   # SPT_ITEMS
     scratch = np.full(nnz, SENTINEL_KEY, np.uint64)
     out_idx = np.full(nnz, -1, np.int64)
     out_val = np.full(nnz, np.nan, A.dtype)

@@ -211,3 +211,17 @@ def test_segsort_bins_validated():
     for bad in ((0, 8, 32), (33, 64, 64), (8, 4, 32), (4, 513, 64), (4, 8, 48), (4, 8, 8192)):
         with pytest.raises(ValueError, match="bins"):
             sptrans._check_bins(bad)
+
+
+def test_segsort_scatter_matches_phase_scatter(rng):
+    """spt_scatter's unrolled walk writes what phase_scatter writes (empty rows, long rows, bad indices)."""
+    for A in (messy_csr(rng, 60, 40), random_csr(rng, 5, 300, 0.3), sp.csr_matrix((3, 4))):
+        A = sp.csr_matrix(A)
+        m, n = A.shape
+        if A.nnz:
+            A.indices[0] = n + 3                          # skipped by both
+        indptr, indices = A.indptr.astype(np.int64), A.indices.astype(np.int64)
+        counts, rank, _, _ = ref.segsort_count(indices, n, rng)
+        t_indptr = np.cumsum(counts)
+        np.testing.assert_array_equal(ref.segsort_scatter(indptr, indices, m, t_indptr, rank, n, 8),
+                                      ref.scatter_keys(indptr, indices, m, t_indptr, rank, n, 8))

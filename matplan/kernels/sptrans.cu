@@ -538,10 +538,52 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int short_max, i
     }
 }
 
+// phase_scatter's ITEMS path steps a thread, one thread a launch slot: the walk first (which steps
+// are entries, their rows), then the entries' loads (indices, rank, then t_indptr) each unrolled so
+// the ITEMS random reads are in flight together instead of one dependent chain per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scatter(const int* __restrict__ a_indptr, const int* __restrict__ indices, int m, long long nnz,
-            const int* t_indptr, const int* rank, int n, u64* keys) {
-    phase_scatter(a_indptr, indices, m, nnz, t_indptr, rank, n, keys);
+            const int* __restrict__ t_indptr, const int* __restrict__ rank, int n, u64* keys) {
+    const long long total = (long long)m + nnz;
+    const long long d = ((long long)blockIdx.x * SPT_BLOCK + threadIdx.x) * SPT_ITEMS;
+    if (d >= total) return;
+    long long x = path_search(a_indptr + 1, m, nnz, d);
+    long long y = d - x;
+    const long long y0 = y;
+    int row[SPT_ITEMS];
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {   // entries of this thread: y0, y0 + 1, ... (rows row[])
+        row[k] = -1;
+        if (x + y < total) {
+            if (y < nnz && x < m && (long long)a_indptr[x + 1] > y) { row[k] = (int)x; ++y; }
+            else ++x;
+        }
+    }
+    const int cnt = (int)(y - y0);
+    int col[SPT_ITEMS], r[SPT_ITEMS];
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) col[k] = k < cnt ? indices[y0 + k] : -1;
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) r[k] = (k < cnt && col[k] >= 0 && col[k] < n) ? rank[y0 + k] : 0;
+    int rows[SPT_ITEMS];                    // row of the k-th entry (compacted from the walk)
+    {
+        int j = 0;
+#pragma unroll
+        for (int k = 0; k < SPT_ITEMS; ++k) rows[k] = 0;
+#pragma unroll
+        for (int k = 0; k < SPT_ITEMS; ++k) {
+            if (row[k] >= 0) {
+#pragma unroll
+                for (int q = 0; q < SPT_ITEMS; ++q) if (q == j) rows[q] = row[k];   // register-indexed
+                ++j;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        if (k < cnt && col[k] >= 0 && col[k] < n)
+            keys[(long long)t_indptr[col[k]] + r[k]] = ((u64)rows[k] << 32) | (u64)(y0 + k);
+    }
 }
 
 __device__ __forceinline__ void insertion_sort(u64* s, int len) {
