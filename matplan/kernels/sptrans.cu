@@ -400,7 +400,8 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 //   spt_sort_short : a thread per column of L <= short_max (all columns are scanned, no list): the
 //                    warp stages its 32 columns' slots in shared memory (coalesced), each lane
 //                    insertion-sorts its column there, the warp writes the outputs (coalesced)
-//   spt_sort_big   : a warp per medium column (bitonic in shared memory), then a block per long
+//   spt_sort_big   : a warp per medium column (bitonic in shared memory, skipped when the keys are
+//                    already in order), then a block per long
 //                    column: bitonic in shared memory up to `cap` keys, else the fallback (chunks of
 //                    cap keys sorted in shared memory, then merge-path rounds between two global
 //                    buffers by the one block, the last round writing the outputs)
@@ -709,9 +710,13 @@ spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ se
         const int L = t_indptr[c + 1] - (int)s;
         int P = 32;
         while (P < L) P <<= 1;
-        for (int k = lane; k < P; k += 32) wb[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+        bool ordered = true;
+        for (int k = lane; k < P; k += 32) {
+            wb[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+            if (k > 0 && k < L && keys[s + k - 1] > keys[s + k]) ordered = false;
+        }
         __syncwarp();
-        bitonic<true>(wb, P, lane, 32);
+        if (!__all_sync(0xffffffffu, ordered)) bitonic<true>(wb, P, lane, 32);   // often in order already
         for (int k = lane; k < L; k += 32) write_final<T>(s + k, wb[k], data, out_idx, out_val);
         __syncwarp();
     }
@@ -723,9 +728,12 @@ spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ se
         if (L <= cap) {
             int P = 32;
             while (P < L) P <<= 1;
-            for (int k = threadIdx.x; k < P; k += SEG_BIG_BLOCK) s_buf[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
-            __syncthreads();
-            bitonic<false>(s_buf, P, threadIdx.x, SEG_BIG_BLOCK);
+            bool ordered = true;
+            for (int k = threadIdx.x; k < P; k += SEG_BIG_BLOCK) {
+                s_buf[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+                if (k > 0 && k < L && keys[s + k - 1] > keys[s + k]) ordered = false;
+            }
+            if (!__syncthreads_and(ordered)) bitonic<false>(s_buf, P, threadIdx.x, SEG_BIG_BLOCK);
             for (int k = threadIdx.x; k < L; k += SEG_BIG_BLOCK) write_final<T>(s + k, s_buf[k], data, out_idx, out_val);
             __syncthreads();
         } else {
