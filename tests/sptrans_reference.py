@@ -308,25 +308,28 @@ def segsort_count(indices, n, rng, chunk=2048, hash_bits=11, probes=4):
     return counts, rank, bad, dict(global_atomics=len(events), crowded=crowded)
 
 
-def segsort_scan(counts, short_max, warp_max, rng, tile=2048):
+def segsort_scan(counts, short_max, warp_max, cap, rng, tile=2048):
     """spt_scan: inclusive scan of counts (= A.T's indptr) and the column lists: medium ids
-    (short_max < L <= warp_max) from the front of seg_list, long ids (L > warp_max) from the back,
-    each tile's ids in column order at a base taken by one atomic (tiles in arbitrary order)."""
+    (short_max < L <= warp_max) from the front of seg_list, long ids (warp_max < L <= cap) from the
+    back, huge ids (L > warp_max, L > cap) in huge_list, each tile's ids in column order at a base
+    taken by one atomic (tiles in arbitrary order)."""
     n = counts.size - 1
     indptr = np.cumsum(counts)
     seg_list = np.full(max(n, 0), -1, np.int64)
+    huge_list = []
     n_med = n_long = 0
     tiles = (n + 1 + tile - 1) // tile
     for t in rng.permutation(tiles):
         ids = np.arange(max(t * tile, 1), min((t + 1) * tile, n + 1)) - 1
         lens = counts[ids + 1]
         med = ids[(lens > short_max) & (lens <= warp_max)]
-        lng = ids[lens > warp_max]
+        lng = ids[(lens > warp_max) & (lens <= cap)]
+        huge_list += list(ids[(lens > warp_max) & (lens > cap)])
         seg_list[n_med:n_med + med.size] = med
         n_med += med.size
         seg_list[n - n_long - lng.size:n - n_long] = lng[::-1]   # seg_list[n - 1 - k] = k-th long id
         n_long += lng.size
-    return indptr, seg_list, n_med, n_long
+    return indptr, seg_list, n_med, n_long, np.array(huge_list, np.int64)
 
 
 def segsort_scatter(a_indptr, indices, m, t_indptr, rank, n, items):
@@ -422,15 +425,19 @@ def _pow2_at_least(L, lo=32):
     return P
 
 
-def segsort_long_column(s, L, cap, keys, scratch, data, out_idx, out_val, block, items):
-    """long_column(): chunks of cap keys sorted back into keys, then merge-path rounds by the
-    block's threads (``items`` outputs a thread a step) between keys and scratch."""
+def segsort_chunks(s, L, cap, keys):
+    """spt_sort_big's huge-row work items: chunks of cap keys sorted (bitonic) back into keys."""
     for c0 in range(0, L, cap):
         length = min(cap, L - c0)
         buf = np.full(cap, SENTINEL_KEY, np.uint64)
         buf[:length] = keys[s + c0:s + c0 + length]
         _bitonic(buf, cap)
         keys[s + c0:s + c0 + length] = buf[:length]
+
+
+def segsort_merge_rounds(s, L, cap, keys, scratch, data, out_idx, out_val, block, items):
+    """spt_merge_long / merge_rounds(): merge-path rounds by the block's threads (``items``
+    outputs a thread a step) between keys and scratch; the last round writes the outputs."""
     src, dst = keys[s:s + L], scratch[s:s + L]                   # views: writes land in keys/scratch
     w, rounds = cap, 0
     while w < L:
@@ -469,9 +476,10 @@ def segsort_long_column(s, L, cap, keys, scratch, data, out_idx, out_val, block,
     return rounds
 
 
-def segsort_big(t_indptr, n, seg_list, n_med, n_long, keys, scratch, data, out_idx, out_val, cap,
-                block=256, items=8, info=None):
-    """spt_sort_big: a warp per medium column (bitonic, P >= 32), then a block per long one."""
+def segsort_big(t_indptr, n, seg_list, n_med, n_long, huge_list, keys, scratch, data, out_idx, out_val,
+                cap, block=512, items=8, info=None):
+    """spt_sort_big (a warp per medium column, a block per long one, the huge ones' chunks) and
+    spt_merge_long (a block per huge column; ``block`` threads)."""
     for i in range(n_med):
         c = int(seg_list[i])
         s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
@@ -481,30 +489,30 @@ def segsort_big(t_indptr, n, seg_list, n_med, n_long, keys, scratch, data, out_i
         _bitonic(buf, P)
         for k in range(L):
             _write(s + k, buf[k], data, out_idx, out_val)
-    rounds = 0
     for i in range(n_long):
         c = int(seg_list[n - 1 - i])
         s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
-        if L <= cap:
-            P = _pow2_at_least(L)
-            buf = np.full(P, SENTINEL_KEY, np.uint64)
-            buf[:L] = keys[s:s + L]
-            _bitonic(buf, P)
-            for k in range(L):
-                _write(s + k, buf[k], data, out_idx, out_val)
-            if info is not None:
-                info["long_in_block"] = info.get("long_in_block", 0) + 1
-        else:
-            rounds = max(rounds, segsort_long_column(s, L, cap, keys, scratch, data, out_idx, out_val,
-                                                     block, items))
-            if info is not None:
-                info["long_fallback"] = info.get("long_fallback", 0) + 1
+        assert L <= cap
+        P = _pow2_at_least(L)
+        buf = np.full(P, SENTINEL_KEY, np.uint64)
+        buf[:L] = keys[s:s + L]
+        _bitonic(buf, P)
+        for k in range(L):
+            _write(s + k, buf[k], data, out_idx, out_val)
+    spans = [(int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])) for c in huge_list]
+    for s, L in spans:                   # all chunks (spt_sort_big) before any merge (spt_merge_long)
+        segsort_chunks(s, L, cap, keys)
+    rounds = 0
+    for s, L in spans:
+        rounds = max(rounds, segsort_merge_rounds(s, L, cap, keys, scratch, data, out_idx, out_val, block, items))
     if info is not None:
         info["medium"] = info.get("medium", 0) + n_med
+        info["long_in_block"] = info.get("long_in_block", 0) + n_long
+        info["long_fallback"] = info.get("long_fallback", 0) + len(spans)
         info["fallback_rounds"] = max(info.get("fallback_rounds", 0), rounds)
 
 
-def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block=256, items=8,
+def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block=512, items=8,
                       stage=1024, chunk=2048, hash_bits=11, scan_tile=2048):
     """CSR of A.T (scipy CSR in, scipy CSR out) by the segsort kernels' NumPy ports."""
     import scipy.sparse as sp
@@ -518,7 +526,7 @@ def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block
     counts, rank, bad, cinfo = segsort_count(indices[:nnz], n, rng, chunk, hash_bits)
     if bad and check:
         raise ValueError("A.indices: column index out of range")
-    t_indptr, seg_list, n_med, n_long = segsort_scan(counts, short_max, warp_max, rng, scan_tile)
+    t_indptr, seg_list, n_med, n_long, huge_list = segsort_scan(counts, short_max, warp_max, cap, rng, scan_tile)
     keys = segsort_scatter(indptr, indices, m, t_indptr, rank, n, 8)   # SPT_ITEMS
     scratch = np.full(nnz, SENTINEL_KEY, np.uint64)
     out_idx = np.full(nnz, -1, np.int64)
@@ -526,7 +534,7 @@ def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block
     loc = {} if info is None else info
     loc.update(cinfo)
     segsort_short(t_indptr, n, keys, A.data, out_idx, out_val, short_max, stage, loc)
-    segsort_big(t_indptr, n, seg_list, n_med, n_long, keys, scratch, A.data, out_idx, out_val, cap,
+    segsort_big(t_indptr, n, seg_list, n_med, n_long, huge_list, keys, scratch, A.data, out_idx, out_val, cap,
                 block, items, loc)
     total = int(t_indptr[-1])
     return sp.csr_matrix((out_val[:total], out_idx[:total].astype(np.int32), t_indptr.astype(np.int32)),

@@ -145,6 +145,7 @@ def test_segsort_random(rng, shape, density):
     A = random_csr(rng, *shape, density)
     _same_as_scipy(A, ref.segsort_transpose(A, rng, **TINY))
     _same_as_scipy(A, ref.segsort_transpose(A, rng, bins=(4, 16, 32), block=8, items=2, stage=256))
+    _same_as_scipy(A, ref.segsort_transpose(A, rng, bins=(2, 64, 32), block=3, stage=256))   # cap < warp_max
 
 
 def test_segsort_crowded_warp_sorts_in_place(rng):

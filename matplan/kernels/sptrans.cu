@@ -387,7 +387,7 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
                                           int*, int*, double*, int, int);
 
 // ================================================================================================
-// Segment-sort SpTRANS (the default path, sptrans.transpose(method="segsort")): five plain launches,
+// Segment-sort SpTRANS (the default path, sptrans.transpose(method="segsort")): six plain launches,
 // no grid barrier. tests/sptrans_reference.py ports each kernel (segsort_* functions).
 //   spt_count      : per-block shared-memory hash aggregation of column counts (one global atomic
 //                    per distinct column of a 2048-entry chunk instead of one per entry: hot
@@ -395,16 +395,19 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 //                    rank in its column (arbitrary order)
 //   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr, in
 //                    place; columns binned by length: ids of medium ones (short_max < L <= warp_max)
-//                    to the front of seg_list, of long ones (L > warp_max) to its back
+//                    to the front of seg_list, of long ones (warp_max < L <= cap) to its back, of
+//                    huge ones (L > warp_max and L > cap) to huge_list
 //   spt_scatter    : as phase 2 above (merge path over A's rows; key (row << 32 | e) to its slot)
 //   spt_sort_short : a thread per column of L <= short_max (all columns are scanned, no list): the
 //                    warp stages its 32 columns' slots in shared memory (coalesced), each lane
 //                    insertion-sorts its column there, the warp writes the outputs (coalesced)
 //   spt_sort_big   : a warp per medium column (bitonic in shared memory, skipped when the keys are
 //                    already in order), then a block per long
-//                    column: bitonic in shared memory up to `cap` keys, else the fallback (chunks of
-//                    cap keys sorted in shared memory, then merge-path rounds between two global
-//                    buffers by the one block, the last round writing the outputs)
+//                    column (bitonic in shared memory, up to `cap` keys), then the fallback's first
+//                    step: the huge columns' chunks of cap keys, work items over all blocks, each
+//                    sorted in shared memory back into keys
+//   spt_merge_long : the fallback's second step: a block per huge column, merge-path rounds between
+//                    two global buffers, the last round writing the outputs
 // Keys are unique (e is), so any correct sort gives the one stable order: no stability needed.
 
 #define SEG_CNT_BLOCK 256
@@ -425,6 +428,8 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_TILE_CTR 1
 #define SEG_N_MED 2
 #define SEG_N_LONG 3
+#define SEG_N_HUGE 4
+#define SEG_MERGE_BLOCK 512
 
 extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
 spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
@@ -479,22 +484,27 @@ __device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
 // ws[0..n] (ws[0] == 0, ws[1 + j] = count of column j) -> inclusive prefix sums in place. status:
 // one zeroed word a tile (flag << 32 | value; flag 1: the tile's sum, 2: inclusive prefix).
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
-spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int short_max, int warp_max) {
+spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, int short_max, int warp_max,
+         int cap) {
     __shared__ int s_warp[SPT_BLOCK / 32];
-    __shared__ int s_tile, s_prefix, s_base[2];
+    __shared__ int s_tile, s_prefix, s_base[3];
     if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
     __syncthreads();
     const int t = s_tile;
     const long long len = (long long)n + 1;
     const long long i0 = (long long)t * SEG_SCAN_TILE + (long long)threadIdx.x * SPT_ITEMS;
     int v[SPT_ITEMS];
-    int sum = 0, bins = 0;                        // bins: medium count | long count << 16
+    int sum = 0, bins = 0, huge = 0;              // bins: medium count | long count << 16
 #pragma unroll
     for (int k = 0; k < SPT_ITEMS; ++k) {
         const long long i = i0 + k;
         v[k] = i < len ? ws[i] : 0;
         sum += v[k];
-        if (i >= 1 && i < len) bins += v[k] > warp_max ? 1 << 16 : (v[k] > short_max ? 1 : 0);
+        if (i >= 1 && i < len) {
+            if (v[k] > warp_max && v[k] > cap) ++huge;
+            else if (v[k] > warp_max) bins += 1 << 16;
+            else if (v[k] > short_max) bins += 1;
+        }
     }
     int total;
     const int excl = block_exclusive_scan(sum, s_warp, &total);
@@ -516,15 +526,17 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int short_max, i
         }
         s_prefix = prefix;
     }
-    int bin_total;
+    int bin_total, huge_total;
     const int bin_excl = block_exclusive_scan(bins, s_warp, &bin_total);
+    const int huge_excl = block_exclusive_scan(huge, s_warp, &huge_total);
     if (threadIdx.x == 0) {
         s_base[0] = (bin_total & 0xffff) ? atomicAdd(ctrl + SEG_N_MED, bin_total & 0xffff) : 0;
         s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
+        s_base[2] = huge_total ? atomicAdd(ctrl + SEG_N_HUGE, huge_total) : 0;
     }
     __syncthreads();
     int run = s_prefix + excl;
-    int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16);
+    int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16), hg = s_base[2] + huge_excl;
 #pragma unroll
     for (int k = 0; k < SPT_ITEMS; ++k) {
         const long long i = i0 + k;
@@ -532,7 +544,8 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int short_max, i
             run += v[k];
             ws[i] = run;
             if (i >= 1) {
-                if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);
+                if (v[k] > warp_max && v[k] > cap) huge_list[hg++] = (int)(i - 1);
+                else if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);
                 else if (v[k] > short_max) seg_list[med++] = (int)(i - 1);
             }
         }
@@ -651,20 +664,12 @@ spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __re
     }
 }
 
-// One long column of L > cap keys at slots [s, s + L) by one block: chunks of cap keys sorted in
-// shared memory back into keys, then merge-path rounds (runs of w, 2w, ...) between keys and
-// scratch; the last round writes the outputs.
+// Merge-path rounds over one huge row of A^T (L > cap keys at slots [s, s + L), sorted in chunks of
+// cap keys by spt_sort_big) by one block: runs of w = cap, 2 cap, ... merged pairwise between keys
+// and scratch, the last round writing the outputs.
 template <typename T>
-__device__ void long_column(long long s, int L, int cap, u64* keys, u64* scratch, u64* s_buf,
-                            const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val) {
-    for (int c0 = 0; c0 < L; c0 += cap) {
-        const int len = L - c0 < cap ? L - c0 : cap;
-        for (int k = threadIdx.x; k < cap; k += blockDim.x) s_buf[k] = k < len ? keys[s + c0 + k] : SEG_SENTINEL_KEY;
-        __syncthreads();
-        bitonic<false>(s_buf, cap, threadIdx.x, blockDim.x);
-        for (int k = threadIdx.x; k < len; k += blockDim.x) keys[s + c0 + k] = s_buf[k];
-        __syncthreads();
-    }
+__device__ void merge_rounds(long long s, int L, int cap, u64* keys, u64* scratch,
+                             const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val) {
     u64* src = keys + s;
     u64* dst = scratch + s;
     for (long long w = cap; w < L; w *= 2) {
@@ -695,12 +700,25 @@ __device__ void long_column(long long s, int L, int cap, u64* keys, u64* scratch
 }
 
 template <typename T>
+__global__ void __launch_bounds__(SEG_MERGE_BLOCK)
+spt_merge_long(const int* __restrict__ t_indptr, const int* __restrict__ huge_list, const int* ctrl, u64* keys,
+               u64* scratch, const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val,
+               int cap) {
+    const int n_huge = ctrl[SEG_N_HUGE];
+    for (int i = blockIdx.x; i < n_huge; i += gridDim.x) {   // block-uniform
+        const int c = huge_list[i];
+        const long long s = t_indptr[c];
+        merge_rounds<T>(s, t_indptr[c + 1] - (int)s, cap, keys, scratch, data, out_idx, out_val);
+    }
+}
+
+template <typename T>
 __global__ void __launch_bounds__(SEG_BIG_BLOCK)
-spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ seg_list, const int* ctrl,
-             u64* keys, u64* scratch, const T* __restrict__ data, int* __restrict__ out_idx,
-             T* __restrict__ out_val, int cap) {
+spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ seg_list,
+             const int* __restrict__ huge_list, const int* ctrl, u64* keys, const T* __restrict__ data,
+             int* __restrict__ out_idx, T* __restrict__ out_val, int cap) {
     __shared__ u64 s_buf[SEG_BLOCK_KEYS];
-    const int n_med = ctrl[SEG_N_MED], n_long = ctrl[SEG_N_LONG];
+    const int n_med = ctrl[SEG_N_MED], n_long = ctrl[SEG_N_LONG], n_huge = ctrl[SEG_N_HUGE];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int warps = SEG_BIG_BLOCK / 32;
     u64* wb = s_buf + w * SEG_WARP_KEYS;
@@ -725,26 +743,46 @@ spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ se
         const int c = seg_list[n - 1 - i];
         const long long s = t_indptr[c];
         const int L = t_indptr[c + 1] - (int)s;
-        if (L <= cap) {
-            int P = 32;
-            while (P < L) P <<= 1;
-            bool ordered = true;
-            for (int k = threadIdx.x; k < P; k += SEG_BIG_BLOCK) {
-                s_buf[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
-                if (k > 0 && k < L && keys[s + k - 1] > keys[s + k]) ordered = false;
-            }
-            if (!__syncthreads_and(ordered)) bitonic<false>(s_buf, P, threadIdx.x, SEG_BIG_BLOCK);
-            for (int k = threadIdx.x; k < L; k += SEG_BIG_BLOCK) write_final<T>(s + k, s_buf[k], data, out_idx, out_val);
-            __syncthreads();
-        } else {
-            long_column<T>(s, L, cap, keys, scratch, s_buf, data, out_idx, out_val);
+        int P = 32;
+        while (P < L) P <<= 1;
+        bool ordered = true;
+        for (int k = threadIdx.x; k < P; k += SEG_BIG_BLOCK) {
+            s_buf[k] = k < L ? keys[s + k] : SEG_SENTINEL_KEY;
+            if (k > 0 && k < L && keys[s + k - 1] > keys[s + k]) ordered = false;
         }
+        if (!__syncthreads_and(ordered)) bitonic<false>(s_buf, P, threadIdx.x, SEG_BIG_BLOCK);
+        for (int k = threadIdx.x; k < L; k += SEG_BIG_BLOCK) write_final<T>(s + k, s_buf[k], data, out_idx, out_val);
+        __syncthreads();
+    }
+    // huge rows (L > cap): their chunks of cap keys are work items spread over all blocks (item q
+    // to block q mod gridDim.x), each sorted in shared memory back into keys; spt_merge_long merges
+    long long item = 0;
+    for (int i = 0; i < n_huge; ++i) {
+        const int c = huge_list[i];
+        const long long s = t_indptr[c];
+        const int L = t_indptr[c + 1] - (int)s;
+        const long long chunks = (L + cap - 1) / cap;
+        const long long first = item + ((long long)blockIdx.x - item % gridDim.x + gridDim.x) % gridDim.x;
+        for (long long q = first; q < item + chunks; q += gridDim.x) {   // block-uniform
+            const long long c0 = (q - item) * cap;
+            const int len = L - c0 < cap ? (int)(L - c0) : cap;
+            for (int k = threadIdx.x; k < cap; k += SEG_BIG_BLOCK) s_buf[k] = k < len ? keys[s + c0 + k] : SEG_SENTINEL_KEY;
+            __syncthreads();
+            bitonic<false>(s_buf, cap, threadIdx.x, SEG_BIG_BLOCK);
+            for (int k = threadIdx.x; k < len; k += SEG_BIG_BLOCK) keys[s + c0 + k] = s_buf[k];
+            __syncthreads();
+        }
+        item += chunks;
     }
 }
 
 template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int);
 template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int);
-template __global__ void spt_sort_big<float>(const int*, int, const int*, const int*, u64*, u64*,
+template __global__ void spt_sort_big<float>(const int*, int, const int*, const int*, const int*, u64*,
                                              const float*, int*, float*, int);
-template __global__ void spt_sort_big<double>(const int*, int, const int*, const int*, u64*, u64*,
+template __global__ void spt_sort_big<double>(const int*, int, const int*, const int*, const int*, u64*,
                                               const double*, int*, double*, int);
+template __global__ void spt_merge_long<float>(const int*, const int*, const int*, u64*, u64*, const float*,
+                                               int*, float*, int);
+template __global__ void spt_merge_long<double>(const int*, const int*, const int*, u64*, u64*, const double*,
+                                                int*, double*, int);

@@ -5,7 +5,7 @@ A.T (n x m) with no host synchronisation (the result is assembled with cupyx's `
 which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
 for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 
-``method="segsort"`` (default): five plain launches after one zeroed workspace.
+``method="segsort"`` (default): six plain launches after one zeroed workspace.
 ``spt_count`` per-column counts and each nonzero's rank in its column, aggregated per 2048-entry
 chunk in a shared-memory hash table (one global atomic per distinct column of a chunk: hot columns
 of R-MAT/wordnet/gene_go no longer serialise an atomic per entry on one word); ``spt_scan`` a
@@ -14,9 +14,10 @@ single-pass (decoupled look-back) scan into A.T's indptr that also bins the colu
 holds its keys in the atomics' arbitrary order; then each row of A.T is sorted by its keys with a
 method chosen by its length L: ``spt_sort_short`` a thread per row of L <= short_max (32;
 insertion sort in shared memory, coalesced reads and writes by the warp), ``spt_sort_big`` a warp
-per row of L <= warp_max (512; bitonic in shared memory), a block per longer row (bitonic in
-shared memory up to ``cap`` = 4096 keys, else the fallback: chunks of cap keys sorted in shared
-memory and merge-path rounds by that block between two global buffers).
+per row of L <= warp_max (512; bitonic in shared memory), a block per row up to ``cap`` = 4096
+keys (bitonic in shared memory), and for longer rows (the fallback) chunks of cap keys sorted in
+shared memory as work items spread over all its blocks; ``spt_merge_long`` then merges each such
+row's chunks by merge-path rounds, one block a row, between two global buffers.
 
 ``method="merge"``: the segmented merge of SEEDS section 3 in two cooperative launches (phases
 separated by grid barriers): count/scan/scatter as above but with warp-aggregated atomics, then
@@ -26,7 +27,7 @@ It was the only method until 2026-11; on an H100 (dc49754) it ran at 0.60x CuPy'
 ``A.T.tocsr()`` geomean: the tile sort (log2(2048) shared-memory merge rounds over every nonzero,
 ~200 us a 2M-nonzero matrix) did work that rows of A.T of ~7-20 entries do not need, and the
 per-entry atomics on hot columns took up to 150 us. It is kept because its cost does not depend on
-the longest row of A.T: the segsort fallback gives a row of more than ``cap`` keys to one block
+the longest row of A.T: the segsort fallback merges a row of more than ``cap`` keys by one block
 (L log(L / cap) work on one SM), so a matrix whose nonzeros sit mostly in a few columns of
 millions of entries transposes faster with ``method="merge"``.
 
@@ -49,20 +50,21 @@ from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
-          "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>", "spt_sort_big<double>")
+          "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>", "spt_sort_big<double>",
+          "spt_merge_long<float>", "spt_merge_long<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
 #: Phases of the segmented merge's two kernels (profiling runs one a launch): spt_place 0-2, spt_sort 3-4.
 MERGE_PHASES = ("count", "scan", "scatter", "tile_sort", "cross_merge")
 #: The segsort's launches, in order.
-PHASES = ("count", "scan", "scatter", "sort_short", "sort_big")
+PHASES = ("count", "scan", "scatter", "sort_short", "sort_big", "merge_long")
 #: Default length bins of the segsort: (short_max, warp_max, cap); must stay within sptrans.cu's
 #: SEG_SHORT_STAGE / 32 (thread), SEG_WARP_KEYS (warp) and SEG_BLOCK_KEYS (block) limits.
 BINS = (32, 512, 4096)
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
-CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK = 2048, BLOCK * ITEMS, 128, 256
-_CTRL = 4   # barrier, bad-index flag, longest column, pad (merge); bad, tile counter, medium, long (segsort)
+CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
+_CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
 METHODS = ("segsort", "merge")
 INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -85,6 +87,7 @@ class _Kernels:
         self.scatter = _cuda.function(_CU, "spt_scatter", _NAMES)
         self.sort_short = {ct: _cuda.function(_CU, f"spt_sort_short<{ct}>", _NAMES) for ct in ("float", "double")}
         self.sort_big = {ct: _cuda.function(_CU, f"spt_sort_big<{ct}>", _NAMES) for ct in ("float", "double")}
+        self.merge_long = {ct: _cuda.function(_CU, f"spt_merge_long<{ct}>", _NAMES) for ct in ("float", "double")}
         self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
         self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
@@ -186,19 +189,22 @@ def _transpose(A, check, mark, method="segsort", bins=BINS):
 
 
 def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
-    """The segsort launches (module docstring); no host synchronisation unless ``check``."""
+    """The segsort's six launches (module docstring); no host synchronisation unless ``check``."""
     m, n = A.shape
     nnz = int(indices.size)
     short_max, warp_max, cap = bins
     tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     # one zeroed workspace: counts -> A.T's indptr [0, n], control words, scan status (8-byte words),
-    # then the column lists (seg_list, n ints: medium from the front, long from the back)
+    # then the row lists (seg_list, n ints: medium from the front, long from the back; huge_list:
+    # rows of more than cap keys, at most nnz / (cap + 1) of them)
     ctrl_off = n + 1
     status_off = (ctrl_off + _CTRL + 1) & ~1
     list_off = status_off + 2 * tiles
-    ws = cp.zeros(list_off + n, dtype=cp.int32)
+    huge_off = list_off + n
+    max_huge = min(n, nnz // (cap + 1))
+    ws = cp.zeros(huge_off + max_huge + 1, dtype=cp.int32)
     p_ws = ws.data.ptr
-    p_ctrl, p_status, p_list = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, list_off))
+    p_ctrl, p_status, p_list, p_huge = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, list_off, huge_off))
     # keys [0, nnz): the scattered keys; [nnz, 2 nnz): ranks (int32), later the long rows' merge scratch
     keys = cp.empty(2 * nnz, dtype=cp.uint64)
     p_second = np.uintp(keys.data.ptr + 8 * nnz)
@@ -209,7 +215,8 @@ def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
             mark(name)
     ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
     done("count")
-    ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, np.int32(short_max), np.int32(warp_max)))
+    ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
+                                 np.int32(warp_max), np.int32(cap)))
     done("scan")
     ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
                                                            p_second, n32, keys))
@@ -223,9 +230,13 @@ def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
     most = min(n, nnz // (short_max + 1))
     warps = BIG_BLOCK // 32
     grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
-    ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_ctrl, keys, p_second, A.data, out_idx, out_val,
+    ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val,
                                             np.int32(cap)))
     done("sort_big")
+    # merge rounds of the huge rows (their chunks sorted by spt_sort_big): a block each
+    ks.merge_long[ct]((max(1, min(2 * ks.sms, max_huge)),), (MERGE_BLOCK,),
+                      (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))
+    done("merge_long")
     if check and int(ws[ctrl_off].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
