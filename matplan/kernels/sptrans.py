@@ -70,8 +70,8 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 class _Kernels:
-    """The two kernels of the current device and the most blocks each may have resident at once
-    (a cooperative launch must not ask for more)."""
+    """The kernels of the current device: the segmented merge's two (with the most blocks each may
+    have resident at once: a cooperative launch must not ask for more) and the segsort's six."""
 
     def __init__(self, cp):
         from cupy_backends.cuda.api import driver
