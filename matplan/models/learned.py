@@ -14,7 +14,7 @@ also a feature, so it keeps the analytic model's scaling outside the training
 range. ``kind='learned'`` predicts log time from the features alone.
 ``matplan report`` compares both with the analytic model (leave-family-out).
 Kernels whose ``prepare`` keeps A's own arrays (``reads_a_at_run``) convert
-nothing; their prepare time is predicted as the training median of that kernel.
+nothing; their prepare time is predicted as the training mean of that kernel.
 
 Saved models are a joblib file (a pickle: never load one from an untrusted
 place) beside a JSON metadata file: the feature schema, matplan and
@@ -145,13 +145,21 @@ def _analytic(q: Query) -> Cost:
 
 
 def _fixed_prepare(queries, y) -> dict:
-    """Median measured prepare seconds of each kernel whose ``prepare`` keeps A's own arrays
+    """Mean measured prepare seconds of each kernel whose ``prepare`` keeps A's own arrays
     (``reads_a_at_run``: CSR scalar, vector, SpMM): it converts nothing, so its time does not
-    depend on the matrix and the model predicts this median instead of fitting features to noise.
+    depend on the matrix and the model predicts this constant instead of fitting features to noise.
     On the H100 tuning data (2026-11-23) these prepares were 35-110 us whatever the matrix
     (handle lookups and host work; the same kernel varied 2-3x between neighbouring problems),
-    and tree predictions of them erred more than the median did (mean |log error| 0.30 vs 0.26
-    for CSR vector, leave-family-out)."""
+    and tree predictions of them erred more than a constant did (mean |log error| 0.30 vs 0.26
+    for CSR vector, leave-family-out).
+
+    The mean, not the median: the times are bimodal (CSR vector 35 or 65 us, CSR SpMM 60 or
+    105 us; 36-41% of timings in the slow mode, which follows the host's state during a run,
+    not the matrix), and the planner minimises the expected cost, which is the mean (H100: CSR
+    vector 48.6 us, SpMM 79.1; medians 38.6 and 63.2). The median is the fast mode: it made
+    reuse=1 plans prefer these kernels over cuSPARSE (3 us prepare) by margins the slow-mode
+    runs do not have. With the measured run times and this constant instead of the median,
+    the H100 data's worst reuse=1 regret is 1.35 instead of 1.48 (leave-family-out)."""
     from ..kernels import registry
     times: dict = {}
     for q, (_, prep_s) in zip(queries, y):
@@ -163,7 +171,7 @@ def _fixed_prepare(queries, y) -> dict:
         except KeyError:
             continue
         if fixed:
-            out[kernel] = float(np.median(t))
+            out[kernel] = float(np.mean(t))
     return out
 
 
