@@ -77,16 +77,14 @@ __device__ __forceinline__ void for_each_product(
 
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
 // Counts a newly claimed slot in *fresh.
-// The first slot is k's log2(S)-bit chunks XORed together, not k mod S: columns of stencil rows
-// step by powers of two (i +- 64, i +- 4096), which k mod S piles onto one probe chain, while
-// the fold still maps an aligned run of consecutive columns (a band) onto distinct slots and
-// shared-memory banks. (Fibonacci hashing, tried first on the H100: Poisson numeric 1020 -> 441
-// us, but banded 638 -> 936 us: its scattered slots cost bank conflicts in the value atomics.)
+// The first slot is Fibonacci hashing (the top log2(S) bits of k * 2^32/phi), not k mod S:
+// columns of stencil rows step by powers of two (i +- 64, i +- 4096), which k mod S piles onto one
+// probe chain. H100 numeric pass, mod -> Fibonacci: Poisson 1020 -> 441 us, block-dense 9.9 ->
+// 3.6 ms; banded 638 -> 936 us (scattered slots: bank conflicts in the value atomics). Folding
+// the key's chunks by XOR, tried to keep bands in order, lost more: Poisson 791 us, block-dense
+// 13.1 ms, skewed's symbolic pass 13.6 -> 32.8 ms (spgemm-phases-h100-2026-11-23-*.log).
 __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) {
-    const int bits = __ffs(S) - 1;
-    unsigned f = (unsigned)k;
-    for (int sh = bits; sh < 32; sh += bits) f ^= (unsigned)k >> sh;
-    int h = (int)(f & (unsigned)(S - 1));
+    int h = (int)(((unsigned)k * 0x9E3779B1u) >> (33 - __ffs(S))) & (S - 1);
     for (int probe = 0; probe < S; ++probe) {
         int cur = keys[h];
         if (cur == k) return h;
