@@ -13,6 +13,14 @@ from conftest import messy_csr, random_csr
 SMALL = dict(block=4, items=2)
 
 
+def as_dtype(A, dtype):
+    """CSR A with its values cast to dtype, duplicates and order kept. Not ``A.astype(dtype)``: SciPy
+    sums duplicated entries whenever astype changes the dtype (so a correct A.T of the float64 A
+    looked wrong next to it: the 5 H100 failures of the segsort's first GPU run)."""
+    A = sp.csr_matrix(A)
+    return sp.csr_matrix((A.data.astype(dtype), A.indices, A.indptr), shape=A.shape)
+
+
 def _same_as_scipy(A, T):
     """T == A.T exactly: pattern, order inside each row of T (stable by row, then position)."""
     A = sp.csr_matrix(A)
@@ -179,6 +187,20 @@ def test_segsort_messy_duplicates_unsorted_long_row(rng):
     for m, n in ((30, 20), (5, 64), (1, 17), (50, 3), (300, 2)):
         A = messy_csr(rng, m, n)
         _same_as_scipy(A, ref.segsort_transpose(A, rng, **TINY))
+
+
+def test_float32_reference_keeps_duplicates(rng):
+    """The GPU tests' float32 case (messy_csr(400, 50): ~130 duplicated entries) with the GPU's
+    constants: A.T keeps every duplicate, so the reference must be as_dtype(A), not A.astype (which
+    sums them: 939 vs 810 entries, indptr[1] 14 vs 12, the H100 'over-count' of a correct kernel)."""
+    A = messy_csr(rng, 400, 50)
+    A32 = as_dtype(A, np.float32)
+    assert A32.nnz == A.nnz and sp.csr_matrix(A).astype(np.float32).nnz < A.nnz
+    for bins in ((32, 512, 4096), (4, 16, 32)):
+        T = ref.segsort_transpose(A32, rng, bins=bins)
+        assert T.nnz == A.nnz
+        _same_as_scipy(A32, T)
+    _same_as_scipy(A32, ref.transpose(A32, rng))
 
 
 def test_segsort_empty_and_degenerate(rng):
