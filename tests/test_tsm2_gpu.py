@@ -88,7 +88,7 @@ def test_row_kernel_lane_groups(cp, rng, dtype):
     # (t2, t3, groups, steps per B tile; None: the rule's, depth)
     for t2, t3, g, u, d in ((19, 1, 1, None, 1), (19, 3, 2, None, 1), (19, 4, 4, 1, 1),
                             (10, 4, 4, None, 1), (3, 3, 2, 3, 1), (3, 1, 4, None, 1),
-                            (19, 4, 2, 2, 2), (10, 4, 4, 4, 4), (3, 2, 4, 2, 2)):
+                            (19, 3, 2, 2, 2), (10, 4, 4, 4, 4), (3, 2, 4, 2, 2)):
         assert t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item]
         for t1 in (64, 512):
             C.fill(cp.nan)
