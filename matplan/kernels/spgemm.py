@@ -74,8 +74,13 @@ _NAMES = ("numeric_shared<float>", "numeric_shared<double>",
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
 STATIC_SMEM = 1024
-#: Threads per row: table size / 2 clamped to [32, MAX_TPR]; rows per block fill BLOCK_THREADS.
+#: Threads per row: table size / slots per thread, clamped to [32, MAX_TPR]; rows per block fill
+#: BLOCK_THREADS. The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
+#: slots a thread; the symbolic table is ~2x the row's products (an upper bound of its nnz), so
+#: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row).
 MAX_TPR = 1024
+NUMERIC_SLOTS_PER_THREAD = 2
+SYMBOLIC_SLOTS_PER_THREAD = int(os.environ.get("MATPLAN_SPGEMM_SYM_SLOTS", 2))
 BLOCK_THREADS = 256
 #: A row takes the smallest table whose size times this load holds it (the largest table may fill up).
 TABLE_LOAD = 0.5
@@ -101,9 +106,9 @@ def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
     return tuple(sizes)
 
 
-def launch_shape(size: int, slot_bytes: int, smem_bytes: int) -> tuple:
+def launch_shape(size: int, slot_bytes: int, smem_bytes: int, slots_per_thread: int = NUMERIC_SLOTS_PER_THREAD) -> tuple:
     """(threads per row, rows per block) for tables of ``size`` slots."""
-    tpr = min(MAX_TPR, max(32, size // 2))
+    tpr = min(MAX_TPR, max(32, size // slots_per_thread))
     rpb = max(1, BLOCK_THREADS // tpr)
     while rpb > 1 and table_smem(size, slot_bytes, rpb) + STATIC_SMEM > smem_bytes:
         rpb //= 2
@@ -541,7 +546,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
         n = int(sym_counts[t + 1])
         if n == 0:
             continue
-        tpr, rpb = launch_shape(size, KEY_BYTES, smem_limit)
+        tpr, rpb = launch_shape(size, KEY_BYTES, smem_limit, SYMBOLIC_SLOTS_PER_THREAD)
         rows = sym_order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
             _launch("symbolic_shared", (n + rpb - 1) // rpb, tpr * rpb,
