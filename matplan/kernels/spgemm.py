@@ -77,10 +77,12 @@ STATIC_SMEM = 1024
 #: Threads per row: table size / slots per thread, clamped to [32, MAX_TPR]; rows per block fill
 #: BLOCK_THREADS. The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
 #: slots a thread; the symbolic table is ~2x the row's products (an upper bound of its nnz), so
-#: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row).
+#: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row); 8
+#: measured best of 2/4/8 on the H100 (symbolic pass: banded 1469 -> 539 us, ice40 2814 -> 1676,
+#: Poisson 260 -> 185; spgemm-sym-slots-h100-2026-11-23-d49e7f3.log).
 MAX_TPR = 1024
 NUMERIC_SLOTS_PER_THREAD = 2
-SYMBOLIC_SLOTS_PER_THREAD = int(os.environ.get("MATPLAN_SPGEMM_SYM_SLOTS", 2))
+SYMBOLIC_SLOTS_PER_THREAD = 8
 BLOCK_THREADS = 256
 #: A row takes the smallest table whose size times this load holds it (the largest table may fill up).
 TABLE_LOAD = 0.5
