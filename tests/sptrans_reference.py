@@ -16,6 +16,25 @@ SENTINEL_COL = 0x7FFFFFFF
 SENTINEL_KEY = (1 << 64) - 1
 
 
+
+def merge_path(src, a0, am, ae, p):
+    """Keys of the merge of sorted runs src[a0:am] and src[am:ae] from output position p (absolute,
+    a0 <= p <= ae) on: the merge-path partition (binary search on the diagonal), then the merge."""
+    diag, alen, blen = p - a0, am - a0, ae - am
+    lo, hi = max(diag - blen, 0), min(diag, alen)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if src[a0 + mid] <= src[am + diag - 1 - mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    ia, ib = a0 + lo, am + diag - lo
+    while ia < am or ib < ae:
+        if ib >= ae or (ia < am and src[ia] <= src[ib]):
+            yield int(src[ia]); ia += 1
+        else:
+            yield int(src[ib]); ib += 1
+
 def path_search(ends, a_len, b_len, diag):
     """How many of ends[0..a_len) come before step ``diag`` of the merge with 0, 1, 2, ..."""
     lo, hi = max(diag - b_len, 0), min(diag, a_len)
@@ -203,20 +222,7 @@ def cross_rounds(t_indptr, n, nnz, runs, tile_x, data, out_idx, out_val, block, 
 
                     ps, pm, pe = bnd(ra), bnd(rm), bnd(rb)
                     sub = min(pend, pe)
-                    diag, alen, blen = p - ps, pm - ps, pe - pm
-                    lo, hi = max(diag - blen, 0), min(diag, alen)
-                    while lo < hi:
-                        mid = (lo + hi) >> 1
-                        if src[ps + mid] <= src[pm + diag - 1 - mid]:
-                            lo = mid + 1
-                        else:
-                            hi = mid
-                    ia, ib = ps + lo, pm + diag - lo
-                    for out in range(p, sub):
-                        if ib >= pe or (ia < pm and src[ia] <= src[ib]):
-                            key = int(src[ia]); ia += 1
-                        else:
-                            key = int(src[ib]); ib += 1
+                    for out, key in zip(range(p, sub), merge_path(src, ps, pm, pe, p)):
                         if final:
                             out_idx[out] = key >> 32
                             out_val[out] = data[key & 0xFFFFFFFF]
@@ -448,20 +454,8 @@ def segsort_merge_rounds(s, L, cap, keys, scratch, data, out_idx, out_val, block
             while p < L:
                 a0 = (p // (2 * w)) * (2 * w)
                 am, ae = min(a0 + w, L), min(a0 + 2 * w, L)
-                diag, alen, blen = p - a0, am - a0, ae - am
-                lo, hi = max(diag - blen, 0), min(diag, alen)
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if src[a0 + mid] <= src[am + diag - 1 - mid]:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                ia, ib = a0 + lo, am + diag - lo
-                for o in range(p, min(p + items, ae)):
-                    if ib >= ae or (ia < am and src[ia] <= src[ib]):
-                        out[o] = src[ia]; ia += 1
-                    else:
-                        out[o] = src[ib]; ib += 1
+                for o, key in zip(range(p, min(p + items, ae)), merge_path(src, a0, am, ae, p)):
+                    out[o] = key
                 p += block * items
         # every output written once (the kernel writes each slot from one thread)
         assert not np.any(out == SENTINEL_KEY)
@@ -480,17 +474,8 @@ def segsort_big(t_indptr, n, seg_list, n_med, n_long, huge_list, keys, scratch, 
                 cap, block=512, items=8, info=None):
     """spt_sort_big (a warp per medium column, a block per long one, the huge ones' chunks) and
     spt_merge_long (a block per huge column; ``block`` threads)."""
-    for i in range(n_med):
-        c = int(seg_list[i])
-        s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
-        P = _pow2_at_least(L)
-        buf = np.full(P, SENTINEL_KEY, np.uint64)
-        buf[:L] = keys[s:s + L]
-        _bitonic(buf, P)
-        for k in range(L):
-            _write(s + k, buf[k], data, out_idx, out_val)
-    for i in range(n_long):
-        c = int(seg_list[n - 1 - i])
+    # medium columns from the front of seg_list, long ones from its back: one bitonic sort each
+    for c in [int(seg_list[i]) for i in range(n_med)] + [int(seg_list[n - 1 - i]) for i in range(n_long)]:
         s, L = int(t_indptr[c]), int(t_indptr[c + 1] - t_indptr[c])
         assert L <= cap
         P = _pow2_at_least(L)
