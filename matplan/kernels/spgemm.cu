@@ -2,9 +2,9 @@
 //
 // Work mapping: the products of row i are numbered p in [csum[A.indptr[i]], csum[A.indptr[i+1]])
 // where csum is the exclusive scan of nnz(B[j,:]) over A's nonzeros (int64, so more than 2^31
-// products are fine). The TPR threads of a row take products p = first + lane, first + lane + TPR,
-// ...: every thread gets the same number of products whatever the A/B row lengths, and
-// consecutive lanes read consecutive entries of B's rows (coalesced).
+// products are fine). The TPR threads of a row take the products of each 32-nonzero chunk of A's
+// row as first + lane, first + lane + TPR, ... (for_each_product): threads get equal shares
+// whatever the A/B row lengths, and consecutive lanes read consecutive entries of B's rows.
 //
 // * symbolic_shared: one shared-memory hash table of column keys per row counts the distinct
 //   columns (exact nnz of C's row). A table that fills up marks the row invalid and appends it
