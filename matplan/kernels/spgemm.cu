@@ -42,13 +42,13 @@ extern __shared__ __align__(16) unsigned char smem[];
 // once per chunk; then the warps take the chunk's products 32 at a time, strided by tpr, and each
 // lane finds its product's nonzero by a binary search over the lanes' csum (__shfl_sync): no
 // chain of dependent global loads per product (csum -> Aj -> Bp), no block barrier. Every lane
-// of a warp runs the same loop trips (the shuffles need them); `stop(p < end, ...)` is asked
-// after each product round and ends the walk for the whole warp when any lane says so.
-template <typename F, typename Stop>
+// of a warp runs the same loop trips (the shuffles need them); f returns true to stop, which
+// ends the walk for the whole warp after the round in which any of its lanes said so.
+template <typename F>
 __device__ __forceinline__ void for_each_product(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
         const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
-        const int lane, const int tpr, F f, Stop stop) {
+        const int lane, const int tpr, F f) {
     const int l32 = lane & 31, wbase = lane & ~31;
     const int a0 = Ap[row], a1 = Ap[row + 1];
     for (int c0 = a0; c0 < a1; c0 += 32) {
@@ -70,7 +70,7 @@ __device__ __forceinline__ void for_each_product(
             const int b = __shfl_sync(FULL_MASK, bs, t) + (int)off;
             bool quit = false;
             if (p < q1) quit = f(Bj[b], c0 + t, b);
-            if (__any_sync(FULL_MASK, stop(quit))) return;
+            if (__any_sync(FULL_MASK, quit)) return;
         }
     }
 }
@@ -119,12 +119,10 @@ extern "C" __global__ void symbolic_shared(
         row = rows[r];
         int fresh = 0;
         for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
-            [&](int k, int, int) {
-                if (hash_insert(keys, S, k, &fresh) >= 0) return false;
-                full[slot] = 1;
-                return true;
-            },
-            [&](bool quit) { return quit || *(volatile int*)&full[slot] != 0; });
+            [&](int k, int, int) {   // stop once any warp of the row has filled the table
+                if (hash_insert(keys, S, k, &fresh) < 0) full[slot] = 1;
+                return *(volatile int*)&full[slot] != 0;
+            });
         atomicAdd(&counts[slot], fresh);
     }
     __syncthreads();
@@ -173,8 +171,7 @@ __global__ void numeric_shared(
                 const int h = hash_insert(keys, S, k, &fresh);
                 if (h >= 0) atomicAdd(&vals[h], Ax[e] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
                 return false;
-            },
-            [](bool) { return false; });
+            });
     }
     __syncthreads();
     if (sort && S <= RANK_SORT_MAX && S <= RANK_SLOTS * tpr) {
@@ -394,8 +391,7 @@ extern "C" __global__ void symbolic_global(
             [&](int k, int, int) {
                 if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
                 return false;
-            },
-            [](bool) { return false; });
+            });
         atomicAdd(&count, fresh);
         __syncthreads();
         if (threadIdx.x == 0) row_nnz[row] = count;
@@ -422,8 +418,7 @@ __global__ void numeric_global(
                 mark[k] = stamp;
                 atomicAdd(&a[k], Ax[e] * Bx[b]);
                 return false;
-            },
-            [](bool) { return false; });
+            });
         __syncthreads();
         long long out = Cp[row] - c_base;
         for (long long c0 = 0; c0 < ncols; c0 += blockDim.x) {
