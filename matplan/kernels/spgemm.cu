@@ -30,6 +30,7 @@
 #define FULL_MASK 0xffffffffu
 #define MAX_RPB 32
 #define MAX_GROUPS 32   // table sizes + 2 (empty rows, global path) that classify/bucket handle
+#define GLOBAL_SCAN_COLS 8   // columns of the dense accumulator a thread scans per step (numeric_global)
 
 // Dynamic shared memory of every kernel here (one declaration: one linkage).
 extern __shared__ __align__(16) unsigned char smem[];
@@ -51,14 +52,21 @@ __device__ __forceinline__ void for_each_product(
         const int lane, const int tpr, F f) {
     const int l32 = lane & 31, wbase = lane & ~31;
     const int a0 = Ap[row], a1 = Ap[row + 1];
-    for (int c0 = a0; c0 < a1; c0 += 32) {
+    // A long row of A over short rows of B (fewer products per chunk than the row has threads)
+    // walks its chunks warp by warp in parallel, each warp taking all of a chunk's products;
+    // otherwise every warp walks every chunk and they share its products. (Shared chunks on a
+    // 50k-nonzero row of skewed-spgemm left most warps idle behind ~1.5k dependent chunk loads.)
+    const bool split = tpr > 32 && csum[a1] - csum[a0] < (long long)(a1 - a0 + 31) / 32 * tpr;
+    const int c_first = split ? a0 + wbase : a0, c_step = split ? tpr : 32;
+    const int p_first = split ? 0 : wbase, p_step = split ? 32 : tpr;
+    for (int c0 = c_first; c0 < a1; c0 += c_step) {
         const int cn = min(32, a1 - c0);
         const long long q1 = csum[c0 + cn];
         long long cs = 0x7fffffffffffffffLL;
         int bs = 0;
         if (l32 < cn) { cs = csum[c0 + l32]; bs = Bp[Aj[c0 + l32]]; }
         const long long q0 = __shfl_sync(FULL_MASK, cs, 0);
-        for (long long base = q0 + wbase; base < q1; base += tpr) {
+        for (long long base = q0 + p_first; base < q1; base += p_step) {
             const long long p = base + l32;
             int t = 0;
 #pragma unroll
@@ -117,13 +125,16 @@ extern "C" __global__ void symbolic_shared(
     int row = -1;
     if (r < nrows) {
         row = rows[r];
-        int fresh = 0;
+        // A row is full, and goes to symbolic_global, past 3/4 of its table: linear probing gets
+        // slow near a full table (a row of skewed-spgemm that overflowed probed for milliseconds)
+        const int limit = S - S / 4;
         for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int, int) {   // stop once any warp of the row has filled the table
-                if (hash_insert(keys, S, k, &fresh) < 0) full[slot] = 1;
+                int fresh = 0;
+                if (hash_insert(keys, S, k, &fresh) < 0 || (fresh && atomicAdd(&counts[slot], 1) >= limit))
+                    full[slot] = 1;
                 return *(volatile int*)&full[slot] != 0;
             });
-        atomicAdd(&counts[slot], fresh);
     }
     __syncthreads();
     if (row >= 0 && lane == 0) {
@@ -318,17 +329,30 @@ extern "C" __global__ void classify_rows(
     }
 }
 
-// Counting sort of rows by table index (idx in -1..T): cursor[g] starts at the exclusive offset
-// of group g - 1. A block counts its rows per group in shared memory (warp-aggregated), takes one
-// range per group from cursor, and places its rows in it. Order within a group is arbitrary,
-// which the passes do not need. top >= 0 (the balanced rule): every shared-table row
-// (0 <= idx < T) takes table top, written back to idx.
+// Counting sort of rows by table index (idx in -1..T). counts[g] is the number of rows of group
+// g = idx + 1 (classify_rows' acc, or a bincount); every block computes the groups' exclusive
+// starts from them (no host round trip), counts its rows per group in shared memory
+// (warp-aggregated), takes one range per group by an atomic on fill[g] (zeroed by the caller), and
+// places its rows in it. Order within a group is arbitrary, which the passes do not need.
+// top >= 0 (the balanced rule): every shared-table row (0 <= idx < T) takes table top, written
+// back to idx, and the starts count them there.
 extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const int T, const int top,
-                                       int* __restrict__ cursor, int* __restrict__ order) {
+                                       const unsigned long long* __restrict__ counts,
+                                       unsigned long long* __restrict__ fill, int* __restrict__ order) {
     __shared__ int s_count[MAX_GROUPS];
+    __shared__ long long s_start[MAX_GROUPS];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     for (int t = threadIdx.x; t < T + 2; t += blockDim.x) s_count[t] = 0;
+    if (threadIdx.x == 0) {
+        long long shared = 0, run = 0;
+        if (top >= 0)
+            for (int g = 1; g <= T; ++g) shared += (long long)counts[g];
+        for (int g = 0; g < T + 2; ++g) {
+            s_start[g] = run;
+            run += (top >= 0 && g >= 1 && g <= T) ? (g == top + 1 ? shared : 0) : (long long)counts[g];
+        }
+    }
     __syncthreads();
     int g = 0, pos = 0;
     const unsigned live = __ballot_sync(FULL_MASK, i < m);
@@ -343,31 +367,35 @@ extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const
     }
     __syncthreads();
     if (threadIdx.x < T + 2 && s_count[threadIdx.x])
-        s_count[threadIdx.x] = atomicAdd(&cursor[threadIdx.x], s_count[threadIdx.x]);
+        s_count[threadIdx.x] = (int)(s_start[threadIdx.x]
+                                     + (long long)atomicAdd(&fill[threadIdx.x], (unsigned long long)s_count[threadIdx.x]));
     __syncthreads();
     if (i < m) order[s_count[g] + pos] = i;
 }
 
 // ------------------------------------------------------------------ global-memory paths
-// Block-wide exclusive count of `flag`; returns this thread's offset and sets *total.
-__device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_sums, int* total) {
+// Block-wide exclusive sum of v; returns this thread's offset and sets *total.
+__device__ __forceinline__ int block_exclusive_sum(const int v, int* warp_sums, int* total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    const unsigned bal = __ballot_sync(FULL_MASK, flag);
-    const int before = __popc(bal & ((1u << lane) - 1u));
-    if (lane == 0) warp_sums[warp] = __popc(bal);
+    int incl = v;
+    for (int off = 1; off < 32; off <<= 1) {
+        const int o = __shfl_up_sync(FULL_MASK, incl, off);
+        if (lane >= off) incl += o;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        int v = lane < nwarps ? warp_sums[lane] : 0;
-        int incl = v;
+        const int w = lane < nwarps ? warp_sums[lane] : 0;
+        int wincl = w;
         for (int off = 1; off < 32; off <<= 1) {
-            const int o = __shfl_up_sync(FULL_MASK, incl, off);
-            if (lane >= off) incl += o;
+            const int o = __shfl_up_sync(FULL_MASK, wincl, off);
+            if (lane >= off) wincl += o;
         }
-        if (lane < nwarps) warp_sums[lane] = incl - v;
-        if (lane == 31) warp_sums[32] = incl;
+        if (lane < nwarps) warp_sums[lane] = wincl - w;
+        if (lane == 31) warp_sums[32] = wincl;
     }
     __syncthreads();
-    const int out = warp_sums[warp] + before;
+    const int out = warp_sums[warp] + incl - v;
     *total = warp_sums[32];
     __syncthreads();
     return out;
@@ -420,13 +448,22 @@ __global__ void numeric_global(
                 return false;
             });
         __syncthreads();
+        // GLOBAL_SCAN_COLS consecutive columns a thread per step: one block scan per
+        // blockDim.x * GLOBAL_SCAN_COLS columns (a column a thread took ~2 ms a row of 500k columns)
         long long out = Cp[row] - c_base;
-        for (long long c0 = 0; c0 < ncols; c0 += blockDim.x) {
-            const long long c = c0 + threadIdx.x;
-            const bool flag = c < ncols && mark[c] == stamp;
+        for (long long c0 = 0; c0 < ncols; c0 += (long long)blockDim.x * GLOBAL_SCAN_COLS) {
+            const long long cb = c0 + (long long)threadIdx.x * GLOBAL_SCAN_COLS;
+            int n = 0;
+#pragma unroll
+            for (int v = 0; v < GLOBAL_SCAN_COLS; ++v) n += cb + v < ncols && mark[cb + v] == stamp;
             int total;
-            const int off = block_exclusive_count(flag, warp_sums, &total);
-            if (flag) { Cj[out + off] = (int)c; Cx[out + off] = a[c]; a[c] = T(0); }
+            long long pos = out + block_exclusive_sum(n, warp_sums, &total);
+            for (int v = 0; v < GLOBAL_SCAN_COLS && n; ++v) {
+                const long long c = cb + v;
+                if (c < ncols && mark[c] == stamp) {
+                    Cj[pos] = (int)c; Cx[pos] = a[c]; a[c] = T(0); ++pos; --n;
+                }
+            }
             out += total;
         }
         __syncthreads();

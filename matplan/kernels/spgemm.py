@@ -168,9 +168,8 @@ def groups_of(idx, n_tables: int):
     counts = xp.bincount(idx + 1, minlength=n_tables + 2)
     if xp is np:
         return xp.argsort(idx, kind="stable").astype(np.int32), counts
-    cursor = xp.zeros(n_tables + 2, dtype=xp.int32)
-    xp.cumsum(counts[:-1], out=cursor[1:])
-    return _bucket(idx.astype(xp.int32, copy=False), n_tables, -1, cursor), counts
+    fill = xp.zeros(n_tables + 2, dtype=xp.uint64)
+    return _bucket(idx.astype(xp.int32, copy=False), n_tables, -1, counts.view(xp.uint64), fill), counts
 
 
 # ----------------------------------------------------------------------------- grouping (GPU, fused)
@@ -178,13 +177,13 @@ def groups_of(idx, n_tables: int):
 # ~40 CuPy calls of the xp functions above (3.5-5.7 ms of host time per call on an H100,
 # benchmarks/results/spgemm-phases-h100-2026-11-23-bb69dc5.log). The xp functions stay the
 # reference the GPU path is tested against.
-def _bucket(idx, n_tables: int, top: int, cursor):
-    """Rows ordered by table index (a counting sort: bucket_rows), ``cursor`` (int32, GPU) the
-    exclusive start of each index -1..n_tables; top >= 0 moves every shared-table row to table
-    ``top`` first, in ``idx`` too (the balanced rule)."""
+def _bucket(idx, n_tables: int, top: int, counts, fill):
+    """Rows ordered by table index (a counting sort: bucket_rows) from ``counts`` (uint64, GPU:
+    rows per index -1..n_tables) and ``fill`` (uint64, GPU, as many zeros): no host round trip;
+    top >= 0 moves every shared-table row to table ``top`` first, in ``idx`` too (the balanced rule)."""
     order = cupy_module().empty(idx.size, dtype=np.int32)
     _launch("bucket_rows", (idx.size + 255) // 256, 256,
-            (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), cursor, order))
+            (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), counts, fill, order))
     return order
 
 
@@ -195,8 +194,10 @@ def _device_caps(ladder: tuple, device_id: int):
 
 @dataclasses.dataclass
 class _Classes:
-    """classify_rows' result: table index per row (GPU) and the host figures of one transfer."""
+    """classify_rows' result: table index per row and its totals (GPU), and the host figures of one
+    transfer."""
     idx: object
+    acc: object             # classify_rows' totals, then bucket_rows' fill counters (uint64, GPU)
     counts: np.ndarray      # rows per index -1 .. n_tables
     total: int              # sum of the row figure (products, or C's nnz)
     peak: int               # its largest row
@@ -212,17 +213,17 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None)
     T = len(ladder)
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
-    acc = cp.zeros(T + 6, dtype=cp.uint64)
+    acc = cp.zeros(2 * T + 8, dtype=cp.uint64)   # T + 6 totals, then T + 2 fill counters for _bucket
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(ladder, cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
              np.int32(mode), idx, acc))
-    host = acc.get()
+    host = acc[:T + 6].get()
     total = int(host[T + 2])
     mean = total / m
     var = max(0.0, float(host[T + 5:T + 6].view(np.float64)[0]) / m - mean * mean)
-    return _Classes(idx, host[:T + 2].astype(np.int64), total, int(host[T + 3]), int(host[T + 4]),
+    return _Classes(idx, acc, host[:T + 2].astype(np.int64), total, int(host[T + 3]), int(host[T + 4]),
                     mean, var)
 
 
@@ -235,9 +236,7 @@ def _group(c: _Classes, n_tables: int, balanced: bool):
         top = int(present[-1])
         counts[top + 1] = counts[1:n_tables + 1].sum()
         counts[1:top + 1] = 0
-    cursor = np.zeros(n_tables + 2, dtype=np.int32)
-    np.cumsum(counts[:-1], out=cursor[1:])
-    return _bucket(c.idx, n_tables, top, cupy_module().asarray(cursor)), counts
+    return _bucket(c.idx, n_tables, top, c.acc[:n_tables + 2], c.acc[n_tables + 6:]), counts
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -539,7 +538,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     row_nnz = cp.zeros(m, dtype=cp.int64)
     ovf_rows = cp.empty(m, dtype=cp.int32)
     n_direct = int(sym_counts[-1])
-    ovf_count = cp.array([n_direct], dtype=cp.int32)
+    ovf_count = cp.full(1, n_direct, dtype=cp.int32)   # a fill kernel, not a host-to-device copy
     starts = np.concatenate([[0], np.cumsum(sym_counts)])
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
@@ -557,7 +556,9 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
                     smem=table_smem(size, KEY_BYTES, rpb))
     fork.join()
     n_global_sym = n_direct
-    if risky:  # rows that may have filled the largest table: one more host transfer to know
+    if risky or sym_counts[len(sym_ladder)]:
+        # rows in the largest table may have filled it (past 3/4 of it counts as full, see
+        # symbolic_shared): one more host transfer to know
         n_global_sym = int(ovf_count.get()[0])
     if n_global_sym:
         G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
