@@ -235,3 +235,22 @@ def test_transpose_sort(cp, hs, rng):
         starts = np.zeros(T.nnz, bool)
         starts[T.indptr[1:-1][T.indptr[1:-1] < T.nnz]] = True
         assert np.all((d >= 0) | starts[1:])
+
+
+@pytest.mark.parametrize("n", [1, 2047, 2048, 2049, 300_001])
+def test_scan_kernels_match_cumsum(cp, hs, rng, n):
+    """scan_rows / scan_products (single-pass look-back scans) == NumPy's cumsum with a leading 0,
+    over one block, a block boundary and many blocks; Cp32 is the int32 truncation (values past 2^31
+    included); outputs are poisoned first."""
+    vals = rng.integers(0, 1 << 20, n).astype(np.int64)
+    vals[rng.integers(0, n)] = 3 << 31                          # one value past int32
+    Cp, Cp32 = cp.full(n + 1, -7, dtype=cp.int64), cp.full(n + 1, -7, dtype=cp.int32)
+    hs._scan("scan_rows", n, (cp.asarray(vals), np.int64(n), Cp, Cp32))
+    want = np.concatenate([[0], np.cumsum(vals)])
+    assert np.array_equal(Cp.get(), want)
+    assert np.array_equal(Cp32.get(), want.astype(np.int32))   # wraps like C's (int) cast
+    B = sp.random(5000, 50, density=0.2, format="csr", random_state=1)
+    Aj = rng.integers(0, 5000, n).astype(np.int32)
+    csum = cp.full(n + 1, -7, dtype=cp.int64)
+    hs._scan("scan_products", n, (cp.asarray(Aj), np.int64(n), cp.asarray(B.indptr.astype(np.int32)), csum))
+    assert np.array_equal(csum.get(), np.concatenate([[0], np.cumsum(np.diff(B.indptr)[Aj])]))

@@ -95,6 +95,7 @@ KEY_BYTES = 4
 
 
 # ----------------------------------------------------------------------------- grouping (xp)
+@functools.lru_cache(maxsize=None)
 def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
     """Power-of-two table sizes from MIN_TABLE up to the largest that fits ``smem_bytes`` per block."""
     sizes, size = [], MIN_TABLE
@@ -282,16 +283,22 @@ def _streams(n):
 
 
 class _Fork:
-    """Launch work on side streams that start after, and are joined back into, the current stream."""
+    """Launch work on side streams that start after, and are joined back into, the current stream.
 
-    def __init__(self, n):
+    ``counts``: rows per launch slot; with at most one non-empty slot everything stays on the
+    current stream (no events: ~20-40 us of host time a call)."""
+
+    def __init__(self, counts):
         cp = cupy_module()
         self.main = cp.cuda.get_current_stream()
-        self.start = self.main.record()
-        self.streams = _streams(n)
+        self.solo = sum(1 for c in counts if c) <= 1
+        self.start = None if self.solo else self.main.record()
+        self.streams = None if self.solo else _streams(len(counts))
         self.used = []
 
     def stream(self, i):
+        if self.solo:
+            return self.main
         s = self.streams[i]
         if s not in self.used:
             s.wait_event(self.start)
@@ -303,16 +310,23 @@ class _Fork:
             self.main.wait_event(s.record())
 
 
+#: Values a block of the scan kernels takes (spgemm.cu: SCAN_ITEMS per thread, 256 threads).
+SCAN_TILE = 8 * 256
+
+
+def _scan(kernel: str, n: int, args):
+    """Launch scan_products or scan_rows (spgemm.cu scan_i64: one launch, out[0] = 0, out[1:] the
+    inclusive scan of n values) with ``args`` and a zeroed look-back status array."""
+    blocks = max(1, -(-n // SCAN_TILE))
+    _launch(kernel, blocks, 256, args + (cupy_module().zeros(blocks + 1, dtype=np.uint64),))
+
+
 def _product_offsets(A, B):
     """csum (int64, nnz(A)+1): exclusive scan of nnz(B[j,:]) over A's nonzeros, the work index of
     every product (csum at A's row ends gives nnz_RowCt, planner.stats.products_per_row)."""
-    cp = cupy_module()
     nnz = A.indices.size
-    lens = cp.empty(nnz, dtype=cp.int64)
-    csum = cp.zeros(nnz + 1, dtype=cp.int64)
-    _launch("product_counts", max(1, min((nnz + 255) // 256, 4096)), 256,
-            (A.indices, np.int64(nnz), B.indptr, lens))
-    cp.cumsum(lens, out=csum[1:])
+    csum = cupy_module().empty(nnz + 1, dtype=np.int64)
+    _scan("scan_products", nnz, (A.indices, np.int64(nnz), B.indptr, csum))
     return csum
 
 
@@ -480,6 +494,7 @@ class _Symbolic:
     num_ladder: tuple
     csum: object = None        # int64, nnz(A) + 1 (GPU)
     Cp: object = None          # int64, m + 1: C's exact row offsets (GPU)
+    Cp32: object = None        # the same truncated to int32 (C's indptr when nnz(C) < 2^31)
     num_idx: object = None     # numeric table index per row, balanced rule applied (GPU)
     whole: tuple = None        # (order, host counts) of num_idx over all rows: the one-panel case
     nnz_c: int = 0
@@ -542,7 +557,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     starts = np.concatenate([[0], np.cumsum(sym_counts)])
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
-    fork = _Fork(len(sym_ladder))
+    fork = _Fork(sym_counts[1:len(sym_ladder) + 1])
     for t, size in enumerate(sym_ladder):
         n = int(sym_counts[t + 1])
         if n == 0:
@@ -572,11 +587,11 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     clock.append(time.perf_counter())
 
     # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
-    Cp = cp.zeros(m + 1, dtype=cp.int64)
-    cp.cumsum(row_nnz, out=Cp[1:])
+    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
+    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32))   # Cp32: C's indptr when nnz(C) < 2^31
     num = _classify(m, k, num_ladder, row_nnz=row_nnz)
     order, counts = _group(num, len(num_ladder), bal)
-    s.csum, s.Cp, s.nnz_c, s.num_idx, s.whole = csum, Cp, num.total, num.idx, (order, counts)
+    s.csum, s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = csum, Cp, Cp32, num.total, num.idx, (order, counts)
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
                 symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
                 numeric_tables={}, global_rows_numeric=0)
@@ -608,7 +623,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     starts = np.concatenate([[0], np.cumsum(counts)])
     ct = _cuda.ctype(dtype)
     base = np.int64(c0)
-    fork = _Fork(len(ladder) + 1)
+    fork = _Fork(counts[1:])   # the shared tables, then the global path
     for t, size in enumerate(ladder):
         n = int(counts[t + 1])
         if n == 0:
@@ -632,7 +647,10 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
                     (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
                      np.int32(n_glob), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
     fork.join()
-    indptr = (s.Cp[r0:r1 + 1] - base if base else s.Cp[r0:r1 + 1]).astype(cp.int32)
+    if (r0, r1) == (0, s.shape[0]):
+        indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
+    else:
+        indptr = (s.Cp[r0:r1 + 1] - base if base else s.Cp[r0:r1 + 1]).astype(cp.int32)
     # sorted rows are canonical: the hash leaves no duplicates
     C = csr_from_parts(Cx, Cj, indptr, (r1 - r0, k), sorted_rows=s.sort, canonical=s.sort or None)
     tables = s.info["numeric_tables"]
