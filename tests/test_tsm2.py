@@ -219,3 +219,17 @@ def test_row_candidates_carry_a_depth_without_gpu():
     assert p["depth"] == 1                             # untimed: the kernel as it was
     (q,) = list(get("tsgemm.tsm2").candidates(_features("F", "float32", k=16), H100))
     assert "depth" not in q
+
+
+def test_score_candidates_names_failures_and_refuses_when_all_fail():
+    """The t1 search never hides a failing launch: failures score inf and are warned about; all
+    failing is an error."""
+    def time_one(c):
+        if c == "bad":
+            raise ValueError("no such config")
+        return {"a": 2.0, "b": 1.0}[c]
+    with pytest.warns(RuntimeWarning, match=r"1 of 3 candidates failed .*first bad: ValueError: no such config"):
+        got = tsm2.score_candidates(["a", "bad", "b"], time_one, "search x")
+    assert got == {"a": 2.0, "bad": float("inf"), "b": 1.0}
+    with pytest.raises(RuntimeError, match="search x: 1 of 1 candidates failed"):
+        tsm2.score_candidates(["bad"], time_one, "search x")

@@ -52,11 +52,15 @@ __device__ __forceinline__ void for_each_product(
         const int lane, const int tpr, F f) {
     const int l32 = lane & 31, wbase = lane & ~31;
     const int a0 = Ap[row], a1 = Ap[row + 1];
-    // A long row of A over short rows of B (fewer products per chunk than the row has threads)
-    // walks its chunks warp by warp in parallel, each warp taking all of a chunk's products;
-    // otherwise every warp walks every chunk and they share its products. (Shared chunks on a
-    // 50k-nonzero row of skewed-spgemm left most warps idle behind ~1.5k dependent chunk loads.)
-    const bool split = tpr > 32 && csum[a1] - csum[a0] < (long long)(a1 - a0 + 31) / 32 * tpr;
+    // Two ways to share a row's P products among its nw = tpr / 32 warps, by rounds of 32 per warp:
+    // shared chunks, every warp walks every chunk and they split its products (about nch + P / tpr
+    // rounds, each chunk a round of dependent loads), or split chunks, each warp walks its own
+    // chunks alone (about P / (32 min(nch, nw)) rounds). The fewer rounds win: split for a long row
+    // of A over short rows of B (a 50k-nonzero row of skewed-spgemm: 1.5k rounds -> 140), shared
+    // when the row has fewer chunks than warps (ice40: split was 1.4x slower there).
+    const long long P = csum[a1] - csum[a0];
+    const int nch = (a1 - a0 + 31) / 32;
+    const bool split = tpr > 32 && P < 32LL * min(nch, tpr / 32) * (nch + P / tpr);
     const int c_first = split ? a0 + wbase : a0, c_step = split ? tpr : 32;
     const int p_first = split ? 0 : wbase, p_step = split ? 32 : tpr;
     for (int c0 = c_first; c0 < a1; c0 += c_step) {

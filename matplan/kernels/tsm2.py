@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
@@ -477,7 +478,8 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     TIMING_ELEMENTS elements); cache the winner for the bucket and return it. cuBLAS is timed on
     the same data once per bucket (VENDOR_RATIO).
 
-    A candidate that fails to compile or launch scores infinity (it is never chosen).
+    A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
+    in a RuntimeWarning; RuntimeError when every candidate fails (:func:`score_candidates`).
     """
     key = t1_key(device.name, dtype, layout, k, n)
     hit = T1_STORE.get(key)
@@ -490,21 +492,40 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     mb = A.shape[0]
     _, lda = layout_of(A)
     _time_vendor(device, key, A, B, dtype)
-    timings = {}
-    for t3 in t3s:
-        for d in _depths(layout, A, lda, t2, t3):
-            for t1 in t1s:
-                c = (t1, t3) if layout == "col" else (t1, t3, d)
-                try:
-                    timings[c] = time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3, depth=d))
-                except Exception:  # a configuration that does not compile or launch is never chosen
-                    timings[c] = float("inf")
+    configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
+               for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
+
+    def time_one(c):
+        t1, t3, d = configs[c]
+        return time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3, depth=d))
+    timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], c))
     best = dict(zip(("t1", "t3", "depth"), win))
     predicted = model_time(device, mb, n, k, dtype, layout, best["t1"], t2, best["t3"])
     T1_STORE.put(key, best, timings, timings[win] / predicted if predicted > 0 else None)
     del A, B, C
     return best, timings
+
+
+def score_candidates(candidates, time_one, what: str) -> dict:
+    """{candidate: seconds of time_one(candidate)}. One that raises (does not compile or launch)
+    scores infinity, so it is never chosen, and is named in a RuntimeWarning: a broken launch path
+    must not hide behind the candidates that work. RuntimeError when every candidate fails."""
+    timings, failed = {}, {}
+    for c in candidates:
+        try:
+            timings[c] = time_one(c)
+        except Exception as exc:  # noqa: BLE001  any failure of one candidate is recorded, not fatal
+            timings[c] = float("inf")
+            failed[c] = f"{type(exc).__name__}: {exc}"
+    if failed:
+        first = next(iter(failed))
+        msg = (f"{what}: {len(failed)} of {len(timings)} candidates failed to compile or launch "
+               f"(first {first}: {failed[first]})")
+        if len(failed) == len(timings):
+            raise RuntimeError(msg)
+        warnings.warn(msg + "; they are never chosen", RuntimeWarning, stacklevel=3)
+    return timings
 
 
 def _depths(layout: str, A, lda: int, t2: int, t3: int) -> list[int]:
