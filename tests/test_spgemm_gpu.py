@@ -126,6 +126,17 @@ def test_paper_48kb_limit_uses_global_path(cp, hs, rng):
     assert all(size <= 2048 for size in info["numeric_tables"]) and info["global_rows_numeric"] > 0
 
 
+def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch):
+    """More global rows than slabs (batches of 3 rows, slabs reused across batches) and each row
+    shared by many blocks (a block per 64 products), in both passes: C is still SciPy's."""
+    monkeypatch.setattr(hs, "_global_blocks", lambda nrows, slab_bytes, what: min(nrows, 3))
+    monkeypatch.setattr(hs, "GLOBAL_PART_PRODUCTS", 64)
+    A = random_csr(rng, 200, 5000, 0.6)       # ~3,000 products, ~2,100 distinct columns a row
+    B = random_csr(rng, 5000, 4000, 0.002)
+    C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
+    assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
+
+
 @pytest.mark.parametrize("grouping", ["balanced", "grouped"])
 def test_forced_grouping(cp, hs, rng, grouping):
     A = messy_csr(rng, 600, 600)

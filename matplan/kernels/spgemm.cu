@@ -13,10 +13,10 @@
 //   as large as the row's exact nnz, so it never overflows. The row's table is then bitonic-sorted
 //   by key (empty keys = INT_MAX sort last) and its first nnz entries written out, or, unsorted,
 //   compacted with a shared counter.
-// * symbolic_global / numeric_global: rows too large for any shared table use a dense
-//   accumulator of B.shape[1] slots in global memory, one slab per block (persistent blocks loop
-//   over the rows); marks are stamped with row + 1 so a slab is never cleared between rows; the
-//   numeric pass scans the columns in order, so its output is sorted.
+// * symbolic_global / numeric_global_acc + numeric_global_out: rows too large for any shared
+//   table use a dense accumulator of B.shape[1] slots in global memory, one slab per row of a
+//   batch, several blocks per row; marks are stamped with row + 1 so a slab is never cleared
+//   between rows; numeric_global_out scans the columns in order, so its output is sorted.
 //
 // Several rows can share a block (RPB rows, TPR = blockDim.x / RPB threads each); the table size
 // S (a power of two) and RPB are launch arguments, shared memory is dynamic.
@@ -494,72 +494,81 @@ __device__ __forceinline__ int block_exclusive_sum(const int v, int* warp_sums, 
     return out;
 }
 
-// Rows listed in rows[0..*nrows): count distinct columns with a stamped dense mark array.
+// The global-memory path runs a batch of rows at a time: row rows[r0 + blockIdx.x] owns slab
+// blockIdx.x (B.shape[1] marks, and values in the numeric pass) and gridDim.y blocks that share
+// its products as one team of gridDim.y * blockDim.x threads (for_each_product), so a long row
+// is not one block's latency chain (skewed-spgemm: 12 rows took 1.75 ms in one block each).
+// A slab's marks are stamped with row + 1 and never cleared: rows of later batches reuse them.
+
+// Distinct columns of the batch's rows, added to row_nnz (zeroed for them by the caller).
 extern "C" __global__ void symbolic_global(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
         const int* __restrict__ Bp, const int* __restrict__ Bj,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int* __restrict__ nrows,
+        const long long* __restrict__ csum, const int* __restrict__ rows, const int r0,
         int* __restrict__ marks, const long long ncols, long long* __restrict__ row_nnz) {
     __shared__ int count;
     int* mark = marks + (long long)blockIdx.x * ncols;
-    const int n = *nrows;
-    for (int r = blockIdx.x; r < n; r += gridDim.x) {
-        const int row = rows[r], stamp = row + 1;
-        if (threadIdx.x == 0) count = 0;
-        __syncthreads();
-        int fresh = 0;
-        for_each_product(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
-            [&](int k, int, int) {
-                if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
-                return false;
-            });
-        atomicAdd(&count, fresh);
-        __syncthreads();
-        if (threadIdx.x == 0) row_nnz[row] = count;
-        __syncthreads();
-    }
+    const int row = rows[r0 + blockIdx.x], stamp = row + 1;
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    int fresh = 0;
+    for_each_product(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
+                     gridDim.y * blockDim.x,
+        [&](int k, int, int) {
+            if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
+            return false;
+        });
+    atomicAdd(&count, fresh);
+    __syncthreads();
+    if (threadIdx.x == 0 && count)
+        atomicAdd(reinterpret_cast<unsigned long long*>(row_nnz + row), (unsigned long long)count);
 }
 
-// Rows listed in rows[0..nrows): dense accumulator, then an ordered scan of the columns.
+// Numeric, step 1: every product of the batch's rows added into its slab's dense accumulator.
 template <typename T>
-__global__ void numeric_global(
+__global__ void numeric_global_acc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
-        int* __restrict__ marks, T* __restrict__ acc, const long long ncols,
-        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx) {
-    __shared__ int warp_sums[33];
+        const long long* __restrict__ csum, const int* __restrict__ rows, const int r0,
+        int* __restrict__ marks, T* __restrict__ acc, const long long ncols) {
     int* mark = marks + (long long)blockIdx.x * ncols;
     T* a = acc + (long long)blockIdx.x * ncols;
-    for (int r = blockIdx.x; r < nrows; r += gridDim.x) {
-        const int row = rows[r], stamp = row + 1;
-        for_each_product(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
-            [&](int k, int e, int b) {
-                mark[k] = stamp;
-                atomicAdd(&a[k], Ax[e] * Bx[b]);
-                return false;
-            });
-        __syncthreads();
-        // GLOBAL_SCAN_COLS consecutive columns a thread per step: one block scan per
-        // blockDim.x * GLOBAL_SCAN_COLS columns (a column a thread took ~2 ms a row of 500k columns)
-        long long out = Cp[row] - c_base;
-        for (long long c0 = 0; c0 < ncols; c0 += (long long)blockDim.x * GLOBAL_SCAN_COLS) {
-            const long long cb = c0 + (long long)threadIdx.x * GLOBAL_SCAN_COLS;
-            int n = 0;
+    const int row = rows[r0 + blockIdx.x], stamp = row + 1;
+    for_each_product(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
+                     gridDim.y * blockDim.x,
+        [&](int k, int e, int b) {
+            mark[k] = stamp;
+            atomicAdd(&a[k], Ax[e] * Bx[b]);
+            return false;
+        });
+}
+
+// Numeric, step 2 (a block per row): the slab's marked columns in order into C, the slab's
+// values zeroed behind. GLOBAL_SCAN_COLS consecutive columns a thread per block scan.
+template <typename T>
+__global__ void numeric_global_out(
+        const int* __restrict__ rows, const int r0, const int* __restrict__ marks,
+        T* __restrict__ acc, const long long ncols, const long long* __restrict__ Cp,
+        const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
+    __shared__ int warp_sums[33];
+    const int* mark = marks + (long long)blockIdx.x * ncols;
+    T* a = acc + (long long)blockIdx.x * ncols;
+    const int row = rows[r0 + blockIdx.x], stamp = row + 1;
+    long long out = Cp[row] - c_base;
+    for (long long c0 = 0; c0 < ncols; c0 += (long long)blockDim.x * GLOBAL_SCAN_COLS) {
+        const long long cb = c0 + (long long)threadIdx.x * GLOBAL_SCAN_COLS;
+        int n = 0;
 #pragma unroll
-            for (int v = 0; v < GLOBAL_SCAN_COLS; ++v) n += cb + v < ncols && mark[cb + v] == stamp;
-            int total;
-            long long pos = out + block_exclusive_sum(n, warp_sums, &total);
-            for (int v = 0; v < GLOBAL_SCAN_COLS && n; ++v) {
-                const long long c = cb + v;
-                if (c < ncols && mark[c] == stamp) {
-                    Cj[pos] = (int)c; Cx[pos] = a[c]; a[c] = T(0); ++pos; --n;
-                }
+        for (int v = 0; v < GLOBAL_SCAN_COLS; ++v) n += cb + v < ncols && mark[cb + v] == stamp;
+        int total;
+        long long pos = out + block_exclusive_sum(n, warp_sums, &total);
+        for (int v = 0; v < GLOBAL_SCAN_COLS && n; ++v) {
+            const long long c = cb + v;
+            if (c < ncols && mark[c] == stamp) {
+                Cj[pos] = (int)c; Cx[pos] = a[c]; a[c] = T(0); ++pos; --n;
             }
-            out += total;
         }
-        __syncthreads();
+        out += total;
     }
 }
 
@@ -567,9 +576,11 @@ template __global__ void numeric_shared<float>(const int*, const int*, const flo
         const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
 template __global__ void numeric_shared<double>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
-template __global__ void numeric_global<float>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int*, float*, long long, const long long*, long long, int*,
-        float*);
-template __global__ void numeric_global<double>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int*, double*, long long, const long long*, long long, int*,
-        double*);
+template __global__ void numeric_global_acc<float>(const int*, const int*, const float*, const int*, const int*,
+        const float*, const long long*, const int*, int, int*, float*, long long);
+template __global__ void numeric_global_acc<double>(const int*, const int*, const double*, const int*, const int*,
+        const double*, const long long*, const int*, int, int*, double*, long long);
+template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, const long long*,
+        long long, int*, float*);
+template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, const long long*,
+        long long, int*, double*);

@@ -69,7 +69,8 @@ from .registry import register
 
 _CU = "spgemm.cu"
 _NAMES = ("numeric_shared<float>", "numeric_shared<double>",
-          "numeric_global<float>", "numeric_global<double>")
+          "numeric_global_acc<float>", "numeric_global_acc<double>",
+          "numeric_global_out<float>", "numeric_global_out<double>")
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -90,6 +91,10 @@ TABLE_LOAD = 0.5
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
 GLOBAL_MEM_FRACTION = 0.25
+#: Blocks sharing one row of the global path: one per this many products of the largest row, up to
+#: GLOBAL_MAX_PARTS (a long row is then not one block's chain of dependent loads).
+GLOBAL_PART_PRODUCTS = 32768
+GLOBAL_MAX_PARTS = 32
 INT32_MAX = np.iinfo(np.int32).max
 KEY_BYTES = 4
 
@@ -262,7 +267,7 @@ def _launch(kernel_name, grid, block, args, smem=0):
                     break
             target.max_dynamic_shared_size_bytes = smem
             _SMEM_SET[key] = smem
-    fn((grid,), (block,), args, shared_mem=smem)
+    fn(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
 
 
 @functools.lru_cache(maxsize=None)
@@ -334,6 +339,11 @@ def _free_device_bytes() -> int:
     """Bytes the current device can still hand out: the driver's free memory plus CuPy's pool cache."""
     cp = cupy_module()
     return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
+
+
+def _global_parts(peak_products: int) -> int:
+    """Blocks per row of the global path for rows of at most ``peak_products`` products."""
+    return int(min(GLOBAL_MAX_PARTS, max(1, -(-int(peak_products) // GLOBAL_PART_PRODUCTS))))
 
 
 def _global_blocks(nrows, slab_bytes, what):
@@ -498,6 +508,7 @@ class _Symbolic:
     num_idx: object = None     # numeric table index per row, balanced rule applied (GPU)
     whole: tuple = None        # (order, host counts) of num_idx over all rows: the one-panel case
     nnz_c: int = 0
+    rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -542,6 +553,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
     risky = sym.risky
+    s.rowct_max = sym.peak
     info.update(products=sym.total, rowct_max=sym.peak,
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal,
                 symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
@@ -577,10 +589,13 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
         n_global_sym = int(ovf_count.get()[0])
     if n_global_sym:
         G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
+        parts = _global_parts(s.rowct_max)
+        row_nnz[ovf_rows[:n_global_sym]] = 0   # overflowed rows hold -1; the blocks add their counts
         marks = cp.zeros(G * k, dtype=cp.int32)
-        _launch("symbolic_global", G, GLOBAL_BLOCK_THREADS,
-                (A.indptr, A.indices, B.indptr, B.indices, csum, ovf_rows, ovf_count,
-                 marks, np.int64(k), row_nnz))
+        for b0 in range(0, n_global_sym, G):   # batches of G rows, a slab each
+            _launch("symbolic_global", (min(G, n_global_sym - b0), parts), GLOBAL_BLOCK_THREADS,
+                    (A.indptr, A.indices, B.indptr, B.indices, csum, ovf_rows, np.int32(b0),
+                     marks, np.int64(k), row_nnz))
         del marks
     del ovf_rows, sym_order
 
@@ -640,12 +655,17 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     if n_glob:
         G = _global_blocks(n_glob, k * num_slot, "numeric")
         rows = order[starts[-2]:starts[-1]]
+        parts = _global_parts(s.rowct_max)
         with fork.stream(len(ladder)):
             marks = cp.zeros(G * k, dtype=cp.int32)
             acc = cp.zeros(G * k, dtype=dtype)
-            _launch(f"numeric_global<{ct}>", G, GLOBAL_BLOCK_THREADS,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-                     np.int32(n_glob), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
+            for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
+                nb = min(G, n_glob - b0)
+                _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,
+                        (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+                         np.int32(b0), marks, acc, np.int64(k)))
+                _launch(f"numeric_global_out<{ct}>", nb, GLOBAL_BLOCK_THREADS,
+                        (rows, np.int32(b0), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
     fork.join()
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
