@@ -1,0 +1,296 @@
+"""PROTOTYPE (issue #5): row-major TSM2 with A streamed through shared memory by cp.async.
+
+C (m x k) = A (m x n) @ B (n x k) for small k, A row-major. The kernel (``tsm2_async.cu``,
+``tsm2_rowmajor_async``) keeps S stages of R x TJ tiles of A (and the TJ x KP tiles of B that
+multiply them) in flight per block through 16-byte ``cp.async`` copies, so the bytes of A in
+flight per SM are not limited by registers as in ``tsm2.cu``'s ``tsm2_rowmajor``. See the .cu
+header for the thread mapping.
+
+Not registered with the planner: a standalone launcher for benchmarking the approach
+(``benchmarks/tsm2_async_bench.py``) and its tests (``tests/test_tsm2_async_gpu.py``).
+
+Config knobs (``config`` dict; missing keys come from :func:`default_config`):
+
+* ``wr``, ``wj``: warps of a block along the rows of the band and along the columns of a tile
+  (threads per block = 32 * wr * wj);
+* ``tr``: lanes of a warp along the rows (32 / tr lanes along the columns of C);
+* ``rr``: rows per lane, ``cc``: columns of C per lane (a multiple of 16 bytes of elements);
+  rows per block R = wr * tr * rr, columns of C per pass KP = (32 / tr) * cc,
+  accumulators per thread rr * cc; A is read ceil(k / KP) times;
+* ``tj``: columns of A per tile (a multiple of wj * 16 bytes of elements, an even number of
+  16-byte chunks);
+* ``stages``: tiles in shared memory (stages - 1 in flight while one is computed);
+* ``bvec``: elements per cp.async of B (None: the largest that B's alignment allows);
+* ``minb``: min resident blocks per SM for ``__launch_bounds__`` (register cap), default 2.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._xp import cupy_module
+from . import _cuda
+
+SOURCE = "tsm2_async.cu"
+#: The default knobs per (itemsize, largest k of the bucket): (wr, wj, tr, rr, cc, tj, stages).
+#: R = 64 rows per block everywhere (B tile traffic k / 64 of A's), 256 threads, 256 bytes of
+#: each row per tile, 4 stages: A stage 17 KB, 3 tiles (48 KB of A) in flight per block.
+PRESETS = {
+    4: {4: (1, 8, 32, 2, 4, 64, 4), 8: (1, 8, 16, 4, 4, 64, 4),
+        16: (1, 8, 8, 8, 4, 64, 4), 32: (2, 4, 4, 8, 4, 64, 4)},
+    8: {4: (1, 8, 32, 2, 4, 32, 4), 8: (1, 8, 16, 4, 4, 32, 4),
+        16: (2, 4, 8, 4, 4, 32, 4), 32: (2, 4, 8, 4, 8, 32, 4)},
+}
+KEYS = ("wr", "wj", "tr", "rr", "cc", "tj", "stages")
+#: Knobs with a default outside the presets: ``minb`` (min resident blocks per SM for
+#: __launch_bounds__: caps registers per thread at 65536 / (minb * threads)).
+DEFAULT_MINB = 2
+#: Shared memory a block may opt into when the device cannot be asked (H100: 227 KB).
+SMEM_OPTIN_DEFAULT = 227 * 1024
+
+
+def default_config(dtype, k: int) -> dict:
+    """The preset knobs for ``dtype`` and ``k`` (k > 32: the k = 32 preset, several passes)."""
+    item = np.dtype(dtype).itemsize
+    table = PRESETS[item]
+    bucket = next((b for b in sorted(table) if k <= b), max(table))
+    return dict(zip(KEYS, table[bucket]), minb=DEFAULT_MINB)
+
+
+def shape_of(config: dict, itemsize: int) -> dict:
+    """Derived sizes of a config: rows per block, columns per pass, threads, shared memory, ..."""
+    v = 16 // itemsize
+    wr, wj, tr, rr, cc, tj, s = (int(config[x]) for x in KEYS)
+    tc = 32 // tr
+    kp = tc * cc
+    r = wr * tr * rr
+    a_stage = r * (tj + v)
+    stage = a_stage + tj * kp
+    red = wj * r * kp if wj > 1 else 0
+    elems = max(s * stage, red)
+    return dict(vec=v, tc=tc, kp=kp, rows=r, threads=32 * wr * wj, smem_bytes=elems * itemsize,
+                a_tile_bytes=r * tj * itemsize, b_tile_bytes=tj * kp * itemsize,
+                a_bytes_in_flight_per_block=(s - 1) * r * tj * itemsize, acc_per_thread=rr * cc)
+
+
+def check_config(config: dict, itemsize: int) -> None:
+    """ValueError naming the knob when the kernel's static_asserts would reject the config."""
+    v = 16 // itemsize
+    missing = [x for x in KEYS if x not in config]
+    if missing:
+        raise ValueError(f"config: missing {missing}")
+    unknown = set(config) - set(KEYS) - {"bvec", "minb"}
+    if unknown:
+        raise ValueError(f"config: unknown knobs {sorted(unknown)} (known: {KEYS + ('bvec', 'minb')})")
+    if not 1 <= int(config.get("minb", DEFAULT_MINB)) <= 32:
+        raise ValueError(f"config: minb = {config.get('minb')} must be in 1..32")
+    wr, wj, tr, rr, cc, tj, s = (int(config[x]) for x in KEYS)
+    if min(wr, wj, tr, rr, cc, tj, s) < 1:
+        raise ValueError(f"config: every knob must be >= 1, got {config}")
+    if 32 * wr * wj > 1024:
+        raise ValueError(f"config: wr * wj = {wr * wj} warps exceeds 32 (1024 threads)")
+    if 32 % tr:
+        raise ValueError(f"config: tr = {tr} must divide 32")
+    if cc % v:
+        raise ValueError(f"config: cc = {cc} must be a multiple of {v} (16 bytes of elements)")
+    if tj % (wj * v) or (tj * itemsize // 16) % 2:
+        raise ValueError(f"config: tj = {tj} must be a multiple of wj * {v} = {wj * v} and an even "
+                         f"number of 16-byte chunks")
+    if not 2 <= s <= 8:
+        raise ValueError(f"config: stages = {s} must be in 2..8")
+    bv = config.get("bvec")
+    if bv is not None:
+        kp = (32 // tr) * cc
+        if bv * itemsize not in (4, 8, 16) or kp % bv:
+            raise ValueError(f"config: bvec = {bv} must be 1..{v} elements (4, 8 or 16 bytes) "
+                             f"dividing the {kp} columns per pass")
+
+
+def kernel_name(dtype, config: dict, bvec: int) -> str:
+    ct = _cuda.ctype(dtype)
+    return ("tsm2_rowmajor_async<" + ",".join([ct] + [str(int(config[x])) for x in KEYS] + [str(bvec)])
+            + f",{int(config.get('minb', DEFAULT_MINB))}>")
+
+
+def _smem_optin() -> int:
+    cp = cupy_module()
+    try:
+        return int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+    except Exception:
+        return SMEM_OPTIN_DEFAULT
+
+
+#: name -> every name compiled in the same RawModule (see :func:`compile_together`).
+_GROUPS: dict = {}
+
+
+def compile_together(items) -> tuple:
+    """Compile the kernels of ``items`` ((dtype, config, bvec) triples; configs completed by
+    :func:`default_config` for k = 16 when partial) in one NVRTC module, so a benchmark sweeping
+    configs pays one compilation instead of one per config. Returns the names."""
+    names = []
+    for dtype, config, bvec in items:
+        cfg = dict(config)
+        for key, val in default_config(dtype, 16).items():
+            cfg.setdefault(key, val)
+        names.append(kernel_name(dtype, cfg, bvec))
+    names = tuple(dict.fromkeys(names))
+    for nm in names:
+        _GROUPS[nm] = names
+    return names
+
+
+def _function(name: str, smem_bytes: int):
+    """The compiled kernel with its dynamic shared-memory limit raised to ``smem_bytes``."""
+    fn = _cuda.function(SOURCE, name, _GROUPS.get(name, (name,)))
+    if smem_bytes > 48 * 1024:
+        key = (getattr(getattr(fn, "kernel", fn), "ptr", id(fn)), smem_bytes)
+        if key not in _SMEM_SET:
+            try:
+                fn.max_dynamic_shared_size_bytes = smem_bytes
+            except AttributeError:   # an older CuPy: the driver call directly
+                from cupy_backends.cuda.api import driver
+                driver.funcSetAttribute(getattr(fn, "kernel", fn).ptr, 8, smem_bytes)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _SMEM_SET.add(key)
+    return fn
+
+
+_SMEM_SET: set = set()
+
+
+def _is_cupy(x) -> bool:
+    cp = cupy_module()
+    return cp is not None and isinstance(x, cp.ndarray)
+
+
+def check_a(A) -> int:
+    """The leading dimension of A (elements) if the async path can stream it; else ValueError.
+
+    A must have unit stride along its rows, rows starting on 16-byte boundaries (lda * itemsize
+    a multiple of 16) and a 16-byte aligned data pointer: the kernel copies 16-byte chunks."""
+    m, n = A.shape
+    item = A.itemsize
+    s0, s1 = A.strides
+    if n > 1 and s1 != item:
+        raise ValueError(f"A: the async row-major TSM2 kernel needs unit stride along the rows, got "
+                         f"strides {A.strides} (bytes) for shape {A.shape}; pass "
+                         f"cupy.ascontiguousarray(A) or use the planner (matplan.planner.plan)")
+    if m <= 1:
+        s0 = -(-max(n, 1) * item // 16) * 16
+    if s0 <= 0 or s0 % 16:
+        raise ValueError(f"A: the async row-major TSM2 kernel needs rows starting on 16-byte "
+                         f"boundaries, got a row stride of {s0} bytes (shape {A.shape}, itemsize "
+                         f"{item}); pad the rows to a multiple of 16 bytes, pass fallback=True, or "
+                         f"use matplan's planner / tsm2 kernel")
+    if A.data.ptr % 16:
+        raise ValueError(f"A: the async row-major TSM2 kernel needs a 16-byte aligned data pointer, "
+                         f"got an offset of {A.data.ptr % 16} bytes (a view starting mid-row?); pass "
+                         f"fallback=True or use matplan's planner / tsm2 kernel")
+    return s0 // item
+
+
+def _bvec(B, kp: int, v: int) -> int:
+    """Largest B chunk (elements) that B's pointer and row stride (C-contiguous: k) allow."""
+    item = B.itemsize
+    ldb = B.strides[0] // item if B.shape[0] > 1 else B.shape[1]
+    for bv in (v, v // 2, v // 4):
+        if bv >= 1 and bv * item >= 4 and kp % bv == 0 and ldb % bv == 0 and B.data.ptr % (bv * item) == 0:
+            return bv
+    return 1
+
+
+def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallback: bool = False):
+    """C = A @ B with the cp.async row-major TSM2 kernel (prototype).
+
+    A: 2-D CuPy array, float32 or float64, unit stride along rows, 16-byte aligned rows (C order
+    with n * itemsize % 16 == 0, or a row-padded view). B: C-contiguous (n, k) CuPy array of the
+    same dtype. out: optional (m, k) CuPy array of the dtype (any element strides). config: knobs
+    overriding :func:`default_config` (see the module docstring). An A that fails the alignment
+    needs raises ValueError unless ``fallback`` is true, which runs the planner's choice instead
+    (existing TSM2 kernel or cuBLAS).
+    """
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("matmul_rowmajor_async needs CuPy and an NVIDIA GPU")
+    for name, x in (("A", A), ("B", B)):
+        if not _is_cupy(x):
+            raise ValueError(f"{name}: expected a CuPy array, got {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-D array, got {x.ndim}-D shape {x.shape}")
+        if x.dtype not in (np.float32, np.float64):
+            raise ValueError(f"{name}: dtype must be float32 or float64, got {x.dtype}")
+    if B.dtype != A.dtype:
+        raise ValueError(f"B: dtype {B.dtype} does not match A's {A.dtype}")
+    m, n = A.shape
+    if B.shape[0] != n:
+        raise ValueError(f"B: expected {n} rows to match A {A.shape}, got shape {B.shape}")
+    k = B.shape[1]
+    if not B.flags.c_contiguous:
+        raise ValueError(f"B: must be C-contiguous (strides {B.strides} for shape {B.shape}); pass "
+                         f"cupy.ascontiguousarray(B)")
+    if out is not None:
+        if not _is_cupy(out):
+            raise ValueError(f"out: expected a CuPy array, got {type(out).__name__}")
+        if out.shape != (m, k) or out.dtype != A.dtype:
+            raise ValueError(f"out: expected shape {(m, k)} and dtype {A.dtype}, got {out.shape} {out.dtype}")
+        if any(s % out.itemsize or s < 0 for s in out.strides):
+            raise ValueError(f"out: strides {out.strides} must be non-negative multiples of the itemsize")
+    try:
+        lda = check_a(A) if m and n else max(n, 1)
+    except ValueError:
+        if not fallback:
+            raise
+        from matplan import planner
+        return planner.plan(A, B).run(A, B, out=out)
+
+    item = A.itemsize
+    cfg = default_config(A.dtype, k)
+    if config:
+        cfg.update(config)
+    check_config(cfg, item)
+    sh = shape_of(cfg, item)
+    C = cp.empty((m, k), dtype=A.dtype) if out is None else out
+    if m == 0 or k == 0:
+        return C
+    if n == 0:
+        C.fill(0)
+        return C
+    limit = _smem_optin()
+    if sh["smem_bytes"] > limit:
+        raise ValueError(f"config: needs {sh['smem_bytes']} bytes of shared memory per block, the "
+                         f"device allows {limit}; lower stages, tj or the rows per block")
+    bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
+    fn = _function(kernel_name(A.dtype, cfg, bv), sh["smem_bytes"])
+    passes = math.ceil(k / sh["kp"])
+    blocks = math.ceil(m / sh["rows"]) * passes
+    ldc_r, ldc_c = (s // item for s in C.strides)
+    fn((blocks,), (sh["threads"],),
+       (A, np.int64(lda), B, np.int64(k), C, np.int64(ldc_r), np.int64(ldc_c),
+        np.int32(m), np.int32(n), np.int32(k), np.int32(passes)),
+       shared_mem=sh["smem_bytes"])
+    return C
+
+
+def kernel_info(dtype, k: int, config: dict | None = None, B=None) -> dict:
+    """Registers, local memory (spills), resident blocks per SM and A bytes in flight per SM of
+    the kernel a call would launch (compiles it; GPU only). For benchmark records."""
+    item = np.dtype(dtype).itemsize
+    cfg = default_config(dtype, k)
+    if config:
+        cfg.update(config)
+    check_config(cfg, item)
+    sh = shape_of(cfg, item)
+    bv = cfg.get("bvec") or (_bvec(B, sh["kp"], sh["vec"]) if B is not None else 1)
+    fn = _function(kernel_name(dtype, cfg, bv), sh["smem_bytes"])
+    info = dict(cfg, bvec=bv, **sh)
+    for attr in ("num_regs", "local_size_bytes"):
+        info[attr] = getattr(fn, attr, None)
+    try:
+        from cupy_backends.cuda.api import driver
+        info["blocks_per_sm"] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            getattr(fn, "kernel", fn).ptr, sh["threads"], sh["smem_bytes"]))
+        info["a_bytes_in_flight_per_sm"] = info["blocks_per_sm"] * sh["a_bytes_in_flight_per_block"]
+    except Exception:
+        info["blocks_per_sm"] = None
+    return info
