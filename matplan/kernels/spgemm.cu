@@ -116,7 +116,7 @@ extern "C" __global__ void symbolic_shared(
         const int* __restrict__ Bp, const int* __restrict__ Bj,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const int S, const int rpb, long long* __restrict__ row_nnz,
-        int* __restrict__ ovf_rows, int* __restrict__ ovf_count) {
+        int* __restrict__ ovf_rows, const int ovf_base, int* __restrict__ ovf_count) {
     __shared__ int counts[MAX_RPB];
     __shared__ int full[MAX_RPB];
     const int tpr = blockDim.x / rpb;
@@ -144,7 +144,7 @@ extern "C" __global__ void symbolic_shared(
     if (row >= 0 && lane == 0) {
         if (full[slot]) {
             row_nnz[row] = -1;
-            ovf_rows[atomicAdd(ovf_count, 1)] = row;
+            ovf_rows[ovf_base + atomicAdd(ovf_count, 1)] = row;   // after the rows sent there directly
         } else {
             row_nnz[row] = counts[slot];
         }

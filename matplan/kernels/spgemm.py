@@ -212,14 +212,15 @@ class _Classes:
     var: float
 
 
-def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None) -> _Classes:
+def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer."""
     cp = cupy_module()
     T = len(ladder)
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
-    acc = cp.zeros(2 * T + 8, dtype=cp.uint64)   # T + 6 totals, then T + 2 fill counters for _bucket
+    if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket
+        acc = cp.zeros(_classify_words(T), dtype=cp.uint64)
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
@@ -319,19 +320,43 @@ class _Fork:
 SCAN_TILE = 8 * 256
 
 
-def _scan(kernel: str, n: int, args):
+def _scan_words(n: int) -> int:
+    """Look-back status words (uint64) a scan of n values needs."""
+    return max(1, -(-n // SCAN_TILE)) + 1
+
+
+def _classify_words(n_tables: int) -> int:
+    """Words (uint64) of classify_rows' totals plus bucket_rows' fill counters."""
+    return 2 * n_tables + 8
+
+
+class _Zeros:
+    """One zeroed uint64 allocation that a call's small counters are carved from: each cp.zeros
+    is a memset launch and ~8 us of host time, five of them a call."""
+
+    def __init__(self, words):
+        self.buf, self.off = cupy_module().zeros(int(sum(words)), dtype=np.uint64), 0
+
+    def take(self, n: int):
+        v = self.buf[self.off:self.off + n]
+        self.off += n
+        return v
+
+
+def _scan(kernel: str, n: int, args, status=None):
     """Launch scan_products or scan_rows (spgemm.cu scan_i64: one launch, out[0] = 0, out[1:] the
-    inclusive scan of n values) with ``args`` and a zeroed look-back status array."""
-    blocks = max(1, -(-n // SCAN_TILE))
-    _launch(kernel, blocks, 256, args + (cupy_module().zeros(blocks + 1, dtype=np.uint64),))
+    inclusive scan of n values) with ``args`` and a zeroed look-back ``status`` (_scan_words(n))."""
+    if status is None:
+        status = cupy_module().zeros(_scan_words(n), dtype=np.uint64)
+    _launch(kernel, _scan_words(n) - 1, 256, args + (status,))
 
 
-def _product_offsets(A, B):
+def _product_offsets(A, B, status=None):
     """csum (int64, nnz(A)+1): exclusive scan of nnz(B[j,:]) over A's nonzeros, the work index of
     every product (csum at A's row ends gives nnz_RowCt, planner.stats.products_per_row)."""
     nnz = A.indices.size
     csum = cupy_module().empty(nnz + 1, dtype=np.int64)
-    _scan("scan_products", nnz, (A.indices, np.int64(nnz), B.indptr, csum))
+    _scan("scan_products", nnz, (A.indices, np.int64(nnz), B.indptr, csum), status)
     return csum
 
 
@@ -548,8 +573,10 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
 
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
-    csum = _product_offsets(A, B)
-    sym = _classify(m, k, sym_ladder, A=A, csum=csum)
+    zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)), 1, _scan_words(m),
+                    _classify_words(len(num_ladder))])
+    csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
+    sym = _classify(m, k, sym_ladder, A=A, csum=csum, acc=zeros.take(_classify_words(len(sym_ladder))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
     risky = sym.risky
@@ -565,7 +592,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
     row_nnz = cp.zeros(m, dtype=cp.int64)
     ovf_rows = cp.empty(m, dtype=cp.int32)
     n_direct = int(sym_counts[-1])
-    ovf_count = cp.full(1, n_direct, dtype=cp.int32)   # a fill kernel, not a host-to-device copy
+    ovf_count = zeros.take(1).view(cp.int32)[:1]   # rows that overflowed, listed after the n_direct
     starts = np.concatenate([[0], np.cumsum(sym_counts)])
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
@@ -579,14 +606,14 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
         with fork.stream(t):
             _launch("symbolic_shared", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, B.indptr, B.indices, csum, rows, np.int32(n),
-                     np.int32(size), np.int32(rpb), row_nnz, ovf_rows, ovf_count),
+                     np.int32(size), np.int32(rpb), row_nnz, ovf_rows, np.int32(n_direct), ovf_count),
                     smem=table_smem(size, KEY_BYTES, rpb))
     fork.join()
     n_global_sym = n_direct
     if risky or sym_counts[len(sym_ladder)]:
         # rows in the largest table may have filled it (past 3/4 of it counts as full, see
         # symbolic_shared): one more host transfer to know
-        n_global_sym = int(ovf_count.get()[0])
+        n_global_sym = n_direct + int(ovf_count.get()[0])
     if n_global_sym:
         G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
         parts = _global_parts(s.rowct_max)
@@ -603,8 +630,8 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
 
     # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
-    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32))   # Cp32: C's indptr when nnz(C) < 2^31
-    num = _classify(m, k, num_ladder, row_nnz=row_nnz)
+    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
+    num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))))
     order, counts = _group(num, len(num_ladder), bal)
     s.csum, s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = csum, Cp, Cp32, num.total, num.idx, (order, counts)
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
