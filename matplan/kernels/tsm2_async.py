@@ -6,7 +6,8 @@ multiply them) in flight per block through 16-byte ``cp.async`` copies, so the b
 flight per SM are not limited by registers as in ``tsm2.cu``'s ``tsm2_rowmajor``. See the .cu
 header for the thread mapping.
 
-Not registered with the planner: a standalone launcher for benchmarking the approach
+Status: written without a GPU; compiled with nvcc 13.0 (sm_90) and NVRTC 12.9, index math
+checked by a Python emulation, never run on a device yet. Not registered with the planner: a standalone launcher for benchmarking the approach
 (``benchmarks/tsm2_async_bench.py``) and its tests (``tests/test_tsm2_async_gpu.py``).
 
 Config knobs (``config`` dict; missing keys come from :func:`default_config`):
@@ -147,11 +148,12 @@ def _function(name: str, smem_bytes: int):
     if smem_bytes > 48 * 1024:
         key = (getattr(getattr(fn, "kernel", fn), "ptr", id(fn)), smem_bytes)
         if key not in _SMEM_SET:
-            try:
-                fn.max_dynamic_shared_size_bytes = smem_bytes
-            except AttributeError:   # an older CuPy: the driver call directly
+            try:   # the driver call (RawKernel's own setter is deprecated in newer CuPy)
                 from cupy_backends.cuda.api import driver
-                driver.funcSetAttribute(getattr(fn, "kernel", fn).ptr, 8, smem_bytes)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                driver.funcSetAttribute(getattr(fn, "kernel", fn).ptr,
+                                        driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
+            except (ImportError, AttributeError):
+                fn.max_dynamic_shared_size_bytes = smem_bytes
             _SMEM_SET.add(key)
     return fn
 
