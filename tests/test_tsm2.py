@@ -233,3 +233,17 @@ def test_score_candidates_names_failures_and_refuses_when_all_fail():
     assert got == {"a": 2.0, "bad": float("inf"), "b": 1.0}
     with pytest.raises(RuntimeError, match="search x: 1 of 1 candidates failed"):
         tsm2.score_candidates(["bad"], time_one, "search x")
+
+
+def test_async_winner_is_stored_and_labelled():
+    """The online store keeps a cp.async winner's knob name; timings are labelled per kind."""
+    store = tsm2.InProcessT1Store()
+    key = ("dev", "float32", "row", 16, 4096)
+    store.put(key, {"t1": 256, "t3": 4, "depth": 1, "async": "s3"},
+              {(256, 4, 1): 2.0, ("async", "s3"): 1.0}, 0.9)
+    assert store.get(key) == {"t1": 256, "t3": 4, "depth": 1, "async": "s3"}
+    assert store.timings[key] == {"t1=256,t3=4,depth=1": 2.0, "async=s3": 1.0}
+    assert tsm2.async_eligible("row", np.float32, 16, 4096)
+    assert not tsm2.async_eligible("row", np.float32, 16, 4097)      # rows not 16-byte aligned
+    assert not tsm2.async_eligible("col", np.float64, 16, 4096)
+    assert not tsm2.async_eligible("row", np.float64, 8, 4096)       # k below ASYNC_K

@@ -220,3 +220,40 @@ def test_empty_and_tiny(cp, rng):
     B_h = _random(rng, (7, 2), np.float64)
     C = _run(cp, cp.asarray(A_h), cp.asarray(B_h), _params("row", np.float64, 2, 64))
     _check(C, A_h, B_h, np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", sorted(tsm2.ASYNC_VARIANTS))
+@pytest.mark.parametrize("k", [1, 9, 16, 32, 33])
+def test_async_variant_through_the_kernel_interface(cp, rng, dtype, variant, k):
+    """Params carrying the cp.async row kernel (what the online timing stores when it wins) run
+    through TSM2.prepare/run: NaN-poisoned output, m and n off every tile, vector B too."""
+    m, n = 1531, 1000 + 36                     # n * itemsize a multiple of 16 (the kernel's need)
+    A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
+    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    params = dict(_params("row", dtype, 16, 256), depth=1, **{"async": variant})
+    _check(_run(cp, A, B, params), A_h, B_h, dtype)
+    C = _run(cp, A, B[:, 0], params)
+    _check(C[:, None], A_h, B_h[:, :1], dtype)
+
+
+def test_async_params_refuse_misaligned_a(cp, rng):
+    """A plan whose online timing chose the cp.async kernel refuses, naming A, an A whose rows do
+    not start on 16-byte boundaries (a column slice), instead of reading it wrong."""
+    A = cp.asarray(_random(rng, (300, 1001), np.float32))[:, :999]
+    params = dict(_params("row", np.float32, 16, 256), depth=1, **{"async": "preset"})
+    with pytest.raises(ValueError, match="A: .*16-byte"):
+        get("tsgemm.tsm2").prepare(A, params)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_planner_k16_row_major_matches_numpy(cp, rng, dtype):
+    """The planner's TSM2 choice for row-major A at k = 16 (the online timing now also tries the
+    cp.async kernel) gives NumPy's product, whichever kernel won."""
+    m, n, k = 20000, 4096, 16
+    A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
+    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    plan = planner.plan(A, B, kernels=["tsgemm.tsm2"])
+    assert plan.kernel == "tsgemm.tsm2"
+    assert tsm2.async_eligible("row", dtype, k, n)
+    _check(plan.run(A, B), A_h, B_h, dtype)

@@ -74,6 +74,13 @@ T3_FACTORS = (1, 2, 4)
 #: Most elements of A in the synthetic problem the online choice times (1 GiB of float32): up to
 #: this the timed problem has the planned m, so the calibration ratio is the planned size's.
 TIMING_ELEMENTS = 1 << 28
+#: k for which the online timing of row-major A also tries the cp.async kernel (tsm2_async.cu),
+#: with these knob sets over tsm2_async.default_config. H100, 2026-11-23, n = 16384-32768: 0.89-0.93
+#: of copy bandwidth at k = 16 (this file's row kernel 0.76-0.79) and 0.58-0.62 at k = 32
+#: (0.39-0.42); at k <= 8 the register kernel was as fast or faster
+#: (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log).
+ASYNC_K = (9, 32)
+ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}}
 TIMING_REPEATS = 5
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
@@ -383,8 +390,9 @@ class InProcessT1Store:
 
     def put(self, key, best: dict, timings: dict, ratio: float | None = None) -> None:
         self._best[key] = {x: int(best[x]) for x in ("t1", "t3", "depth") if x in best}
-        self.timings[key] = {",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c)): float(v)
-                             for c, v in timings.items()}
+        if best.get("async"):
+            self._best[key]["async"] = str(best["async"])
+        self.timings[key] = {_candidate_label(c): float(v) for c, v in timings.items()}
         if ratio is not None and math.isfinite(ratio) and ratio > 0:
             self._ratio[key] = float(ratio)
 
@@ -403,6 +411,19 @@ def set_t1_store(store) -> None:
     if not all(hasattr(store, a) for a in ("get", "put", "ratio")):
         raise TypeError("store: expected an object with get(key), ratio(key) and put(key, best, timings, ratio)")
     T1_STORE = store
+
+
+def _candidate_label(c: tuple) -> str:
+    """'t1=256,t3=4,depth=2' for a register-kernel candidate, 'async=s3' for a cp.async one."""
+    if c[0] == "async":
+        return f"async={c[1]}"
+    return ",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c))
+
+
+def async_eligible(layout: str, dtype, k: int, n: int) -> bool:
+    """Whether the online timing tries the cp.async row kernel: row-major A whose rows start on
+    16-byte boundaries (C order: n * itemsize % 16 == 0) and ASYNC_K[0] <= k <= ASYNC_K[1]."""
+    return layout == "row" and ASYNC_K[0] <= k <= ASYNC_K[1] and n * np.dtype(dtype).itemsize % 16 == 0
 
 
 def _bucket(x: int) -> int:
@@ -472,11 +493,15 @@ def _time_vendor(device, key, A, B, dtype) -> None:
     VENDOR_RATIO[key] = s / _vendor_model_s(device, mb, n, B.shape[1], dtype)
 
 
-def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s) -> tuple[dict, dict]:
+def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s,
+            async_variants=()) -> tuple[dict, dict]:
     """Time every (t1, t3) candidate (row kernel: every (t1, t3, depth), depths from
-    :func:`row_depths`) on random data of this problem's shape (m capped so A has at most
-    TIMING_ELEMENTS elements); cache the winner for the bucket and return it. cuBLAS is timed on
-    the same data once per bucket (VENDOR_RATIO).
+    :func:`row_depths`, and the cp.async kernel with each of ``async_variants``, names of
+    ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
+    TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
+    "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
+    first of t3s, for the model's cost). cuBLAS is timed on the same data once per bucket
+    (VENDOR_RATIO).
 
     A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
     in a RuntimeWarning; RuntimeError when every candidate fails (:func:`score_candidates`).
@@ -494,17 +519,38 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     _time_vendor(device, key, A, B, dtype)
     configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
+    configs.update({("async", v): None for v in async_variants})
 
     def time_one(c):
+        if c[0] == "async":
+            return time_kernel(lambda: _run_async(A, B, C, c[1]))
         t1, t3, d = configs[c]
         return time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3, depth=d))
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
-    win = min(timings, key=lambda c: (timings[c], c))
-    best = dict(zip(("t1", "t3", "depth"), win))
+    win = min(timings, key=lambda c: (timings[c], str(c)))
+    if win[0] == "async":
+        best = {"t1": _async_threads(dtype, k, win[1]), "t3": min(t3s), "depth": 1, "async": win[1]}
+    else:
+        best = dict(zip(("t1", "t3", "depth"), win))
     predicted = model_time(device, mb, n, k, dtype, layout, best["t1"], t2, best["t3"])
     T1_STORE.put(key, best, timings, timings[win] / predicted if predicted > 0 else None)
     del A, B, C
     return best, timings
+
+
+def _async_config(dtype, k: int, variant: str) -> dict:
+    from . import tsm2_async
+    return dict(tsm2_async.default_config(dtype, k), **ASYNC_VARIANTS[variant])
+
+
+def _async_threads(dtype, k: int, variant: str) -> int:
+    from . import tsm2_async
+    return tsm2_async.shape_of(_async_config(dtype, k, variant), np.dtype(dtype).itemsize)["threads"]
+
+
+def _run_async(A, B, C, variant: str):
+    from . import tsm2_async
+    return tsm2_async.matmul_rowmajor_async(A, B, out=C, config=_async_config(A.dtype, B.shape[1], variant))
 
 
 def score_candidates(candidates, time_one, what: str) -> dict:
@@ -565,15 +611,22 @@ class TSM2(Kernel):
         mp = _model_params(device, f)
         t2, t3 = kernel_params(layout, f.dtype, f.k, mp["t2"], mp["t3"])
         t1s = t1_candidates(layout, f.dtype, t2, mp["t1"])
-        t1, depth, source = t1s[0], 1, "model's first candidate (no GPU timing)"
+        t1, depth, variant, source = t1s[0], 1, None, "model's first candidate (no GPU timing)"
         if _can_time(f, device):
+            eligible = async_eligible(layout, f.dtype, f.k, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
-                              t3_candidates(layout, f.dtype, t2, t3), t1s)
+                              t3_candidates(layout, f.dtype, t2, t3), t1s,
+                              tuple(ASYNC_VARIANTS) if eligible else ())
             t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
+            # a bucket's winner may be the async kernel while this n's rows are not 16-byte
+            # aligned: the register kernel then runs with the bucket's t1/t3
+            variant = best.get("async") if eligible else None
             source = "timed on the device"
         p = {"layout": layout, "t1": int(t1), "t2": int(t2), "t3": int(t3), "t1_source": source}
         if layout == "row":
             p["depth"] = int(depth)
+        if variant:
+            p["async"] = variant
         yield p
 
     def cost(self, f, params, device):
@@ -586,6 +639,9 @@ class TSM2(Kernel):
                f"(kernel t2={params['t2']}, t3={params['t3']}), predicted memory utilisation "
                f"{mp['util_mem']:.2f}, compute utilisation {mp['util_comp']:.2f}, "
                f"{t * 1e3:.4f} ms; t1={params['t1']} ({params.get('t1_source', '')})")
+        if params.get("async"):
+            why += (f"; the cp.async row kernel (tsm2_async, knobs {params['async']!r}) won the "
+                    f"online timing")
         if ratio is not None:
             why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
             return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)
@@ -596,6 +652,9 @@ class TSM2(Kernel):
         if layout != params["layout"]:
             raise ValueError(f"A: this plan's TSM2 kernel is for {params['layout']}-major A, got "
                              f"{layout}-major A; make a new plan for this layout")
+        if params.get("async"):
+            from . import tsm2_async
+            tsm2_async.check_a(A)   # ValueError naming A when its rows are not 16-byte aligned
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype,
                         meta={"layout": layout, "lda": lda})
 
@@ -620,6 +679,9 @@ class TSM2(Kernel):
             return C
         if n == 0:
             C2.fill(0)
+            return C
+        if p.get("async"):
+            _run_async(A, cp.ascontiguousarray(B2), C2, p["async"])
             return C
         t2 = min(p["t2"], k)
         launch(A, prepared.meta["layout"], prepared.meta["lda"], B2, C2, p["t1"], t2, p["t3"],
