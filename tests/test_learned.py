@@ -314,6 +314,25 @@ def test_report_leave_family_out(tuned_db, tmp_path):
         assert rep["plots"] == []
 
 
+def test_report_says_whether_the_installed_model_saw_its_timings(tuned_db, dataset, model_dir):
+    """The report records its timings' training-set hash and whether the model the planner loads for
+    the device class was fitted on exactly those timings (else the report's figures are not its own)."""
+    def report():
+        return evaluate(tuned_db, reuses=(1,), out=False, model_params={"max_iter": 20})
+    rep = report()
+    assert rep["training_set_hash"] == dataset.hash() and rep["installed_model"] is None
+    path, _ = train(tuned_db, cv=0, model_params={"max_iter": 20})
+    rep = report()
+    assert rep["installed_model"] == {"name": path.stem, "folder": str(model_dir), "same_timings": True,
+                                      "training_set_hash": dataset.hash()}
+    assert f"installed model {path.stem} ({model_dir}): fitted on these timings" in format_report(rep)
+    meta_path = path.with_suffix(".json")
+    meta_path.write_text(json.dumps(dict(json.loads(meta_path.read_text()), training_set_hash="0" * 64)))
+    rep = report()
+    assert rep["installed_model"]["same_timings"] is False
+    assert "training-set hash differs" in format_report(rep)
+
+
 def test_cli_train_and_report(tuned_db, tmp_path, capsys, model_dir):
     from matplan.cli import main
     assert main(["train", "--db", str(tuned_db), "--name", "cli-model", "--cv", "2",

@@ -13,6 +13,9 @@ Every method sees the analytic costs the live planner sees: TSM2's and
 cuBLAS's tall-and-skinny costs calibrated by the online timing the planner made
 during the tuning run (recorded in the database, see :mod:`.calibration`), not
 the raw models; like the planner, the learned methods keep calibrated costs.
+
+The report records its timings' training-set hash and whether the model installed
+for the device class was fitted on exactly those timings.
 """
 from __future__ import annotations
 
@@ -51,6 +54,22 @@ def _analytic_predictions(ds) -> tuple:
         except Exception:  # a kernel no longer registered, or a cost model that rejects the row
             pass
     return out, calibrated
+
+
+def _installed_model(ds) -> dict | None:
+    """The saved model the planner loads for this device class, and whether it was fitted on exactly
+    these timings (``matplan train`` records the rows' hash as its ``training_set_hash``): the
+    report's figures describe that model only when they match."""
+    path = learned.find(ds.device_class)
+    if path is None:
+        return None
+    try:
+        trained_on = json.loads(path.with_suffix(".json").read_text()).get("training_set_hash")
+    except (OSError, ValueError):
+        trained_on = None
+    where = "package" if path.parent.resolve() == learned.PACKAGE_DIR.resolve() else str(path.parent)
+    return {"name": path.stem, "folder": where, "training_set_hash": trained_on,
+            "same_timings": trained_on == ds.hash()}
 
 
 def _leave_family_out(ds, kind, model_params) -> np.ndarray:
@@ -122,7 +141,8 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
     choosable = {fp: idx for fp, idx in by_problem.items() if len(idx) >= 2}
     report = {"device_class": ds.device_class, "device": ds.device_name, "matplan_version": __version__,
               "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "timings": len(ds), "problems": len(by_problem), "problems_with_a_choice": len(choosable),
+              "timings": len(ds), "training_set_hash": ds.hash(), "installed_model": _installed_model(ds),
+              "problems": len(by_problem), "problems_with_a_choice": len(choosable),
               "families": sorted(set(ds.groups())), "excluded_failed_or_mismatched": len(ds.failed),
               "excluded_unregistered_kernels": ds.unregistered,
               "online_calibrations": len(ds.calibrations),
@@ -215,6 +235,11 @@ def format_report(report: dict) -> str:
     lines = [f"matplan report: {report['device_class']} ({report['device']}), {report['timings']} timings, "
              f"{report['problems_with_a_choice']}/{report['problems']} problems with a choice, "
              f"{len(report['families'])} families, leave-family-out"]
+    model = report.get("installed_model")
+    if model:
+        lines.append(f"  installed model {model['name']} ({model['folder']}): fitted on "
+                     + ("these timings" if model["same_timings"] else
+                        "other timings (training-set hash differs: its own figures are not these)"))
     for reuse, res in report["results"].items():
         lines.append(f"  reuse={reuse}:")
         for method in METHODS:
