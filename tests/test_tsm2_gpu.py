@@ -257,3 +257,12 @@ def test_planner_k16_row_major_matches_numpy(cp, rng, dtype):
     assert plan.kernel == "tsgemm.tsm2"
     assert tsm2.async_eligible("row", dtype, k, n)
     _check(plan.run(A, B), A_h, B_h, dtype)
+
+
+def test_device_attribute_matches_cupy(cp):
+    """The cached single-attribute reads (_cuda.device_attribute) agree with CuPy's full query."""
+    from matplan.kernels import _cuda
+    dev = cp.cuda.Device().id
+    attrs = cp.cuda.Device(dev).attributes
+    for name in _cuda._ATTRIBUTE_ENUMS:
+        assert _cuda.device_attribute(name, dev) == attrs[name]

@@ -19,6 +19,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 NVRTC_OPTIONS = ("-std=c++17",)
 
 
+#: cudaDeviceAttr values of the attributes read here, for runtimes whose bindings lack the name.
+_ATTRIBUTE_ENUMS = {"MaxSharedMemoryPerBlockOptin": 97, "MultiProcessorCount": 16}
+
+
+@functools.lru_cache(maxsize=None)
+def device_attribute(name: str, device_id: int) -> int:
+    """One CUDA device attribute (a key of ``_ATTRIBUTE_ENUMS``), read once per device and
+    process: ``Device().attributes`` queries every attribute, tens of microseconds a call."""
+    rt = cupy_module().cuda.runtime
+    return int(rt.deviceGetAttribute(getattr(rt, "cudaDevAttr" + name, _ATTRIBUTE_ENUMS[name]), device_id))
+
+
 @functools.lru_cache(maxsize=None)
 def source(filename: str) -> str:
     with open(os.path.join(_HERE, filename), encoding="utf-8") as fh:

@@ -274,9 +274,8 @@ def _launch(kernel_name, grid, block, args, smem=0):
 @functools.lru_cache(maxsize=None)
 def _device_limits(device_id: int) -> tuple:
     """(opt-in shared memory per block, SM count) of a device, read once."""
-    rt = cupy_module().cuda.runtime
-    return (rt.deviceGetAttribute(getattr(rt, "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97), device_id),
-            rt.deviceGetAttribute(getattr(rt, "cudaDevAttrMultiProcessorCount", 16), device_id))
+    return (_cuda.device_attribute("MaxSharedMemoryPerBlockOptin", device_id),
+            _cuda.device_attribute("MultiProcessorCount", device_id))
 
 
 def _streams(n):

@@ -291,17 +291,9 @@ def split_waves(S: int, s_max: int, blocks_x: int, n: int, align: int, slots: in
     return shape(best)
 
 
-_SMS: dict = {}
-
-
 def _sms() -> int:
-    """Multiprocessors of the current device (one driver query per device and process: reading
-    ``Device().attributes`` queries every attribute, far too slow for each launch)."""
-    cp = cupy_module()
-    dev = cp.cuda.Device().id
-    if dev not in _SMS:
-        _SMS[dev] = int(cp.cuda.Device(dev).attributes["MultiProcessorCount"])
-    return _SMS[dev]
+    """Multiprocessors of the current device (read once per device and process)."""
+    return _cuda.device_attribute("MultiProcessorCount", cupy_module().cuda.Device().id)
 
 
 def _resident_blocks(fn, t1: int) -> int:

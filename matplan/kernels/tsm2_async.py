@@ -117,10 +117,11 @@ def kernel_name(dtype, config: dict, bvec: int) -> str:
 
 
 def _smem_optin() -> int:
-    cp = cupy_module()
+    """Opt-in shared memory per block of the current device (read once per device: this runs on
+    every launch and inside the planner's online timing of the kernel)."""
     try:
-        return int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
-    except Exception:
+        return _cuda.device_attribute("MaxSharedMemoryPerBlockOptin", cupy_module().cuda.Device().id)
+    except Exception:  # noqa: BLE001  a runtime that cannot say: the H100's figure
         return SMEM_OPTIN_DEFAULT
 
 
