@@ -54,3 +54,22 @@ def messy_csr(rng, m, n, dtype=np.float64):
     A = sp.csr_matrix((data, indices, indptr), shape=(m, n))
     A.has_sorted_indices = False
     return A
+
+
+def nonzero_random(rng, shape, dtype):
+    """Values in [-1.5, -0.5) U [0.5, 1.5): never zero, both signs (dense TSM2 operands)."""
+    v = (rng.random(shape) + 0.5) * rng.choice([-1.0, 1.0], shape)
+    return v.astype(dtype)
+
+
+def check_dense_product(C, A_host, B_host, rtol):
+    """C (GPU) == A_host @ B_host in float64 within rtol * (|A| @ |B|) elementwise; every element
+    written (outputs are NaN-poisoned by the callers)."""
+    ref = A_host.astype(np.float64) @ B_host.astype(np.float64)
+    bound = np.abs(A_host.astype(np.float64)) @ np.abs(B_host.astype(np.float64))
+    got = C.get().astype(np.float64)
+    assert got.shape == ref.shape
+    bad = np.count_nonzero(~np.isfinite(got))
+    assert bad == 0, f"{bad} unwritten (NaN-poisoned) or non-finite elements in C"
+    err = np.abs(got - ref)
+    assert (err <= rtol * bound + 1e-30).all(), f"max relative error {np.max(err / bound):.3g}"

@@ -1,6 +1,7 @@
 """TSM2 CUDA kernels against NumPy float64 on fresh random data (GPU only; skipped without CuPy)."""
 import numpy as np
 import pytest
+from conftest import check_dense_product, nonzero_random as _random
 
 from matplan import planner
 from matplan.kernels import get
@@ -14,20 +15,8 @@ DTYPES = (np.float32, np.float64)
 RTOL = {np.float32: 2e-5, np.float64: 1e-13}
 
 
-def _random(rng, shape, dtype):
-    """Values in [-1.5, -0.5) U [0.5, 1.5): never zero, both signs."""
-    v = (rng.random(shape) + 0.5) * rng.choice([-1.0, 1.0], shape)
-    return v.astype(dtype)
-
-
 def _check(C, A_host, B_host, dtype):
-    ref = A_host.astype(np.float64) @ B_host.astype(np.float64)
-    bound = np.abs(A_host.astype(np.float64)) @ np.abs(B_host.astype(np.float64))
-    got = C.get().astype(np.float64)
-    assert got.shape == ref.shape
-    assert np.isfinite(got).all(), "unwritten (NaN-poisoned) or non-finite elements in C"
-    err = np.abs(got - ref)
-    assert (err <= RTOL[dtype] * bound * 8 + 1e-30).all(), f"max relative error {np.max(err / bound):.3g}"
+    check_dense_product(C, A_host, B_host, RTOL[dtype] * 8)
 
 
 def _run(cp, A, B, params, out_shape=None):
