@@ -74,6 +74,7 @@ T3_FACTORS = (1, 2, 4)
 #: Most elements of A in the synthetic problem the online choice times (1 GiB of float32): up to
 #: this the timed problem has the planned m, so the calibration ratio is the planned size's.
 TIMING_ELEMENTS = 1 << 28
+TIMING_REPEATS = 5
 #: k for which the online timing of row-major A also tries the cp.async kernel (tsm2_async.cu),
 #: with these knob sets over tsm2_async.default_config. H100, 2026-11-23, n = 16384-32768: 0.89-0.93
 #: of copy bandwidth at k = 16 (this file's row kernel 0.76-0.79) and 0.58-0.62 at k = 32
@@ -81,7 +82,6 @@ TIMING_ELEMENTS = 1 << 28
 #: (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log).
 ASYNC_K = (9, 32)
 ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}}
-TIMING_REPEATS = 5
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
@@ -492,7 +492,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
     TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
-    first of t3s, for the model's cost). cuBLAS is timed on the same data once per bucket
+    smallest of t3s, for the model's cost). cuBLAS is timed on the same data once per bucket
     (VENDOR_RATIO).
 
     A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
