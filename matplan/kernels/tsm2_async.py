@@ -239,8 +239,9 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
             raise ValueError(f"out: expected a CuPy array, got {type(out).__name__}")
         if out.shape != (m, k) or out.dtype != A.dtype:
             raise ValueError(f"out: expected shape {(m, k)} and dtype {A.dtype}, got {out.shape} {out.dtype}")
-        if any(s % out.itemsize or s < 0 for s in out.strides):
-            raise ValueError(f"out: strides {out.strides} must be non-negative multiples of the itemsize")
+        if any(s % out.itemsize or s < 0 or (s == 0 and d > 1) for s, d in zip(out.strides, out.shape)):
+            raise ValueError(f"out: strides {out.strides} must be non-negative multiples of the itemsize, "
+                             f"nonzero along a dimension longer than 1 (elements must not alias)")
     try:
         lda = check_a(A) if m and n else max(n, 1)
     except ValueError:
