@@ -11,6 +11,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
   ``host_ms``: the call's own phase clock (``info['host_ms']``).
 
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
+        [--set MIN_TPR=32 ...]   # override spgemm's integer tuning constants (variants, same run)
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--max-products", type=float, default=5e8, help="skip larger products")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=INT",
+                    help="override an integer constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
     args = ap.parse_args(argv)
     from matplan._xp import cupy_module
     cp = cupy_module()
@@ -73,6 +76,13 @@ def main(argv=None):
         sys.exit("benchmarks/spgemm_phases.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
     from matplan.kernels import spgemm as hs
+    overrides = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if not isinstance(getattr(hs, name, None), int):
+            sys.exit(f"--set {item}: spgemm has no integer constant {name!r}")
+        overrides[name] = int(value)
+        setattr(hs, name, int(value))
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     rows = []
@@ -99,11 +109,13 @@ def main(argv=None):
         del A, B
         cp.get_default_memory_pool().free_all_blocks()
     doc = dict(benchmark="spgemm_phases", gpu=gpu, commit=git_commit(), cupy=cp.__version__,
-               date=time.strftime("%Y-%m-%d", time.gmtime()), reps=args.reps, results=rows)
+               date=time.strftime("%Y-%m-%d", time.gmtime()), reps=args.reps, overrides=overrides,
+               results=rows)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=1)
-    print(f"# {gpu}, CuPy {cp.__version__}, commit {doc['commit']}, {doc['date']}: microseconds, median of {args.reps}")
+    print(f"# {gpu}, CuPy {cp.__version__}, commit {doc['commit']}, {doc['date']}: microseconds, median of {args.reps}"
+          + (f", overrides {overrides}" if overrides else ""))
     names = sorted({n for r in rows for n in r["kernel_us"]})
     print(f"{'matrix':<24} {'products':>11} " + " ".join(f"{n[:14]:>14}" for n in names)
           + f" {'other':>8} {'total':>8} {'cuSPARSE':>8} {'x':>5}")

@@ -127,14 +127,36 @@ def test_paper_48kb_limit_uses_global_path(cp, hs, rng):
 
 
 def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch):
-    """More global rows than slabs (batches of 3 rows, slabs reused across batches) and each row
-    shared by many blocks (a block per 64 products), in both passes: C is still SciPy's."""
+    """More global rows than slabs (batches of 3 rows, slabs reused across batches), each row
+    shared by many blocks (a block per 64 products) in both passes and written by 3 column
+    segments (12,000 columns, 4,096 a segment): C is still SciPy's."""
     monkeypatch.setattr(hs, "_global_blocks", lambda nrows, slab_bytes, what: min(nrows, 3))
     monkeypatch.setattr(hs, "GLOBAL_PART_PRODUCTS", 64)
-    A = random_csr(rng, 200, 5000, 0.6)       # ~3,000 products, ~2,100 distinct columns a row
-    B = random_csr(rng, 5000, 4000, 0.002)
+    monkeypatch.setattr(hs, "GLOBAL_MIN_PART_PRODUCTS", 64)
+    A = random_csr(rng, 200, 5000, 0.6)       # ~3,000 products, ~2,300 distinct columns a row
+    B = random_csr(rng, 5000, 12_000, 0.0007)
+    assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000)[0] == 3
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("min_tpr", [8, 16, 32])
+def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, dtype):
+    """Rows of 8 or 16 lanes (several rows a warp) or of whole warps give SciPy's C. smem_limit
+    1,800 bytes leaves symbolic tables of 32-128 keys (16 lanes a row in the largest, which the
+    rows past 128 products try and overflow) and numeric tables of 32-64 slots (more go global)."""
+    monkeypatch.setattr(hs, "MIN_TPR", min_tpr)
+    lengths = rng.integers(0, 40, 3000)
+    lengths[::97] = 0                           # empty rows
+    cols = [rng.choice(2000, n, replace=False) for n in lengths]
+    A = sp.csr_matrix((rng.random(lengths.sum()) + 0.5, np.concatenate(cols),
+                       np.concatenate([[0], np.cumsum(lengths)])), shape=(3000, 2000))
+    B = random_csr(rng, 2000, 3000, 0.003)      # ~9 a row: 0 to ~360 products a row of A
+    assert hs.table_ladder(1800, 4) == (32, 64, 128) and hs.table_ladder(1800, 12) == (32, 64)
+    C, info = _check(cp, hs, A, B, dtype=dtype, smem_limit=1800)
+    assert info["symbolic_overflowed"] > 0 and info["global_rows_numeric"] > 0
+    assert set(info["numeric_tables"]) == {32, 64}
 
 
 @pytest.mark.parametrize("grouping", ["balanced", "grouped"])

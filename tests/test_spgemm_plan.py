@@ -31,8 +31,10 @@ def test_ladder_follows_device_shared_memory():
 @pytest.mark.parametrize("size", [32, 64, 128, 256, 512, 1024, 2048, 16384])
 def test_launch_shape_fits(size):
     tpr, rpb = hs.launch_shape(size, 12, 227 * KB)
-    assert tpr % 32 == 0 and 32 <= tpr <= 1024 and rpb >= 1
-    assert tpr * rpb <= 1024 and rpb <= 32
+    # a row is 8 or 16 lanes of a warp, or whole warps: the widths for_each_product takes
+    assert tpr in (8, 16) or (tpr % 32 == 0 and 32 <= tpr <= 1024)
+    assert rpb >= 1 and tpr * rpb <= 1024 and rpb <= hs.MAX_RPB == 32
+    assert (tpr * rpb) % 32 == 0   # whole warps a block
     assert rpb * size * 12 + hs.STATIC_SMEM <= 227 * KB
 
 
@@ -123,3 +125,11 @@ def test_planner_explains_hash_when_costed():
     f = _features(A.tocsr(), A.tocsr())
     c = hs.HashSpGEMM().cost(f, {"sort": True}, h100)
     assert f"{f.rowct_var_over_mean:.2f}" in c.why
+
+
+@pytest.mark.parametrize("ncols", [1, 4095, 4096, 4097, 65536, 500_000, 10 ** 7])
+def test_global_segments_cover_columns(ncols):
+    segs, seg_cols = hs._global_segments(ncols)
+    step = hs.GLOBAL_BLOCK_THREADS * hs.GLOBAL_SCAN_COLS
+    assert 1 <= segs <= hs.GLOBAL_MAX_SEGMENTS and seg_cols % step == 0
+    assert (segs - 1) * seg_cols < ncols <= segs * seg_cols   # every column, no empty segment

@@ -2,9 +2,10 @@
 //
 // Work mapping: the products of row i are numbered p in [csum[A.indptr[i]], csum[A.indptr[i+1]])
 // where csum is the exclusive scan of nnz(B[j,:]) over A's nonzeros (int64, so more than 2^31
-// products are fine). The TPR threads of a row take the products of each 32-nonzero chunk of A's
+// products are fine). The TPR threads of a row take the products of each W-nonzero chunk of A's
 // row as first + lane, first + lane + TPR, ... (for_each_product): threads get equal shares
-// whatever the A/B row lengths, and consecutive lanes read consecutive entries of B's rows.
+// whatever the A/B row lengths, and consecutive lanes read consecutive entries of B's rows. Short
+// rows take W = TPR = 8 or 16 lanes (several rows a warp), others whole warps (W = 32).
 //
 // * symbolic_shared: one shared-memory hash table of column keys per row counts the distinct
 //   columns (exact nnz of C's row). A table that fills up marks the row invalid and appends it
@@ -35,22 +36,25 @@
 // Dynamic shared memory of every kernel here (one declaration: one linkage).
 extern __shared__ __align__(16) unsigned char smem[];
 
-// Walk the products of `row` that thread `lane` of its `tpr` threads owns (tpr a multiple of 32,
-// the row's threads whole warps of the block), calling f(k, e, b) for product p = A(row, col e) *
-// B(col e, column k) read at B's position b. Products are numbered by csum (the exclusive scan of
-// nnz(B[j,:]) over A's nonzeros). A's row is taken 32 nonzeros at a time: lane t of every warp of
-// the row loads csum, B's row start and (for the caller) the A index of nonzero t of the chunk,
-// once per chunk; then the warps take the chunk's products 32 at a time, strided by tpr, and each
-// lane finds its product's nonzero by a binary search over the lanes' csum (__shfl_sync): no
-// chain of dependent global loads per product (csum -> Aj -> Bp), no block barrier. Every lane
-// of a warp runs the same loop trips (the shuffles need them); f returns true to stop, which
-// ends the walk for the whole warp after the round in which any of its lanes said so.
-template <typename F>
+// Walk the products of `row` that thread `lane` of its `tpr` threads owns, calling f(k, e, b) for
+// product p = A(row, col e) * B(col e, column k) read at B's position b. The row's threads are W
+// consecutive lanes of a warp (tpr == W, W = 8 or 16: short rows, several rows a warp) or whole
+// warps of the block (W = 32, tpr a multiple of 32). Products are numbered by csum (the exclusive
+// scan of nnz(B[j,:]) over A's nonzeros). A's row is taken W nonzeros at a time: lane t of every
+// W-lane group of the row loads csum, B's row start and (for the caller) the A index of nonzero t
+// of the chunk, once per chunk; then the groups take the chunk's products W at a time, strided by
+// tpr, and each lane finds its product's nonzero by a binary search over the group's csum
+// (__shfl_sync of width W): no chain of dependent global loads per product (csum -> Aj -> Bp), no
+// block barrier. Every lane of a group runs the same loop trips (the shuffles need them); f
+// returns true to stop, which ends the walk for the whole group after the round in which any of
+// its lanes said so.
+template <int W, typename F>
 __device__ __forceinline__ void for_each_product(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
         const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
         const int lane, const int tpr, F f) {
-    const int l32 = lane & 31, wbase = lane & ~31;
+    const int lw = lane & (W - 1), wbase = lane & ~(W - 1);
+    const unsigned mask = W == 32 ? FULL_MASK : ((1u << W) - 1u) << (threadIdx.x & 31 & ~(W - 1));
     const int a0 = Ap[row], a1 = Ap[row + 1];
     // Two ways to share a row's P products among its nw = tpr / 32 warps, by rounds of 32 per warp:
     // shared chunks, every warp walks every chunk and they split its products (about nch + P / tpr
@@ -59,32 +63,43 @@ __device__ __forceinline__ void for_each_product(
     // of A over short rows of B (a 50k-nonzero row of skewed-spgemm: 1.5k rounds -> 140), shared
     // when the row has fewer chunks than warps (ice40: split was 1.4x slower there).
     const long long P = csum[a1] - csum[a0];
-    const int nch = (a1 - a0 + 31) / 32;
-    const bool split = tpr > 32 && P < 32LL * min(nch, tpr / 32) * (nch + P / tpr);
-    const int c_first = split ? a0 + wbase : a0, c_step = split ? tpr : 32;
-    const int p_first = split ? 0 : wbase, p_step = split ? 32 : tpr;
+    const int nch = (a1 - a0 + W - 1) / W;
+    const bool split = W == 32 && tpr > 32 && P < 32LL * min(nch, tpr / 32) * (nch + P / tpr);
+    const int c_first = split ? a0 + wbase : a0, c_step = split ? tpr : W;
+    const int p_first = split ? 0 : wbase, p_step = split ? W : tpr;
     for (int c0 = c_first; c0 < a1; c0 += c_step) {
-        const int cn = min(32, a1 - c0);
+        const int cn = min(W, a1 - c0);
         const long long q1 = csum[c0 + cn];
         long long cs = 0x7fffffffffffffffLL;
         int bs = 0;
-        if (l32 < cn) { cs = csum[c0 + l32]; bs = Bp[Aj[c0 + l32]]; }
-        const long long q0 = __shfl_sync(FULL_MASK, cs, 0);
+        if (lw < cn) { cs = csum[c0 + lw]; bs = Bp[Aj[c0 + lw]]; }
+        const long long q0 = __shfl_sync(mask, cs, 0, W);
         for (long long base = q0 + p_first; base < q1; base += p_step) {
-            const long long p = base + l32;
+            const long long p = base + lw;
             int t = 0;
 #pragma unroll
-            for (int step = 16; step > 0; step >>= 1) {
-                const long long v = __shfl_sync(FULL_MASK, cs, t + step);
+            for (int step = W / 2; step > 0; step >>= 1) {
+                const long long v = __shfl_sync(mask, cs, t + step, W);
                 if (v <= p) t += step;
             }
-            const long long off = p - __shfl_sync(FULL_MASK, cs, t);
-            const int b = __shfl_sync(FULL_MASK, bs, t) + (int)off;
+            const long long off = p - __shfl_sync(mask, cs, t, W);
+            const int b = __shfl_sync(mask, bs, t, W) + (int)off;
             bool quit = false;
             if (p < q1) quit = f(Bj[b], c0 + t, b);
-            if (__any_sync(FULL_MASK, quit)) return;
+            if (__any_sync(mask, quit)) return;
         }
     }
+}
+
+// for_each_product with the group width a row's tpr takes: 8, 16, or whole warps.
+template <typename F>
+__device__ __forceinline__ void for_each_product_tpr(
+        const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
+        const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
+        const int lane, const int tpr, F f) {
+    if (tpr == 8) for_each_product<8>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
+    else if (tpr == 16) for_each_product<16>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
+    else for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
 }
 
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
@@ -132,7 +147,7 @@ extern "C" __global__ void symbolic_shared(
         // A row is full, and goes to symbolic_global, past 3/4 of its table: linear probing gets
         // slow near a full table (a row of skewed-spgemm that overflowed probed for milliseconds)
         const int limit = S - S / 4;
-        for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+        for_each_product_tpr(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int, int) {   // stop once any warp of the row has filled the table
                 int fresh = 0;
                 if (hash_insert(keys, S, k, &fresh) < 0 || (fresh && atomicAdd(&counts[slot], 1) >= limit))
@@ -181,7 +196,7 @@ __global__ void numeric_shared(
     if (r < nrows) {
         row = rows[r];
         int fresh = 0;
-        for_each_product(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+        for_each_product_tpr(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int e, int b) {
                 const int h = hash_insert(keys, S, k, &fresh);
                 if (h >= 0) atomicAdd(&vals[h], Ax[e] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
@@ -512,8 +527,8 @@ extern "C" __global__ void symbolic_global(
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
     int fresh = 0;
-    for_each_product(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
-                     gridDim.y * blockDim.x,
+    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
+                         gridDim.y * blockDim.x,
         [&](int k, int, int) {
             if (atomicExch(&mark[k], stamp) != stamp) ++fresh;
             return false;
@@ -534,8 +549,8 @@ __global__ void numeric_global_acc(
     int* mark = marks + (long long)blockIdx.x * ncols;
     T* a = acc + (long long)blockIdx.x * ncols;
     const int row = rows[r0 + blockIdx.x], stamp = row + 1;
-    for_each_product(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
-                     gridDim.y * blockDim.x,
+    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
+                         gridDim.y * blockDim.x,
         [&](int k, int e, int b) {
             mark[k] = stamp;
             atomicAdd(&a[k], Ax[e] * Bx[b]);
@@ -543,28 +558,57 @@ __global__ void numeric_global_acc(
         });
 }
 
-// Numeric, step 2 (a block per row): the slab's marked columns in order into C, the slab's
-// values zeroed behind. GLOBAL_SCAN_COLS consecutive columns a thread per block scan.
+// Numeric, step 2: the slab's marked columns in order into C, the slab's values zeroed behind;
+// a thread scans GLOBAL_SCAN_COLS consecutive columns a step (GLOBAL_SCAN_COLS in spgemm.py too).
+// The output of a batch is split into column segments of seg_cols columns (gridDim.y of them a
+// row), so a row is not one block scanning all of B's columns (skewed-spgemm: 12 rows of 500k
+// columns took 678 us in one block each). global_segment_counts counts each segment's marked
+// columns; numeric_global_out's block (row, segment) starts after the row's earlier segments.
+extern "C" __global__ void global_segment_counts(
+        const int* __restrict__ rows, const int r0, const int* __restrict__ marks,
+        const long long ncols, const long long seg_cols, int* __restrict__ seg_counts) {
+    __shared__ int warp_sums[33];
+    const int* mark = marks + (long long)blockIdx.x * ncols;
+    const int stamp = rows[r0 + blockIdx.x] + 1;
+    const long long c1 = min(ncols, (blockIdx.y + 1) * seg_cols);
+    int n = 0;
+    for (long long c = blockIdx.y * seg_cols + threadIdx.x; c < c1; c += blockDim.x) n += mark[c] == stamp;
+    int total;
+    block_exclusive_sum(n, warp_sums, &total);
+    if (threadIdx.x == 0) seg_counts[blockIdx.x * gridDim.y + blockIdx.y] = total;
+}
+
+// Sorted output of the batch's rows: each block writes its segment's marked columns in order,
+// and zeroes their accumulators for the next batch.
 template <typename T>
 __global__ void numeric_global_out(
         const int* __restrict__ rows, const int r0, const int* __restrict__ marks,
-        T* __restrict__ acc, const long long ncols, const long long* __restrict__ Cp,
+        T* __restrict__ acc, const long long ncols, const long long seg_cols,
+        const int* __restrict__ seg_counts, const long long* __restrict__ Cp,
         const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
     __shared__ int warp_sums[33];
+    __shared__ long long s_out;
     const int* mark = marks + (long long)blockIdx.x * ncols;
     T* a = acc + (long long)blockIdx.x * ncols;
     const int row = rows[r0 + blockIdx.x], stamp = row + 1;
-    long long out = Cp[row] - c_base;
-    for (long long c0 = 0; c0 < ncols; c0 += (long long)blockDim.x * GLOBAL_SCAN_COLS) {
+    if (threadIdx.x == 0) {
+        long long before = 0;
+        for (int q = 0; q < (int)blockIdx.y; ++q) before += seg_counts[blockIdx.x * gridDim.y + q];
+        s_out = Cp[row] - c_base + before;
+    }
+    __syncthreads();
+    long long out = s_out;
+    const long long c1 = min(ncols, (blockIdx.y + 1) * seg_cols);
+    for (long long c0 = blockIdx.y * seg_cols; c0 < c1; c0 += (long long)blockDim.x * GLOBAL_SCAN_COLS) {
         const long long cb = c0 + (long long)threadIdx.x * GLOBAL_SCAN_COLS;
         int n = 0;
 #pragma unroll
-        for (int v = 0; v < GLOBAL_SCAN_COLS; ++v) n += cb + v < ncols && mark[cb + v] == stamp;
+        for (int v = 0; v < GLOBAL_SCAN_COLS; ++v) n += cb + v < c1 && mark[cb + v] == stamp;
         int total;
         long long pos = out + block_exclusive_sum(n, warp_sums, &total);
         for (int v = 0; v < GLOBAL_SCAN_COLS && n; ++v) {
             const long long c = cb + v;
-            if (c < ncols && mark[c] == stamp) {
+            if (c < c1 && mark[c] == stamp) {
                 Cj[pos] = (int)c; Cx[pos] = a[c]; a[c] = T(0); ++pos; --n;
             }
         }
@@ -580,7 +624,7 @@ template __global__ void numeric_global_acc<float>(const int*, const int*, const
         const float*, const long long*, const int*, int, int*, float*, long long);
 template __global__ void numeric_global_acc<double>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int*, double*, long long);
-template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, const long long*,
-        long long, int*, float*);
-template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, const long long*,
-        long long, int*, double*);
+template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, long long,
+        const int*, const long long*, long long, int*, float*);
+template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, long long,
+        const int*, const long long*, long long, int*, double*);

@@ -75,13 +75,16 @@ _NAMES = ("numeric_shared<float>", "numeric_shared<double>",
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
 STATIC_SMEM = 1024
-#: Threads per row: table size / slots per thread, clamped to [32, MAX_TPR]; rows per block fill
-#: BLOCK_THREADS. The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
+#: Threads per row: table size / slots per thread, clamped to [MIN_TPR, MAX_TPR] (below 32, a row
+#: is 8 or 16 lanes of a warp, several short rows a warp); rows per block fill BLOCK_THREADS, at
+#: most MAX_RPB (the kernels' per-row shared counters). The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
 #: slots a thread; the symbolic table is ~2x the row's products (an upper bound of its nnz), so
 #: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row); 8
 #: measured best of 2/4/8 on the H100 (symbolic pass: banded 1469 -> 539 us, ice40 2814 -> 1676,
 #: Poisson 260 -> 185; spgemm-sym-slots-h100-2026-11-23-d49e7f3.log).
+MIN_TPR = 8
 MAX_TPR = 1024
+MAX_RPB = 32
 NUMERIC_SLOTS_PER_THREAD = 2
 SYMBOLIC_SLOTS_PER_THREAD = 8
 BLOCK_THREADS = 256
@@ -91,10 +94,17 @@ TABLE_LOAD = 0.5
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
 GLOBAL_MEM_FRACTION = 0.25
-#: Blocks sharing one row of the global path: one per this many products of the largest row, up to
-#: GLOBAL_MAX_PARTS (a long row is then not one block's chain of dependent loads).
+#: Blocks sharing one row of the global path: one per GLOBAL_PART_PRODUCTS products of the largest
+#: row, more when a batch has too few rows to give every SM GLOBAL_BLOCKS_PER_SM blocks, but at
+#: least GLOBAL_MIN_PART_PRODUCTS products a block and at most GLOBAL_MAX_PARTS blocks a row (a
+#: long row is then not one block's chain of dependent loads).
 GLOBAL_PART_PRODUCTS = 32768
+GLOBAL_MIN_PART_PRODUCTS = 2048
 GLOBAL_MAX_PARTS = 32
+#: Columns of a row one block of numeric_global_out writes: a multiple of the columns a block scans
+#: a step (GLOBAL_BLOCK_THREADS * GLOBAL_SCAN_COLS), at most GLOBAL_MAX_SEGMENTS segments a row.
+GLOBAL_SCAN_COLS = 8
+GLOBAL_MAX_SEGMENTS = 64
 INT32_MAX = np.iinfo(np.int32).max
 KEY_BYTES = 4
 
@@ -116,8 +126,8 @@ def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
 
 def launch_shape(size: int, slot_bytes: int, smem_bytes: int, slots_per_thread: int = NUMERIC_SLOTS_PER_THREAD) -> tuple:
     """(threads per row, rows per block) for tables of ``size`` slots."""
-    tpr = min(MAX_TPR, max(32, size // slots_per_thread))
-    rpb = max(1, BLOCK_THREADS // tpr)
+    tpr = min(MAX_TPR, max(MIN_TPR, size // slots_per_thread))
+    rpb = max(1, min(MAX_RPB, BLOCK_THREADS // tpr))
     while rpb > 1 and table_smem(size, slot_bytes, rpb) + STATIC_SMEM > smem_bytes:
         rpb //= 2
     return tpr, rpb
@@ -365,9 +375,21 @@ def _free_device_bytes() -> int:
     return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
 
 
-def _global_parts(peak_products: int) -> int:
-    """Blocks per row of the global path for rows of at most ``peak_products`` products."""
-    return int(min(GLOBAL_MAX_PARTS, max(1, -(-int(peak_products) // GLOBAL_PART_PRODUCTS))))
+def _global_parts(peak_products: int, batch_rows: int) -> int:
+    """Blocks per row of the global path for batches of ``batch_rows`` rows of at most
+    ``peak_products`` products."""
+    sms = _device_limits(cupy_module().cuda.Device().id)[1]
+    want = max(-(-int(peak_products) // GLOBAL_PART_PRODUCTS), -(-sms * GLOBAL_BLOCKS_PER_SM // batch_rows))
+    most = max(1, int(peak_products) // GLOBAL_MIN_PART_PRODUCTS)
+    return int(max(1, min(GLOBAL_MAX_PARTS, most, want)))
+
+
+def _global_segments(ncols: int) -> tuple:
+    """(segments a row, columns a segment) of numeric_global_out over ``ncols`` columns."""
+    step = GLOBAL_BLOCK_THREADS * GLOBAL_SCAN_COLS
+    steps = -(-ncols // step)
+    per_seg = -(-steps // min(GLOBAL_MAX_SEGMENTS, steps))
+    return -(-steps // per_seg), per_seg * step
 
 
 def _global_blocks(nrows, slab_bytes, what):
@@ -615,7 +637,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
         n_global_sym = n_direct + int(ovf_count.get()[0])
     if n_global_sym:
         G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
-        parts = _global_parts(s.rowct_max)
+        parts = _global_parts(s.rowct_max, min(G, n_global_sym))
         row_nnz[ovf_rows[:n_global_sym]] = 0   # overflowed rows hold -1; the blocks add their counts
         marks = cp.zeros(G * k, dtype=cp.int32)
         for b0 in range(0, n_global_sym, G):   # batches of G rows, a slab each
@@ -681,17 +703,22 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     if n_glob:
         G = _global_blocks(n_glob, k * num_slot, "numeric")
         rows = order[starts[-2]:starts[-1]]
-        parts = _global_parts(s.rowct_max)
+        parts = _global_parts(s.rowct_max, min(G, n_glob))
+        segs, seg_cols = _global_segments(k)
         with fork.stream(len(ladder)):
             marks = cp.zeros(G * k, dtype=cp.int32)
             acc = cp.zeros(G * k, dtype=dtype)
+            seg_counts = cp.empty(G * segs, dtype=cp.int32)
             for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
                 nb = min(G, n_glob - b0)
                 _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,
                         (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
                          np.int32(b0), marks, acc, np.int64(k)))
-                _launch(f"numeric_global_out<{ct}>", nb, GLOBAL_BLOCK_THREADS,
-                        (rows, np.int32(b0), marks, acc, np.int64(k), s.Cp, base, Cj, Cx))
+                _launch("global_segment_counts", (nb, segs), GLOBAL_BLOCK_THREADS,
+                        (rows, np.int32(b0), marks, np.int64(k), np.int64(seg_cols), seg_counts))
+                _launch(f"numeric_global_out<{ct}>", (nb, segs), GLOBAL_BLOCK_THREADS,
+                        (rows, np.int32(b0), marks, acc, np.int64(k), np.int64(seg_cols), seg_counts,
+                         s.Cp, base, Cj, Cx))
     fork.join()
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact

@@ -531,8 +531,15 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
 
 
 def _async_config(dtype, k: int, variant: str) -> dict:
+    return dict(_async_config_items(np.dtype(dtype), int(k), variant))
+
+
+@functools.lru_cache(maxsize=None)
+def _async_config_items(dtype: np.dtype, k: int, variant: str) -> tuple:
+    """The knobs of an async variant, built once per (dtype, k, variant): _run_async launches
+    with them on every call of a plan."""
     from . import tsm2_async
-    return dict(tsm2_async.default_config(dtype, k), **ASYNC_VARIANTS[variant])
+    return tuple(dict(tsm2_async.default_config(dtype, k), **ASYNC_VARIANTS[variant]).items())
 
 
 def _async_threads(dtype, k: int, variant: str) -> int:
