@@ -144,9 +144,12 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch)
 @pytest.mark.parametrize("min_tpr", [8, 16, 32])
 def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, dtype):
     """Rows of 8 or 16 lanes (several rows a warp) or of whole warps give SciPy's C. smem_limit
-    1,800 bytes leaves symbolic tables of 32-128 keys (16 lanes a row in the largest, which the
-    rows past 128 products try and overflow) and numeric tables of 32-64 slots (more go global)."""
+    1,800 bytes leaves symbolic tables of 32-128 keys (sub-warp rows up to 128 keys here: 16
+    lanes a row in the largest, which the rows past 128 products try and overflow) and numeric
+    tables of 32-64 slots (more go global)."""
     monkeypatch.setattr(hs, "MIN_TPR", min_tpr)
+    monkeypatch.setattr(hs, "SUBWARP_MAX_TABLE", 128)
+    assert hs.launch_shape(128, 4, 1800, hs.SYMBOLIC_SLOTS_PER_THREAD)[0] == max(min_tpr, 16)
     lengths = rng.integers(0, 40, 3000)
     lengths[::97] = 0                           # empty rows
     cols = [rng.choice(2000, n, replace=False) for n in lengths]

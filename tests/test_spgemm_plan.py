@@ -31,8 +31,9 @@ def test_ladder_follows_device_shared_memory():
 @pytest.mark.parametrize("size", [32, 64, 128, 256, 512, 1024, 2048, 16384])
 def test_launch_shape_fits(size):
     tpr, rpb = hs.launch_shape(size, 12, 227 * KB)
-    # a row is 8 or 16 lanes of a warp, or whole warps: the widths for_each_product takes
-    assert tpr in (8, 16) or (tpr % 32 == 0 and 32 <= tpr <= 1024)
+    # a row is 8 or 16 lanes of a warp (small tables only), or whole warps: the kernels' widths
+    assert (tpr in (8, 16) and size <= hs.SUBWARP_MAX_TABLE) or (tpr % 32 == 0 and 32 <= tpr <= 1024)
+    assert hs.group_width(tpr) in hs.GROUP_WIDTHS
     assert rpb >= 1 and tpr * rpb <= 1024 and rpb <= hs.MAX_RPB == 32
     assert (tpr * rpb) % 32 == 0   # whole warps a block
     assert rpb * size * 12 + hs.STATIC_SMEM <= 227 * KB

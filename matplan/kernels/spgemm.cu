@@ -91,17 +91,6 @@ __device__ __forceinline__ void for_each_product(
     }
 }
 
-// for_each_product with the group width a row's tpr takes: 8, 16, or whole warps.
-template <typename F>
-__device__ __forceinline__ void for_each_product_tpr(
-        const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
-        const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
-        const int lane, const int tpr, F f) {
-    if (tpr == 8) for_each_product<8>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
-    else if (tpr == 16) for_each_product<16>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
-    else for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, lane, tpr, f);
-}
-
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
 // Counts a newly claimed slot in *fresh.
 // The first slot is Fibonacci hashing (the top log2(S) bits of k * 2^32/phi), not k mod S:
@@ -126,7 +115,9 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
 }
 
 // ------------------------------------------------------------------ symbolic, shared memory
-extern "C" __global__ void symbolic_shared(
+// W: lanes of a row's groups, tpr when it is 8 or 16 (launch_shape), else 32.
+template <int W>
+__global__ void symbolic_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
         const int* __restrict__ Bp, const int* __restrict__ Bj,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
@@ -147,7 +138,7 @@ extern "C" __global__ void symbolic_shared(
         // A row is full, and goes to symbolic_global, past 3/4 of its table: linear probing gets
         // slow near a full table (a row of skewed-spgemm that overflowed probed for milliseconds)
         const int limit = S - S / 4;
-        for_each_product_tpr(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+        for_each_product<W>(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int, int) {   // stop once any warp of the row has filled the table
                 int fresh = 0;
                 if (hash_insert(keys, S, k, &fresh) < 0 || (fresh && atomicAdd(&counts[slot], 1) >= limit))
@@ -176,7 +167,7 @@ extern "C" __global__ void symbolic_shared(
 #define RANK_SORT_MAX 256
 #define RANK_SLOTS 2
 
-template <typename T>
+template <typename T, int W>
 __global__ void numeric_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
@@ -196,7 +187,7 @@ __global__ void numeric_shared(
     if (r < nrows) {
         row = rows[r];
         int fresh = 0;
-        for_each_product_tpr(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
+        for_each_product<W>(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int e, int b) {
                 const int h = hash_insert(keys, S, k, &fresh);
                 if (h >= 0) atomicAdd(&vals[h], Ax[e] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
@@ -616,10 +607,24 @@ __global__ void numeric_global_out(
     }
 }
 
-template __global__ void numeric_shared<float>(const int*, const int*, const float*, const int*, const int*,
+template __global__ void numeric_shared<float, 8>(const int*, const int*, const float*, const int*, const int*,
         const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
-template __global__ void numeric_shared<double>(const int*, const int*, const double*, const int*, const int*,
+template __global__ void numeric_shared<float, 16>(const int*, const int*, const float*, const int*, const int*,
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
+template __global__ void numeric_shared<float, 32>(const int*, const int*, const float*, const int*, const int*,
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
+template __global__ void numeric_shared<double, 8>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+template __global__ void numeric_shared<double, 16>(const int*, const int*, const double*, const int*, const int*,
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+template __global__ void numeric_shared<double, 32>(const int*, const int*, const double*, const int*, const int*,
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
+        const int*, int, int, int, long long*, int*, int, int*);
+template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,
+        const int*, int, int, int, long long*, int*, int, int*);
+template __global__ void symbolic_shared<32>(const int*, const int*, const int*, const int*, const long long*,
+        const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void numeric_global_acc<float>(const int*, const int*, const float*, const int*, const int*,
         const float*, const long long*, const int*, int, int*, float*, long long);
 template __global__ void numeric_global_acc<double>(const int*, const int*, const double*, const int*, const int*,

@@ -68,21 +68,30 @@ from .base import Cost, Kernel, Prepared
 from .registry import register
 
 _CU = "spgemm.cu"
-_NAMES = ("numeric_shared<float>", "numeric_shared<double>",
-          "numeric_global_acc<float>", "numeric_global_acc<double>",
-          "numeric_global_out<float>", "numeric_global_out<double>")
+#: Lanes of a row's group in the shared-table kernels (template argument W): 8 or 16 lanes of a
+#: warp for short rows, else whole warps (32).
+GROUP_WIDTHS = (8, 16, 32)
+_NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w in GROUP_WIDTHS)
+          + tuple(f"symbolic_shared<{w}>" for w in GROUP_WIDTHS)
+          + ("numeric_global_acc<float>", "numeric_global_acc<double>",
+             "numeric_global_out<float>", "numeric_global_out<double>"))
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
 STATIC_SMEM = 1024
-#: Threads per row: table size / slots per thread, clamped to [MIN_TPR, MAX_TPR] (below 32, a row
-#: is 8 or 16 lanes of a warp, several short rows a warp); rows per block fill BLOCK_THREADS, at
-#: most MAX_RPB (the kernels' per-row shared counters). The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
+#: Threads per row: table size / slots per thread, clamped to [32, MAX_TPR], or to [MIN_TPR,
+#: MAX_TPR] for tables of at most SUBWARP_MAX_TABLE slots (a row is then 8 or 16 lanes of a warp,
+#: several short rows a warp); rows per block fill BLOCK_THREADS, at most MAX_RPB (the kernels'
+#: per-row shared counters). H100, MIN_TPR 8/16/32 (spgemm-phases-h100-2026-11-23-6f706b5.log):
+#: world_highways' symbolic pass (rows of <= 16 products) 298 -> 154 us at 8 lanes, 208 at 16;
+#: its numeric pass 484 -> 305 us at 16 lanes; rows of 64 products (uniform) lost at 16 lanes
+#: (symbolic 185 -> 286 us), hence the cap. The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
 #: slots a thread; the symbolic table is ~2x the row's products (an upper bound of its nnz), so
 #: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row); 8
 #: measured best of 2/4/8 on the H100 (symbolic pass: banded 1469 -> 539 us, ice40 2814 -> 1676,
 #: Poisson 260 -> 185; spgemm-sym-slots-h100-2026-11-23-d49e7f3.log).
 MIN_TPR = 8
+SUBWARP_MAX_TABLE = 64
 MAX_TPR = 1024
 MAX_RPB = 32
 NUMERIC_SLOTS_PER_THREAD = 2
@@ -126,11 +135,17 @@ def table_ladder(smem_bytes: int, slot_bytes: int) -> tuple:
 
 def launch_shape(size: int, slot_bytes: int, smem_bytes: int, slots_per_thread: int = NUMERIC_SLOTS_PER_THREAD) -> tuple:
     """(threads per row, rows per block) for tables of ``size`` slots."""
-    tpr = min(MAX_TPR, max(MIN_TPR, size // slots_per_thread))
+    floor = MIN_TPR if size <= SUBWARP_MAX_TABLE else 32
+    tpr = min(MAX_TPR, max(floor, size // slots_per_thread))
     rpb = max(1, min(MAX_RPB, BLOCK_THREADS // tpr))
     while rpb > 1 and table_smem(size, slot_bytes, rpb) + STATIC_SMEM > smem_bytes:
         rpb //= 2
     return tpr, rpb
+
+
+def group_width(tpr: int) -> int:
+    """The shared-table kernels' W for rows of ``tpr`` threads: tpr below a warp, else 32."""
+    return tpr if tpr < 32 else 32
 
 
 def table_smem(size: int, slot_bytes: int, rpb: int) -> int:
@@ -625,7 +640,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
         tpr, rpb = launch_shape(size, KEY_BYTES, smem_limit, SYMBOLIC_SLOTS_PER_THREAD)
         rows = sym_order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
-            _launch("symbolic_shared", (n + rpb - 1) // rpb, tpr * rpb,
+            _launch(f"symbolic_shared<{group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, B.indptr, B.indices, csum, rows, np.int32(n),
                      np.int32(size), np.int32(rpb), row_nnz, ovf_rows, np.int32(n_direct), ovf_count),
                     smem=table_smem(size, KEY_BYTES, rpb))
@@ -694,7 +709,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
         tpr, rpb = launch_shape(size, num_slot, s.smem_limit)
         rows = order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
-            _launch(f"numeric_shared<{ct}>", (n + rpb - 1) // rpb, tpr * rpb,
+            _launch(f"numeric_shared<{ct}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
                      np.int32(n), np.int32(size), np.int32(rpb), s.Cp, base, Cj, Cx,
                      np.int32(s.sort)),
