@@ -140,6 +140,30 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch)
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
 
 
+@pytest.mark.parametrize("smem_limit", [None, 9 * 1024])
+def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, smem_limit):
+    """Rows of A over runs of empty rows of B (csum repeats) and one 6,000-nonzero row: each
+    warp's equal range of a row's products may start inside the long row or after empty ones.
+    Shared tables of up to 1,024 threads a row, or (9 KB) the global path, many blocks a row."""
+    monkeypatch.setattr(hs, "GLOBAL_MIN_PART_PRODUCTS", 64)
+    n, k = 4000, 20_000
+    lengths = rng.integers(1, 4, n)
+    lengths[rng.random(n) < 0.6] = 0
+    lengths[1234] = 6000
+    B = sp.csr_matrix((rng.random(lengths.sum()) + 0.5,
+                       np.concatenate([rng.choice(k, m, replace=False) for m in lengths]),
+                       np.concatenate([[0], np.cumsum(lengths)])), shape=(n, k))
+    empty_b = np.flatnonzero(lengths == 0)
+    rows = [np.arange(n), np.union1d(rng.choice(n, 300, replace=False), [1234]), np.array([1234]),
+            empty_b[:50], np.array([], dtype=np.int64), np.sort(np.append(empty_b[:700], 1234))]
+    A = sp.csr_matrix((np.concatenate([rng.random(len(r)) + 0.5 for r in rows]), np.concatenate(rows),
+                       np.concatenate([[0], np.cumsum([len(r) for r in rows])])), shape=(len(rows), n))
+    C, info = _check(cp, hs, A, B, smem_limit=smem_limit)
+    assert C.indptr[4] == C.indptr[5] == C.indptr[3]   # rows over empty rows of B only: empty
+    if smem_limit:
+        assert info["global_rows_numeric"] >= 2
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("min_tpr", [8, 16, 32])
 def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, dtype):

@@ -37,15 +37,19 @@
 extern __shared__ __align__(16) unsigned char smem[];
 
 // Walk the products of `row` that thread `lane` of its `tpr` threads owns, calling f(k, e, b) for
-// product p = A(row, col e) * B(col e, column k) read at B's position b. The row's threads are W
-// consecutive lanes of a warp (tpr == W, W = 8 or 16: short rows, several rows a warp) or whole
-// warps of the block (W = 32, tpr a multiple of 32). Products are numbered by csum (the exclusive
-// scan of nnz(B[j,:]) over A's nonzeros). A's row is taken W nonzeros at a time: lane t of every
-// W-lane group of the row loads csum, B's row start and (for the caller) the A index of nonzero t
-// of the chunk, once per chunk; then the groups take the chunk's products W at a time, strided by
-// tpr, and each lane finds its product's nonzero by a binary search over the group's csum
-// (__shfl_sync of width W): no chain of dependent global loads per product (csum -> Aj -> Bp), no
-// block barrier. Every lane of a group runs the same loop trips (the shuffles need them); f
+// product p = A(row, col e) * B(col e, column k) read at B's position b. The row's threads are
+// groups of W consecutive lanes: one group of 8 or 16 lanes of a warp (tpr == W: short rows,
+// several rows a warp) or tpr / 32 whole warps (W = 32). Products are numbered by csum (the
+// exclusive scan of nnz(B[j,:]) over A's nonzeros); group g of the row's ng groups takes the
+// g-th of ng equal ranges of the row's products, whatever the A/B row lengths. A group finds the
+// nonzero its range starts in by a W-ary search over csum, then takes A's row W nonzeros at a
+// time from there: lane t loads csum, B's row start and (for the caller) the A index of nonzero t
+// of the chunk, once per chunk; the group takes the chunk's products in its range W at a time,
+// and each lane finds its product's nonzero by a binary search over the group's csum
+// (__shfl_sync of width W): no chain of dependent global loads per product (csum -> Aj -> Bp),
+// no block barrier. Equal product ranges replaced whole chunks a warp, which left a chunk holding
+// a long row of B to one warp (skewed-spgemm: a 13.6k-nonzero row of A over a 50k-nonzero row of
+// B took 957 us). Every lane of a group runs the same loop trips (the shuffles need them); f
 // returns true to stop, which ends the walk for the whole group after the round in which any of
 // its lanes said so.
 template <int W, typename F>
@@ -53,28 +57,30 @@ __device__ __forceinline__ void for_each_product(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const int* __restrict__ Bp,
         const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
         const int lane, const int tpr, F f) {
-    const int lw = lane & (W - 1), wbase = lane & ~(W - 1);
+    const int lw = lane & (W - 1), ng = tpr / W, g = lane / W;
     const unsigned mask = W == 32 ? FULL_MASK : ((1u << W) - 1u) << (threadIdx.x & 31 & ~(W - 1));
     const int a0 = Ap[row], a1 = Ap[row + 1];
-    // Two ways to share a row's P products among its nw = tpr / 32 warps, by rounds of 32 per warp:
-    // shared chunks, every warp walks every chunk and they split its products (about nch + P / tpr
-    // rounds, each chunk a round of dependent loads), or split chunks, each warp walks its own
-    // chunks alone (about P / (32 min(nch, nw)) rounds). The fewer rounds win: split for a long row
-    // of A over short rows of B (a 50k-nonzero row of skewed-spgemm: 1.5k rounds -> 140), shared
-    // when the row has fewer chunks than warps (ice40: split was 1.4x slower there).
-    const long long P = csum[a1] - csum[a0];
-    const int nch = (a1 - a0 + W - 1) / W;
-    const bool split = W == 32 && tpr > 32 && P < 32LL * min(nch, tpr / 32) * (nch + P / tpr);
-    const int c_first = split ? a0 + wbase : a0, c_step = split ? tpr : W;
-    const int p_first = split ? 0 : wbase, p_step = split ? W : tpr;
-    for (int c0 = c_first; c0 < a1; c0 += c_step) {
+    if (a0 == a1) return;
+    const long long first = csum[a0], P = csum[a1] - first;
+    const long long p0 = first + P * g / ng, p1 = first + P * (g + 1) / ng;
+    if (p0 >= p1) return;
+    int lo = a0, hi = a1;   // csum[lo] <= p0 < csum[hi]: the range starts in nonzero lo
+    while (g > 0 && hi - lo > 1) {   // the first group starts at a0 (csum[a0] = p0)
+        const int e = lo + (int)((long long)(hi - lo) * lw / W);   // lane 0 probes lo itself
+        const unsigned ok = __ballot_sync(mask, csum[e] <= p0) >> (threadIdx.x & 31 & ~(W - 1));
+        const int t = 31 - __clz(ok & ((W == 32) ? FULL_MASK : (1u << W) - 1u));
+        const int next = t + 1 < W ? __shfl_sync(mask, e, t + 1, W) : hi;
+        lo = __shfl_sync(mask, e, t, W);
+        hi = next;
+    }
+    for (int c0 = lo; c0 < a1; c0 += W) {
         const int cn = min(W, a1 - c0);
-        const long long q1 = csum[c0 + cn];
+        const long long q1 = min(csum[c0 + cn], p1);
         long long cs = 0x7fffffffffffffffLL;
         int bs = 0;
         if (lw < cn) { cs = csum[c0 + lw]; bs = Bp[Aj[c0 + lw]]; }
-        const long long q0 = __shfl_sync(mask, cs, 0, W);
-        for (long long base = q0 + p_first; base < q1; base += p_step) {
+        const long long q0 = max(__shfl_sync(mask, cs, 0, W), p0);
+        for (long long base = q0; base < q1; base += W) {
             const long long p = base + lw;
             int t = 0;
 #pragma unroll
@@ -88,6 +94,7 @@ __device__ __forceinline__ void for_each_product(
             if (p < q1) quit = f(Bj[b], c0 + t, b);
             if (__any_sync(mask, quit)) return;
         }
+        if (q1 == p1) return;
     }
 }
 
