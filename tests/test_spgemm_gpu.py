@@ -165,14 +165,15 @@ def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, sm
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("min_tpr", [8, 16, 32])
-def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, dtype):
+@pytest.mark.parametrize("min_tpr, numeric_slots", [(8, 2), (8, 4), (16, 2), (32, 2)])
+def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, numeric_slots, dtype):
     """Rows of 8 or 16 lanes (several rows a warp) or of whole warps give SciPy's C. smem_limit
     1,800 bytes leaves symbolic tables of 32-128 keys (sub-warp rows up to 128 keys here: 16
     lanes a row in the largest, which the rows past 128 products try and overflow) and numeric
     tables of 32-64 slots (more go global)."""
     monkeypatch.setattr(hs, "MIN_TPR", min_tpr)
     monkeypatch.setattr(hs, "SUBWARP_MAX_TABLE", 128)
+    monkeypatch.setattr(hs, "NUMERIC_SUBWARP_SLOTS", numeric_slots)   # 4: rank sort of 4 slots a lane
     assert hs.launch_shape(128, 4, 1800, hs.SYMBOLIC_SLOTS_PER_THREAD)[0] == max(min_tpr, 16)
     lengths = rng.integers(0, 40, 3000)
     lengths[::97] = 0                           # empty rows

@@ -166,13 +166,14 @@ __global__ void symbolic_shared(
 
 // ------------------------------------------------------------------ numeric, shared memory
 // Tables of up to RANK_SLOTS slots a thread (S <= RANK_SLOTS * tpr; launch_shape gives every
-// table up to 2048 slots that) and RANK_SORT_MAX slots are sorted by rank: each thread takes its
+// table up to 2048 slots that; 2 a thread for whole-warp rows, up to 4 for sub-warp rows) and
+// RANK_SORT_MAX slots are sorted by rank: each thread takes its
 // slots into registers, the occupied keys are compacted to the front of the table, and each key
 // counts the smaller ones among the row's c compacted keys (c^2 broadcast reads a row instead of
 // S^2: a row of 64 nonzeros in a 128-slot table, uniform random, had 16k comparisons). Larger
 // tables use a bitonic sort.
 #define RANK_SORT_MAX 256
-#define RANK_SLOTS 2
+#define RANK_SLOTS (W < 32 ? 4 : 2)
 
 template <typename T, int W>
 __global__ void numeric_shared(

@@ -85,8 +85,9 @@ STATIC_SMEM = 1024
 #: per-row shared counters). H100, MIN_TPR 8/16/32 (spgemm-phases-h100-2026-11-23-6f706b5.log):
 #: world_highways' symbolic pass (rows of <= 16 products) 298 -> 154 us at 8 lanes, 208 at 16;
 #: its numeric pass 484 -> 305 us at 16 lanes; rows of 64 products (uniform) lost at 16 lanes
-#: (symbolic 185 -> 286 us), hence the cap. The numeric table is ~2x the row's nnz (TABLE_LOAD) and its rank sort holds 2
-#: slots a thread; the symbolic table is ~2x the row's products (an upper bound of its nnz), so
+#: (symbolic 185 -> 286 us), hence the cap. The numeric table is ~2x the row's nnz (TABLE_LOAD)
+#: and its rank sort holds 2 slots a thread (NUMERIC_SUBWARP_SLOTS, at most 4, for sub-warp
+#: tables); the symbolic table is ~2x the row's products (an upper bound of its nnz), so
 #: 2 slots a thread gave a thread per product (banded: 512 threads for 289 products a row); 8
 #: measured best of 2/4/8 on the H100 (symbolic pass: banded 1469 -> 539 us, ice40 2814 -> 1676,
 #: Poisson 260 -> 185; spgemm-sym-slots-h100-2026-11-23-d49e7f3.log).
@@ -95,6 +96,7 @@ SUBWARP_MAX_TABLE = 64
 MAX_TPR = 1024
 MAX_RPB = 32
 NUMERIC_SLOTS_PER_THREAD = 2
+NUMERIC_SUBWARP_SLOTS = 2
 SYMBOLIC_SLOTS_PER_THREAD = 8
 BLOCK_THREADS = 256
 #: A row takes the smallest table whose size times this load holds it (the largest table may fill up).
@@ -706,7 +708,8 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
         n = int(counts[t + 1])
         if n == 0:
             continue
-        tpr, rpb = launch_shape(size, num_slot, s.smem_limit)
+        tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
+                                if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
         rows = order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
             _launch(f"numeric_shared<{ct}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
