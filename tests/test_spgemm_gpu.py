@@ -135,7 +135,7 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch)
     monkeypatch.setattr(hs, "GLOBAL_MIN_PART_PRODUCTS", 64)
     A = random_csr(rng, 200, 5000, 0.6)       # ~3,000 products, ~2,300 distinct columns a row
     B = random_csr(rng, 5000, 12_000, 0.0007)
-    assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000)[0] == 3
+    assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000, 3)[0] == 3
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
 

@@ -1,5 +1,6 @@
 """CPU tests of the RBSparse hash SpGEMM's grouping, table sizes and cost model (no GPU needed)."""
 import math
+import types
 
 import numpy as np
 import pytest
@@ -128,9 +129,15 @@ def test_planner_explains_hash_when_costed():
     assert f"{f.rowct_var_over_mean:.2f}" in c.why
 
 
+@pytest.mark.parametrize("batch_rows", [1, 12, 10_000])
 @pytest.mark.parametrize("ncols", [1, 4095, 4096, 4097, 65536, 500_000, 10 ** 7])
-def test_global_segments_cover_columns(ncols):
-    segs, seg_cols = hs._global_segments(ncols)
+def test_global_segments_cover_columns(monkeypatch, ncols, batch_rows):
+    monkeypatch.setattr(hs, "_device_limits", lambda device_id: (227 * KB, 132))
+    monkeypatch.setattr(hs, "cupy_module", lambda: types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0))))
+    segs, seg_cols = hs._global_segments(ncols, batch_rows)
     step = hs.GLOBAL_BLOCK_THREADS * hs.GLOBAL_SCAN_COLS
     assert 1 <= segs <= hs.GLOBAL_MAX_SEGMENTS and seg_cols % step == 0
     assert (segs - 1) * seg_cols < ncols <= segs * seg_cols   # every column, no empty segment
+    if batch_rows >= 132 * hs.GLOBAL_BLOCKS_PER_SM:
+        assert segs == 1   # enough blocks from the rows alone: no counting pass
