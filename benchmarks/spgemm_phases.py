@@ -11,7 +11,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
   ``host_ms``: the call's own phase clock (``info['host_ms']``).
 
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
-        [--set MIN_TPR=32 ...]   # override spgemm's integer tuning constants (variants, same run)
+        [--set MIN_TPR=32 ...]   # override spgemm's numeric tuning constants (variants, same run)
 """
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--max-products", type=float, default=5e8, help="skip larger products")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=INT",
-                    help="override an integer constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a numeric constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
     args = ap.parse_args(argv)
     from matplan._xp import cupy_module
     cp = cupy_module()
@@ -79,10 +79,11 @@ def main(argv=None):
     overrides = {}
     for item in args.set:
         name, _, value = item.partition("=")
-        if not isinstance(getattr(hs, name, None), int):
-            sys.exit(f"--set {item}: spgemm has no integer constant {name!r}")
-        overrides[name] = int(value)
-        setattr(hs, name, int(value))
+        kind = type(getattr(hs, name, None))
+        if kind not in (int, float):
+            sys.exit(f"--set {item}: spgemm has no numeric constant {name!r}")
+        overrides[name] = kind(value)
+        setattr(hs, name, kind(value))
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     rows = []

@@ -155,12 +155,14 @@ def table_smem(size: int, slot_bytes: int, rpb: int) -> int:
     return rpb * size * slot_bytes
 
 
-def table_caps(ladder: tuple, load: float = TABLE_LOAD) -> list:
-    """Most nonzeros a row may need for each table of ``ladder``: load * size, the largest table full."""
+def table_caps(ladder: tuple, load: float | None = None) -> list:
+    """Most nonzeros a row may need for each table of ``ladder``: load (default TABLE_LOAD) *
+    size, the largest table full."""
+    load = TABLE_LOAD if load is None else load
     return [int(s * load) for s in ladder[:-1]] + [ladder[-1]]
 
 
-def table_index(need, ladder: tuple, load: float = TABLE_LOAD):
+def table_index(need, ladder: tuple, load: float | None = None):
     """Per row: index in ``ladder`` of the smallest table with need <= load * size (the largest
     table takes need <= size), ``len(ladder)`` when none does (global path), -1 when need == 0."""
     xp = array_module(need)
@@ -221,8 +223,8 @@ def _bucket(idx, n_tables: int, top: int, counts, fill):
 
 
 @functools.lru_cache(maxsize=None)
-def _device_caps(ladder: tuple, device_id: int):
-    return cupy_module().asarray(table_caps(ladder), dtype=np.int64)
+def _device_caps(ladder: tuple, device_id: int, load: float):
+    return cupy_module().asarray(table_caps(ladder, load), dtype=np.int64)
 
 
 @dataclasses.dataclass
@@ -251,7 +253,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(ladder, cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
+             _device_caps(ladder, cp.cuda.Device().id, TABLE_LOAD), np.int32(T), np.int64(ladder[-1]),
              np.int32(mode), idx, acc))
     host = acc[:T + 6].get()
     total = int(host[T + 2])
