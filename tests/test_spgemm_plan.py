@@ -47,9 +47,9 @@ def test_table_index_never_undersizes():
     assert idx[0] == -1
     for n, i in zip(need[1:], idx[1:]):
         if i < len(ladder):
-            assert n <= ladder[i] and (i == len(ladder) - 1 or n <= hs.TABLE_LOAD * ladder[i])
+            assert n <= ladder[i] and (i == len(ladder) - 1 or n <= hs.table_load(ladder[i]) * ladder[i])
             if i > 0:  # the smallest adequate table
-                assert n > hs.TABLE_LOAD * ladder[i - 1]
+                assert n > hs.table_load(ladder[i - 1]) * ladder[i - 1]
         else:
             assert n > ladder[-1]
     assert list(idx[1:]) == [0, 0, 1, 6, 6, 6, 7, 7]

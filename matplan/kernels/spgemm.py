@@ -99,8 +99,13 @@ NUMERIC_SLOTS_PER_THREAD = 2
 NUMERIC_SUBWARP_SLOTS = 2
 SYMBOLIC_SLOTS_PER_THREAD = 8
 BLOCK_THREADS = 256
-#: A row takes the smallest table whose size times this load holds it (the largest table may fill up).
-TABLE_LOAD = 0.5
+#: A row takes the smallest table whose size times its load holds it (the largest table may fill
+#: up): SMALL_TABLE_LOAD for tables of at most SUBWARP_MAX_TABLE slots, TABLE_LOAD above. H100,
+#: 0.5 -> 0.75 for every table (spgemm-phases-h100-2026-11-23-39d9028.log): numeric pass
+#: block-dense 3624 -> 2298 us, ice40 23.9 -> 17.1 ms, R-MAT 53.1 -> 48.5 ms, banded 710 -> 547
+#: (its symbolic pass 684 -> 459); rows of small tables gained nothing (dragon lost, 748 -> 829).
+TABLE_LOAD = 0.75
+SMALL_TABLE_LOAD = 0.5
 #: Persistent blocks of the global path per SM, and the fraction of free memory their slabs may use.
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
@@ -155,18 +160,22 @@ def table_smem(size: int, slot_bytes: int, rpb: int) -> int:
     return rpb * size * slot_bytes
 
 
-def table_caps(ladder: tuple, load: float | None = None) -> list:
-    """Most nonzeros a row may need for each table of ``ladder``: load (default TABLE_LOAD) *
-    size, the largest table full."""
-    load = TABLE_LOAD if load is None else load
-    return [int(s * load) for s in ladder[:-1]] + [ladder[-1]]
+def table_load(size: int) -> float:
+    """Fraction of a ``size``-slot table a row may fill (the largest table aside)."""
+    return SMALL_TABLE_LOAD if size <= SUBWARP_MAX_TABLE else TABLE_LOAD
 
 
-def table_index(need, ladder: tuple, load: float | None = None):
-    """Per row: index in ``ladder`` of the smallest table with need <= load * size (the largest
+def table_caps(ladder: tuple) -> list:
+    """Most nonzeros a row may need for each table of ``ladder``: table_load(size) * size, the
+    largest table full."""
+    return [int(s * table_load(s)) for s in ladder[:-1]] + [ladder[-1]]
+
+
+def table_index(need, ladder: tuple):
+    """Per row: index in ``ladder`` of the smallest table with need <= its cap (table_caps; the largest
     table takes need <= size), ``len(ladder)`` when none does (global path), -1 when need == 0."""
     xp = array_module(need)
-    idx = xp.searchsorted(xp.asarray(table_caps(ladder, load), dtype=xp.int64), need.astype(xp.int64),
+    idx = xp.searchsorted(xp.asarray(table_caps(ladder), dtype=xp.int64), need.astype(xp.int64),
                           side="left")
     return xp.where(need > 0, idx, -1)
 
@@ -223,8 +232,8 @@ def _bucket(idx, n_tables: int, top: int, counts, fill):
 
 
 @functools.lru_cache(maxsize=None)
-def _device_caps(ladder: tuple, device_id: int, load: float):
-    return cupy_module().asarray(table_caps(ladder, load), dtype=np.int64)
+def _device_caps(caps: tuple, device_id: int):
+    return cupy_module().asarray(caps, dtype=np.int64)
 
 
 @dataclasses.dataclass
@@ -253,7 +262,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(ladder, cp.cuda.Device().id, TABLE_LOAD), np.int32(T), np.int64(ladder[-1]),
+             _device_caps(tuple(table_caps(ladder)), cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
              np.int32(mode), idx, acc))
     host = acc[:T + 6].get()
     total = int(host[T + 2])
