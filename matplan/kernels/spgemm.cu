@@ -264,6 +264,35 @@ __global__ void numeric_shared(
     }
 }
 
+// Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
+// shared words). Three block barriers: every thread of the block must call it.
+template <typename V>
+__device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    V incl = v;
+    for (int off = 1; off < 32; off <<= 1) {
+        const V o = __shfl_up_sync(FULL_MASK, incl, off);
+        if (lane >= off) incl += o;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const V w = lane < nwarps ? warp_sums[lane] : V(0);
+        V wincl = w;
+        for (int off = 1; off < 32; off <<= 1) {
+            const V o = __shfl_up_sync(FULL_MASK, wincl, off);
+            if (lane >= off) wincl += o;
+        }
+        if (lane < nwarps) warp_sums[lane] = wincl - w;
+        if (lane == 31) warp_sums[32] = wincl;
+    }
+    __syncthreads();
+    const V out = warp_sums[warp] + incl - v;
+    *total = warp_sums[32];
+    __syncthreads();
+    return out;
+}
+
 // ------------------------------------------------------------------ scans (one launch each)
 // out[0] = 0, out[i + 1] = in[0] + ... + in[i] (int64), optionally also truncated to int32 in out32
 // (C's indptr, used when nnz(C) < 2^31). Single pass with decoupled look-back (Merrill & Garland):
@@ -288,27 +317,9 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     long long v[SCAN_ITEMS], sum = 0;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) { v[j] = base + j < n ? load(base + j) : 0; sum += v[j]; }
-    long long incl = sum;
-    for (int off = 1; off < 32; off <<= 1) {
-        const long long o = __shfl_up_sync(FULL_MASK, incl, off);
-        if (lane >= off) incl += o;
-    }
-    if (lane == 31) s_warp[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int nw = blockDim.x >> 5;
-        const long long w = lane < nw ? s_warp[lane] : 0;
-        long long wi = w;
-        for (int off = 1; off < 32; off <<= 1) {
-            const long long o = __shfl_up_sync(FULL_MASK, wi, off);
-            if (lane >= off) wi += o;
-        }
-        if (lane < nw) s_warp[lane] = wi - w;
-        if (lane == 31) s_warp[32] = wi;
-    }
-    __syncthreads();
+    long long total;
+    const long long excl = block_exclusive_sum(sum, s_warp, &total);   // within the block
     if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
-        const long long total = s_warp[32];
         volatile unsigned long long* st = status + 1;
         long long before = 0;
         if (bid == 0) {
@@ -337,7 +348,7 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
         }
     }
     __syncthreads();
-    long long run = s_prefix + s_warp[warp] + incl - sum;
+    long long run = s_prefix + excl;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) {
         if (base + j < n) {
@@ -481,32 +492,6 @@ extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const
 }
 
 // ------------------------------------------------------------------ global-memory paths
-// Block-wide exclusive sum of v; returns this thread's offset and sets *total.
-__device__ __forceinline__ int block_exclusive_sum(const int v, int* warp_sums, int* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    int incl = v;
-    for (int off = 1; off < 32; off <<= 1) {
-        const int o = __shfl_up_sync(FULL_MASK, incl, off);
-        if (lane >= off) incl += o;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int w = lane < nwarps ? warp_sums[lane] : 0;
-        int wincl = w;
-        for (int off = 1; off < 32; off <<= 1) {
-            const int o = __shfl_up_sync(FULL_MASK, wincl, off);
-            if (lane >= off) wincl += o;
-        }
-        if (lane < nwarps) warp_sums[lane] = wincl - w;
-        if (lane == 31) warp_sums[32] = wincl;
-    }
-    __syncthreads();
-    const int out = warp_sums[warp] + incl - v;
-    *total = warp_sums[32];
-    __syncthreads();
-    return out;
-}
 
 // The global-memory path runs a batch of rows at a time: row rows[r0 + blockIdx.x] owns slab
 // blockIdx.x (B.shape[1] marks, and values in the numeric pass) and gridDim.y blocks that share
