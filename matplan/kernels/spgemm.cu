@@ -2,10 +2,10 @@
 //
 // Work mapping: the products of row i are numbered p in [csum[A.indptr[i]], csum[A.indptr[i+1]])
 // where csum is the exclusive scan of nnz(B[j,:]) over A's nonzeros (int64, so more than 2^31
-// products are fine). The TPR threads of a row take the products of each W-nonzero chunk of A's
-// row as first + lane, first + lane + TPR, ... (for_each_product): threads get equal shares
-// whatever the A/B row lengths, and consecutive lanes read consecutive entries of B's rows. Short
-// rows take W = TPR = 8 or 16 lanes (several rows a warp), others whole warps (W = 32).
+// products are fine). The TPR threads of a row are groups of W lanes (W = TPR = 8 or 16 for short
+// rows, several rows a warp; else whole warps, W = 32), each taking an equal range of the row's
+// products whatever the A/B row lengths (for_each_product); consecutive lanes read consecutive
+// entries of B's rows.
 //
 // * symbolic_shared: one shared-memory hash table of column keys per row counts the distinct
 //   columns (exact nnz of C's row). A table that fills up marks the row invalid and appends it
@@ -58,7 +58,8 @@ __device__ __forceinline__ void for_each_product(
         const int* __restrict__ Bj, const long long* __restrict__ csum, const int row,
         const int lane, const int tpr, F f) {
     const int lw = lane & (W - 1), ng = tpr / W, g = lane / W;
-    const unsigned mask = W == 32 ? FULL_MASK : ((1u << W) - 1u) << (threadIdx.x & 31 & ~(W - 1));
+    const int gbase = threadIdx.x & 31 & ~(W - 1);                 // the group's first lane in its warp
+    const unsigned bits = W == 32 ? FULL_MASK : (1u << W) - 1u, mask = bits << gbase;
     const int a0 = Ap[row], a1 = Ap[row + 1];
     if (a0 == a1) return;
     const long long first = csum[a0], P = csum[a1] - first;
@@ -67,8 +68,8 @@ __device__ __forceinline__ void for_each_product(
     int lo = a0, hi = a1;   // csum[lo] <= p0 < csum[hi]: the range starts in nonzero lo
     while (g > 0 && hi - lo > 1) {   // the first group starts at a0 (csum[a0] = p0)
         const int e = lo + (int)((long long)(hi - lo) * lw / W);   // lane 0 probes lo itself
-        const unsigned ok = __ballot_sync(mask, csum[e] <= p0) >> (threadIdx.x & 31 & ~(W - 1));
-        const int t = 31 - __clz(ok & ((W == 32) ? FULL_MASK : (1u << W) - 1u));
+        const unsigned ok = (__ballot_sync(mask, csum[e] <= p0) >> gbase) & bits;
+        const int t = 31 - __clz(ok);
         const int next = t + 1 < W ? __shfl_sync(mask, e, t + 1, W) : hi;
         lo = __shfl_sync(mask, e, t, W);
         hi = next;
@@ -146,7 +147,7 @@ __global__ void symbolic_shared(
         // slow near a full table (a row of skewed-spgemm that overflowed probed for milliseconds)
         const int limit = S - S / 4;
         for_each_product<W>(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
-            [&](int k, int, int) {   // stop once any warp of the row has filled the table
+            [&](int k, int, int) {   // stop once any group of the row has filled the table
                 int fresh = 0;
                 if (hash_insert(keys, S, k, &fresh) < 0 || (fresh && atomicAdd(&counts[slot], 1) >= limit))
                     full[slot] = 1;
@@ -167,11 +168,11 @@ __global__ void symbolic_shared(
 // ------------------------------------------------------------------ numeric, shared memory
 // Tables of up to RANK_SLOTS slots a thread (S <= RANK_SLOTS * tpr; launch_shape gives every
 // table up to 2048 slots that; 2 a thread for whole-warp rows, up to 4 for sub-warp rows) and
-// RANK_SORT_MAX slots are sorted by rank: each thread takes its
-// slots into registers, the occupied keys are compacted to the front of the table, and each key
-// counts the smaller ones among the row's c compacted keys (c^2 broadcast reads a row instead of
-// S^2: a row of 64 nonzeros in a 128-slot table, uniform random, had 16k comparisons). Larger
-// tables use a bitonic sort.
+// RANK_SORT_MAX slots are sorted by rank: each thread takes its slots into registers, the
+// occupied keys are compacted to the front of the table, and each key counts the smaller ones
+// among the row's c compacted keys (c^2 broadcast reads a row instead of S^2: a row of 64
+// nonzeros in a 128-slot table, uniform random, had 16k comparisons). Larger tables use a
+// bitonic sort.
 #define RANK_SORT_MAX 256
 #define RANK_SLOTS (W < 32 ? 4 : 2)
 

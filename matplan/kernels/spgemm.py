@@ -403,11 +403,15 @@ def _free_device_bytes() -> int:
     return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
 
 
+def _global_target_blocks() -> int:
+    """Blocks the global path aims to keep resident: GLOBAL_BLOCKS_PER_SM on every SM."""
+    return _device_limits(cupy_module().cuda.Device().id)[1] * GLOBAL_BLOCKS_PER_SM
+
+
 def _global_parts(peak_products: int, batch_rows: int) -> int:
     """Blocks per row of the global path for batches of ``batch_rows`` rows of at most
     ``peak_products`` products."""
-    sms = _device_limits(cupy_module().cuda.Device().id)[1]
-    want = max(-(-int(peak_products) // GLOBAL_PART_PRODUCTS), -(-sms * GLOBAL_BLOCKS_PER_SM // batch_rows))
+    want = max(-(-int(peak_products) // GLOBAL_PART_PRODUCTS), -(-_global_target_blocks() // batch_rows))
     most = max(1, int(peak_products) // GLOBAL_MIN_PART_PRODUCTS)
     return int(max(1, min(GLOBAL_MAX_PARTS, most, want)))
 
@@ -418,22 +422,20 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
     blocks (R-MAT's 264-row batches: counting took 0.5 ms of 72)."""
     step = GLOBAL_BLOCK_THREADS * GLOBAL_SCAN_COLS
     steps = -(-ncols // step)
-    if batch_rows >= _device_limits(cupy_module().cuda.Device().id)[1] * GLOBAL_BLOCKS_PER_SM:
+    if batch_rows >= _global_target_blocks():
         return 1, steps * step
     per_seg = -(-steps // min(GLOBAL_MAX_SEGMENTS, steps))
     return -(-steps // per_seg), per_seg * step
 
 
 def _global_blocks(nrows, slab_bytes, what):
-    cp = cupy_module()
     free = _free_device_bytes()
-    sms = _device_limits(cp.cuda.Device().id)[1]
     fit = int(free * GLOBAL_MEM_FRACTION) // slab_bytes
     if fit < 1:
         raise MemoryError(f"spgemm: the global-memory path ({what}) needs {slab_bytes:,} bytes per "
                           f"row slab (B has that many columns), more than {GLOBAL_MEM_FRACTION:.0%} "
                           f"of the {free:,} bytes free")
-    return max(1, min(nrows, sms * GLOBAL_BLOCKS_PER_SM, fit))
+    return max(1, min(nrows, _global_target_blocks(), fit))
 
 
 def check_csr(name: str, M):
