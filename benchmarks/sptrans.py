@@ -63,6 +63,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
 
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
                     ("merge_ms", lambda: sptrans.transpose(A, method="merge")),
+                    ("radix_ms", lambda: sptrans.transpose(A, method="radix")),
                     ("sort_ms", lambda: transpose_sort(A))):
         try:
             row[key] = timed(cp, fn, reps, warmup=3)[0]
@@ -78,6 +79,8 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
             row["vendor_frac_of_copy_bw"] = nbytes / (row["vendor_ms"] * 1e-3) / copy_bw
         if row["sort_ms"]:
             row["speedup_vs_sort"] = row["sort_ms"] / row["ms"]
+        if row["radix_ms"] and row["vendor_ms"]:
+            row["radix_speedup"] = row["vendor_ms"] / row["radix_ms"]
         if row["merge_ms"]:
             row["speedup_vs_merge"] = row["merge_ms"] / row["ms"]
             if row["vendor_ms"]:
@@ -118,7 +121,7 @@ def main(argv=None):
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
           flush=True)
     print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
-          f"{'mrg ms':>7} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
+          f"{'mrg ms':>7} {'rdx ms':>7} {'x rdx':>6} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
     t0 = time.time()
     rows = []
     for name, load in matrices():
@@ -128,10 +131,12 @@ def main(argv=None):
             rows.append(r)
             f = lambda v: float("nan") if v is None else v  # noqa: E731
             print(f"{name:<24} {r['dtype']:<7} {r['nnz']:>9,} {r['max_col_nnz']:>7,} {f(r['ms']):7.3f} "
-                  f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['merge_ms']):7.3f} {f(r['sort_ms']):7.3f} "
+                  f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['merge_ms']):7.3f} {f(r['radix_ms']):7.3f} "
+                  f"{f(r.get('radix_speedup')):6.2f} {f(r['sort_ms']):7.3f} "
                   f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {r.get('correct')}"
                   + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}")
-                  + ("" if r.get("merge_correct") else f"  merge: {r.get('merge_status', 'WRONG')}"), flush=True)
+                  + ("" if r.get("merge_correct") else f"  merge: {r.get('merge_status', 'WRONG')}")
+                  + ("" if r.get("radix_correct") else f"  radix: {r.get('radix_status', 'WRONG')}"), flush=True)
         del A
     summary = {}
     for dt in ("float64", "float32"):
@@ -144,9 +149,11 @@ def main(argv=None):
                                                              if r.get("speedup_vs_merge")]),
                            merge_geomean_speedup_vs_vendor=geomean([r["merge_speedup"] for r in rs
                                                                     if r.get("merge_speedup")]),
+                           radix_geomean_speedup_vs_vendor=geomean([r["radix_speedup"] for r in rs
+                                                                    if r.get("radix_speedup") and r.get("radix_correct")]),
                            geomean_frac_of_copy_bw=geomean([r["frac_of_copy_bw"] for r in rs]),
                            matrices=len(rs))
-    summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") for r in rows)
+    summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") and r.get("radix_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
     today = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()

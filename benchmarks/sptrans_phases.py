@@ -9,7 +9,8 @@ the same two figures for CuPy's A.T.tocsr(), on the sptrans.py matrices (float64
 * ``fused_us``: CUDA events around the production call, the GPU idle before it (as
   benchmarks/sptrans.py times it); ``fused_queued_us``: the same behind a spin kernel (GPU time
   only, host overhead hidden); ``merge_fused_us`` / ``merge_queued_us``: the same for
-  ``method="merge"``.
+  ``method="merge"``; ``radix_gpu_us`` / ``radix_queued_us`` / ``radix_fused_us`` /
+  ``radix_host_us``: the same for ``method="radix"`` (phases count, scan, pass0, pass1, ...).
 * ``host_us``: wall time of the call on the host (returns without waiting for the GPU);
   ``vendor_host_us`` likewise for A.T.tocsr().
 
@@ -18,6 +19,7 @@ the same two figures for CuPy's A.T.tocsr(), on the sptrans.py matrices (float64
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -38,9 +40,7 @@ def _spin(cp):
 
 
 def phases(cp, st, A, spin, reps, method="segsort"):
-    names = st.PHASES if method == "segsort" else st.MERGE_PHASES
-    per = {name: [] for name in names}
-    per["wrap"] = []
+    per = collections.defaultdict(list)   # phase names as the marks give them (radix: count, scan, pass0, ...)
     queued = []
     for _ in range(reps + 2):
         evs = []
@@ -106,7 +106,10 @@ def main(argv=None):
                    vendor_us=timed(cp, lambda: A.T.tocsr(), args.reps, warmup=3)[0] * 1e3,
                    host_us=host_us(cp, lambda: st.transpose(A), args.reps),
                    vendor_host_us=host_us(cp, lambda: A.T.tocsr(), args.reps),
-                   merge_fused_us=timed(cp, lambda: st.transpose(A, method="merge"), args.reps, warmup=3)[0] * 1e3)
+                   merge_fused_us=timed(cp, lambda: st.transpose(A, method="merge"), args.reps, warmup=3)[0] * 1e3,
+                   radix_fused_us=timed(cp, lambda: st.transpose(A, method="radix"), args.reps, warmup=3)[0] * 1e3,
+                   radix_host_us=host_us(cp, lambda: st.transpose(A, method="radix"), args.reps))
+        row["radix_gpu_us"], row["radix_queued_us"] = phases(cp, st, A, spin, args.reps, "radix")
         if args.merge:
             row["merge_gpu_us"], row["merge_queued_us"] = phases(cp, st, A, spin, args.reps, "merge")
         rows.append(row)
@@ -125,8 +128,17 @@ def main(argv=None):
         print(f"{r['matrix']:<24} {r['nnz']:>8} " + " ".join(f"{r['gpu_us'][c]:8.1f}" for c in cols)
               + f" {r['fused_queued_us']:7.1f} {r['fused_us']:7.1f} {r['host_us']:6.1f} {r['vendor_us']:7.1f}"
               f" {r['vendor_host_us']:8.1f} {r['vendor_us'] / r['fused_us']:5.2f} {r['merge_fused_us']:7.1f}")
-    xs = [r["vendor_us"] / r["fused_us"] for r in rows]
-    print(f"geomean x CuPy {float(np.exp(np.mean(np.log(xs)))):.2f}" if xs else "no matrices")
+    print("radix: " + f"{'matrix':<24} {'passes':>6} {'count':>7} {'scan':>7} {'passes':>7} {'queued':>7} "
+          f"{'fused':>7} {'host':>6} {'x':>5}")
+    for r in rows:
+        g = r["radix_gpu_us"]
+        npass = sum(1 for k in g if k.startswith("pass"))
+        print(f"radix: {r['matrix']:<24} {npass:>6} {g['count']:7.1f} {g['scan']:7.1f} "
+              f"{sum(v for k, v in g.items() if k.startswith('pass')):7.1f} {r['radix_queued_us']:7.1f} "
+              f"{r['radix_fused_us']:7.1f} {r['radix_host_us']:6.1f} {r['vendor_us'] / r['radix_fused_us']:5.2f}")
+    for key, label in (("fused_us", "segsort"), ("radix_fused_us", "radix"), ("merge_fused_us", "merge")):
+        xs = [r["vendor_us"] / r[key] for r in rows]
+        print(f"geomean x CuPy ({label}) {float(np.exp(np.mean(np.log(xs)))):.2f}" if xs else "no matrices")
 
 
 if __name__ == "__main__":

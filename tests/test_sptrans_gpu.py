@@ -1,4 +1,5 @@
-"""GPU tests of SpTRANS (matplan.kernels.sptrans; the segsort default and the segmented merge)
+"""GPU tests of SpTRANS (matplan.kernels.sptrans; the segsort default, the segmented merge and the
+radix method)
 against SciPy float64. The fixture poisons the memory pool (NaN values, -1 indices) so slots the
 kernels miss show up."""
 import numpy as np
@@ -53,7 +54,7 @@ BIN_LENGTHS = [0, 1, 2, 3, 7, 16, 31, 32, 33, 34, 100, 255, 256, 257, 511, 512, 
                4096, 4097, 5000, 9000, 20000]
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,density", [((1000, 800), 0.01), ((3000, 50), 0.2), ((50, 3000), 0.2),
                                            ((20000, 20000), 0.0005), ((1, 5000), 0.5), ((5000, 1), 0.5)])
@@ -114,7 +115,7 @@ def _hot_messy(rng, m, n):
     return B
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 def test_long_columns_many_tiles(cp, st, rng, method):
     """Dense columns of 40k rows span ~20 tiles of 2048: several cross_merge rounds."""
     m, n = 40000, 300
@@ -139,13 +140,13 @@ def test_matches_cupy_transpose_large(cp, st, rng):
     _same_as_scipy(A, T.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 def test_messy(cp, st, rng, method):
     for m, n in ((300, 200), (5, 3000), (1, 700), (4000, 3), (20000, 2)):
         _check(cp, st, messy_csr(rng, m, n), method=method)
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 def test_empty_rows_cols_and_degenerate(cp, st, rng, method):
     import cupyx.scipy.sparse as csp
     for shape in ((0, 0), (0, 5), (5, 0), (4, 6)):
@@ -168,6 +169,7 @@ def test_int64_indices_converted(cp, st, rng, dtype):
         pytest.skip("this cupyx does not hold int64 indices")
     _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64).get())
     _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64, method="merge").get())
+    _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64, method="radix").get())
 
 
 def test_errors(cp, st, rng):
@@ -178,11 +180,11 @@ def test_errors(cp, st, rng):
     with pytest.raises(TypeError, match="A: dtype"):
         st.transpose(csp.csr_matrix(A.astype(cp.complex128)))
     with pytest.raises(ValueError, match="method"):
-        st.transpose(A, method="radix")
+        st.transpose(A, method="bogus")
     bad = A.copy()
     bad.indices[0] = 30
     bad.indices[3] = -1
-    for method in ("segsort", "merge"):
+    for method in ("segsort", "merge", "radix"):
         with pytest.raises(ValueError, match="A.indices"):
             st.transpose(bad, check=True, method=method)
         st.transpose(bad, method=method)   # unchecked: no fault, result unspecified
@@ -191,7 +193,7 @@ def test_errors(cp, st, rng):
     _same_as_scipy(A.get(), T.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 def test_no_host_sync_in_launch_path(cp, st, rng, method):
     """transpose only enqueues work: it returns while a long kernel queued ahead still runs (the
     result is wrapped by cupyx's _from_parts, which does not read the arrays back)."""
@@ -218,14 +220,15 @@ def test_phase_by_phase_launches_agree(cp, st, rng):
     T2 = st.transpose(A)
     T3 = st._transpose(A, False, merge_names.append, "merge")
     T4 = st.transpose(A, method="merge")
+    T5 = st.transpose(A, method="radix")
     assert tuple(names) == st.PHASES and tuple(merge_names) == st.MERGE_PHASES
-    for T in (T2, T3, T4):   # both methods give the one stable order
+    for T in (T2, T3, T4, T5):   # every method gives the one stable order
         for a, b in ((T1.indptr, T.indptr), (T1.indices, T.indices), (T1.data, T.data)):
             assert cp.array_equal(a, b)
     _same_as_scipy(A.get(), T1.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge"])
+@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
     """~1.8M nonzeros: more tiles than resident blocks (grid-stride loops in every phase) and a
@@ -233,3 +236,24 @@ def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
     m, n = 200_000, 50_000
     A = random_csr(rng, m, n, 8 / n) + sp.csr_matrix((np.ones(m), (np.arange(m), np.full(m, 7))), shape=(m, n))
     _check(cp, st, A, dtype, method)
+
+
+@pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 65536, 65537, 1 << 24])
+def test_radix_pass_counts(cp, st, rng, n):
+    """Column counts at the digit edges: 1, 2, 3 and 4 passes (n = 2^24 + 1 columns would be 4);
+    the columns hit the largest index so every digit of the last pass is used."""
+    m = 3000
+    A = random_csr(rng, m, n, min(1.0, 6 / n))
+    edge = sp.csr_matrix((np.ones(3), ([0, 1, m - 1], [n - 1, 0, n - 1])), shape=(m, n))
+    T = _check(cp, st, A + edge, method="radix")
+    assert st.radix_passes(n)[0] == max(1, -(-max(1, (n - 1).bit_length()) // 8))
+    assert T.shape == (n, m)
+
+
+def test_radix_four_passes(cp, st, rng):
+    """n past 2^24 columns: four passes of 7 bits."""
+    n = (1 << 24) + 5
+    assert st.radix_passes(n) == (4, 7)
+    A = sp.csr_matrix((rng.random(4000) + 0.5, (rng.integers(0, 50, 4000), rng.integers(0, n, 4000))),
+                      shape=(50, n))
+    _check(cp, st, A, method="radix")

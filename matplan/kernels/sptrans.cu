@@ -430,12 +430,22 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
 #define SEG_MERGE_BLOCK 512
+// radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
+#define RDX_BINS 256
+#define RDX_MAX_PASSES 4
 
+// rank: null for the radix method (no ranks). Radix extras (hist null: none): hist[p * RDX_BINS + d]
+// (+)= valid entries whose pass-p digit ((col >> p * bits) & (2^bits - 1)) is d, for p < passes;
+// rows_of[e] = the row of A that holds entry e (a_indptr: A's indptr, m rows).
 extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
-spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
+spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl,
+          const int* __restrict__ a_indptr, int m, int* __restrict__ rows_of, int* hist, int passes, int bits) {
     __shared__ int s_col[SEG_CNT_HASH];
     __shared__ int s_cnt[SEG_CNT_HASH];
+    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) { s_col[i] = -1; s_cnt[i] = 0; }
+    if (hist)
+        for (int i = threadIdx.x; i < RDX_MAX_PASSES * RDX_BINS; i += SEG_CNT_BLOCK) s_hist[i] = 0;
     __syncthreads();
     const long long e0 = (long long)blockIdx.x * SEG_CNT_CHUNK + threadIdx.x;
     int slot[SEG_CNT_ITEMS], loc[SEG_CNT_ITEMS];   // slot -2: no entry, -1: counted by a global atomic
@@ -470,11 +480,32 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
         if (c >= 0) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
     }
     __syncthreads();
+    if (rank) {
+#pragma unroll
+        for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
+            if (slot[k] == -2) continue;
+            rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
+        }
+    }
+    if (!hist) return;
+    const int mask = (1 << bits) - 1;
 #pragma unroll
     for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
-        if (slot[k] == -2) continue;
-        rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
+        const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
+        if (e >= nnz) continue;
+        int lo = 0, hi = m - 1;   // the last row starting at or before e holds it (empty rows skipped)
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (a_indptr[mid] <= e) lo = mid; else hi = mid - 1;
+        }
+        rows_of[e] = lo;
+        if (slot[k] == -2) continue;   // an index outside [0, n): not sorted
+        const int col = indices[e];
+        for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + ((col >> (p * bits)) & mask)], 1);
     }
+    __syncthreads();
+    for (int i = threadIdx.x; i < passes * RDX_BINS; i += SEG_CNT_BLOCK)
+        if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
 }
 
 __device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
@@ -786,3 +817,110 @@ template __global__ void spt_merge_long<float>(const int*, const int*, const int
                                                int*, float*, int);
 template __global__ void spt_merge_long<double>(const int*, const int*, const int*, u64*, u64*, const double*,
                                                 int*, double*, int);
+
+// ================================================================================================
+// Radix SpTRANS (sptrans.transpose(method="radix")): a stable LSD counting sort of A's entries by
+// column, so each row of A^T comes out in A's order (by row, then position) with no per-row sort:
+// its cost does not depend on how long the rows of A^T are (the segsort's hub columns of R-MAT,
+// wordnet or gene_go took 0.3-0.6 ms of bitonic sorts and merge rounds). Launches:
+//   spt_count      : column counts for A^T's indptr (as for the segsort, no ranks), each pass's
+//                    digit histogram, and rows_of[e] (the row of entry e: read back at the end)
+//   spt_scan       : A^T's indptr (as for the segsort; no column is binned)
+//   spt_radix_pass : one launch a digit, least significant first (ceil(log2 n / 8) passes of at
+//                    most 8 bits): a block stably ranks a tile of 2048 keys by digit and places
+//                    them at (digit's global start) + (the digit's count in earlier tiles, by
+//                    decoupled look-back, one status word per tile and digit) + (rank in tile).
+//                    The first pass reads A's indices (key e = position in A), the last writes
+//                    A^T's indices (rows_of[e]) and values (data[e]) at the final slots.
+// Stable ranking in a tile: warp w takes keys [256 w, 256 w + 256) of the tile in 8 steps of 32
+// consecutive keys; a key's rank is its warp's running count of its digit (shared, per warp) plus
+// the lanes before it with the same digit (__match_any_sync); the warps' counts are then made
+// exclusive over warps. Status words: count << 2 | flag (1: the tile's own count, 2: inclusive
+// prefix), 32 bits, so nnz < 2^30 (the host checks).
+template <typename T>
+__global__ void __launch_bounds__(SPT_BLOCK)
+spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, long long nnz,
+               const int* __restrict__ n_live, int n, int shift, int bits, const int* __restrict__ hist,
+               unsigned* status, int* ticket, int* __restrict__ out_col, int* __restrict__ out_e,
+               const int* __restrict__ rows_of, const T* __restrict__ data, int* __restrict__ out_idx,
+               T* __restrict__ out_val) {
+    __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
+    __shared__ int s_base[RDX_BINS];
+    __shared__ int s_warp[SPT_BLOCK / 32];
+    __shared__ int s_tile;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int mask = (1 << bits) - 1;
+    for (int i = threadIdx.x; i < (SPT_BLOCK / 32) * RDX_BINS; i += SPT_BLOCK) (&s_wcnt[0][0])[i] = 0;
+    if (threadIdx.x == 0) s_tile = atomicAdd(ticket, 1);   // tiles in start order: no deadlock
+    __syncthreads();
+    const int tile = s_tile;
+    // keys of later passes: the valid entries only (first pass: all nnz, invalid columns skipped)
+    const long long live = n_live ? (long long)*n_live : nnz;
+    const long long i0 = (long long)tile * SPT_TILE + w * (32 * SPT_ITEMS) + lane;
+    int col[SPT_ITEMS], e[SPT_ITEMS], rk[SPT_ITEMS];
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        const long long i = i0 + k * 32;
+        col[k] = -1;
+        e[k] = 0;
+        if (i < live) {
+            const int c = in_col[i];
+            if (c >= 0 && c < n) { col[k] = c; e[k] = in_e ? in_e[i] : (int)i; }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        const int d = col[k] >= 0 ? (col[k] >> shift) & mask : RDX_BINS;   // RDX_BINS: no key
+        const unsigned peers = __match_any_sync(0xffffffffu, d);
+        const int before = d < RDX_BINS ? s_wcnt[w][d] : 0;
+        rk[k] = before + __popc(peers & ((1u << lane) - 1u));
+        __syncwarp();
+        if (d < RDX_BINS && lane == __ffs(peers) - 1) s_wcnt[w][d] = before + __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+    const int d = threadIdx.x;   // SPT_BLOCK == RDX_BINS: a thread a digit from here
+    int cnt = 0;
+#pragma unroll
+    for (int q = 0; q < SPT_BLOCK / 32; ++q) { const int c = s_wcnt[q][d]; s_wcnt[q][d] = cnt; cnt += c; }
+    int all;
+    const int start = block_exclusive_scan(d <= mask ? hist[d] : 0, s_warp, &all);   // digit's first slot
+    int prefix = 0;
+    if (d <= mask) {
+        volatile unsigned* st = status;
+        if (tile == 0) {
+            st[d] = ((unsigned)cnt << 2) | 2u;
+        } else {
+            st[(long long)tile * RDX_BINS + d] = ((unsigned)cnt << 2) | 1u;
+            for (long long j = tile - 1; j >= 0; --j) {
+                unsigned v;
+                do { v = st[j * RDX_BINS + d]; } while ((v & 3u) == 0u);   // tile j not published yet
+                prefix += (int)(v >> 2);
+                if ((v & 3u) == 2u) break;
+            }
+            st[(long long)tile * RDX_BINS + d] = ((unsigned)(prefix + cnt) << 2) | 2u;
+        }
+    }
+    s_base[d] = start + prefix;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < SPT_ITEMS; ++k) {
+        if (col[k] < 0) continue;
+        const int dk = (col[k] >> shift) & mask;
+        const long long pos = (long long)s_base[dk] + s_wcnt[w][dk] + rk[k];
+        if (out_col) {
+            out_col[pos] = col[k];
+            out_e[pos] = e[k];
+        } else {
+            out_idx[pos] = rows_of[e[k]];
+            out_val[pos] = data[e[k]];
+        }
+    }
+}
+
+template __global__ void spt_radix_pass<float>(const int*, const int*, long long, const int*, int, int, int,
+                                               const int*, unsigned*, int*, int*, int*, const int*,
+                                               const float*, int*, float*);
+template __global__ void spt_radix_pass<double>(const int*, const int*, long long, const int*, int, int, int,
+                                                const int*, unsigned*, int*, int*, int*, const int*,
+                                                const double*, int*, double*);

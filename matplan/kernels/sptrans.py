@@ -51,7 +51,7 @@ from .spgemm import check_csr, csr_from_parts
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
           "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>", "spt_sort_big<double>",
-          "spt_merge_long<float>", "spt_merge_long<double>")
+          "spt_merge_long<float>", "spt_merge_long<double>", "spt_radix_pass<float>", "spt_radix_pass<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
@@ -65,7 +65,10 @@ BINS = (32, 512, 4096)
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
-METHODS = ("segsort", "merge")
+METHODS = ("segsort", "merge", "radix")
+#: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8), passes at most (RDX_MAX_PASSES),
+#: and the nnz bound of its 32-bit look-back words (count << 2 | flag)
+RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -88,6 +91,7 @@ class _Kernels:
         self.sort_short = {ct: _cuda.function(_CU, f"spt_sort_short<{ct}>", _NAMES) for ct in ("float", "double")}
         self.sort_big = {ct: _cuda.function(_CU, f"spt_sort_big<{ct}>", _NAMES) for ct in ("float", "double")}
         self.merge_long = {ct: _cuda.function(_CU, f"spt_merge_long<{ct}>", _NAMES) for ct in ("float", "double")}
+        self.radix_pass = {ct: _cuda.function(_CU, f"spt_radix_pass<{ct}>", _NAMES) for ct in ("float", "double")}
         self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
         self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
@@ -159,6 +163,11 @@ def _transpose(A, check, mark, method="segsort", bins=BINS):
         return csp.csr_matrix((n, m), dtype=dtype)
     ks = _kernels(cp)
     ct = _cuda.ctype(dtype)
+    if method == "radix" and nnz >= RADIX_NNZ_LIMIT:
+        raise OverflowError(f"A: {nnz:,} nonzeros; method='radix' needs fewer than 2^30 (its look-back "
+                            f"words), method='segsort' takes up to 2^31 - 1")
+    if method == "radix":
+        return _radix(cp, ks, ct, A, indptr_a, indices, check, mark)
     if method == "segsort":
         return _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins))
     tiles = (n + nnz + TILE - 1) // TILE
@@ -213,7 +222,9 @@ def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl,
+                                                               indptr_a, np.int32(m), _NULL, _NULL, np.int32(0),
+                                                               np.int32(0)))
     done("count")
     ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
                                  np.int32(warp_max), np.int32(cap)))
@@ -241,6 +252,69 @@ def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
+
+
+def radix_passes(n: int) -> tuple:
+    """(passes, digit bits) of the radix method for n columns: as few passes of at most RADIX_BITS
+    bits as cover column n - 1, the bits spread evenly over them."""
+    bits = max(1, (int(n) - 1).bit_length())
+    passes = -(-bits // RADIX_BITS)
+    return passes, -(-bits // passes)
+
+
+def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
+    """The radix method's 2 + passes launches (module docstring); no host synchronisation unless ``check``."""
+    m, n = A.shape
+    nnz = int(indices.size)
+    passes, bits = radix_passes(n)
+    scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
+    tiles = (nnz + TILE - 1) // TILE
+    # one zeroed workspace (int32 words): counts -> A.T's indptr [0, n], control words, the scan's
+    # status (8-byte words), the digit histograms, a tile ticket and tiles x 256 look-back words a pass
+    ctrl_off = n + 1
+    status_off = (ctrl_off + _CTRL + 1) & ~1
+    hist_off = status_off + 2 * scan_tiles
+    ticket_off = hist_off + passes * 256
+    look_off = ticket_off + passes
+    ws = cp.zeros(look_off + passes * tiles * 256, dtype=cp.int32)
+    p_ws = ws.data.ptr
+    p_ctrl, p_status, p_hist = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, hist_off))
+    n32, nnz64 = np.int32(n), np.int64(nnz)
+    rows_of = cp.empty(nnz, dtype=cp.int32)
+
+    def done(name):
+        if mark is not None:
+            mark(name)
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,),
+             (indices, nnz64, n32, ws, _NULL, p_ctrl, indptr_a, np.int32(m), rows_of, p_hist,
+              np.int32(passes), np.int32(bits)))
+    done("count")
+    never = np.int32(INT32_MAX)   # no column is binned (the segsort's lists are not used)
+    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, _NULL, _NULL, never, never, never))
+    done("scan")
+    # keys (column, position e in A) ping-pong between two pairs of buffers; the last pass writes A.T
+    pairs = [(cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32)) for _ in range(min(2, passes - 1))]
+    out_idx = cp.empty(nnz, dtype=cp.int32)
+    out_val = cp.empty(nnz, dtype=A.dtype)
+    src_col, src_e, p_live = indices, _NULL, _NULL
+    for p in range(passes):
+        last = p == passes - 1
+        dst_col, dst_e = (_NULL, _NULL) if last else pairs[p % 2]
+        ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
+                          (src_col, src_e, nnz64, p_live, n32, np.int32(p * bits), np.int32(bits),
+                           np.uintp(p_ws + 4 * (hist_off + 256 * p)), np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
+                           np.uintp(p_ws + 4 * (ticket_off + p)), dst_col, dst_e, rows_of, A.data, out_idx, out_val))
+        done(f"pass{p}")
+        # later passes read the valid keys only: A.T's indptr[n] of them
+        src_col, src_e, p_live = dst_col, dst_e, np.uintp(p_ws + 4 * n)
+    if check and int(ws[ctrl_off].get()):
+        raise ValueError(f"A.indices: column indices outside [0, {n})")
+    canonical = True if getattr(A, "_has_canonical_format", None) is True else None
+    return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
+
+
+#: a null device pointer argument
+_NULL = np.uintp(0)
 
 
 def _launch(kernel, mark):
