@@ -433,6 +433,22 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 // radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
 #define RDX_BINS 256
 #define RDX_MAX_PASSES 4
+#ifndef RDX_ITEMS
+#define RDX_ITEMS 16                        // keys a thread: tiles of RDX_TILE keys (sptrans.RADIX_TILE)
+#endif
+#define RDX_TILE (SPT_BLOCK * RDX_ITEMS)
+#ifndef RDX_LOOKBACK
+#define RDX_LOOKBACK 16                     // look-back words loaded at once
+#endif
+
+// The row r in [lo, hi] of A holding entry e: the last with a_indptr[r] <= e.
+__device__ __forceinline__ int row_of(const int* __restrict__ a_indptr, int lo, int hi, long long e) {
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (a_indptr[mid] <= e) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
 
 // rank: null for the radix method (no ranks). Radix extras (hist null: none): hist[p * RDX_BINS + d]
 // (+)= valid entries whose pass-p digit ((col >> p * bits) & (2^bits - 1)) is d, for p < passes;
@@ -488,17 +504,21 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
         }
     }
     if (!hist) return;
+    // the row of entry e is the last row starting at or before e (empty rows skipped): threads 0
+    // and 1 find the rows of the chunk's first and last entries, every entry searches between them
+    __shared__ int s_rows[2];
+    if (threadIdx.x < 2) {
+        const long long e = threadIdx.x == 0 ? (long long)blockIdx.x * SEG_CNT_CHUNK
+                                             : min((long long)(blockIdx.x + 1) * SEG_CNT_CHUNK, nnz) - 1;
+        s_rows[threadIdx.x] = row_of(a_indptr, 0, m - 1, e);
+    }
+    __syncthreads();
     const int mask = (1 << bits) - 1;
 #pragma unroll
     for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
         const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
         if (e >= nnz) continue;
-        int lo = 0, hi = m - 1;   // the last row starting at or before e holds it (empty rows skipped)
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (a_indptr[mid] <= e) lo = mid; else hi = mid - 1;
-        }
-        rows_of[e] = lo;
+        rows_of[e] = row_of(a_indptr, s_rows[0], s_rows[1], e);
         if (slot[k] == -2) continue;   // an index outside [0, n): not sorted
         const int col = indices[e];
         for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + ((col >> (p * bits)) & mask)], 1);
@@ -827,13 +847,13 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 //                    digit histogram, and rows_of[e] (the row of entry e: read back at the end)
 //   spt_scan       : A^T's indptr (as for the segsort; no column is binned)
 //   spt_radix_pass : one launch a digit, least significant first (ceil(log2 n / 8) passes of at
-//                    most 8 bits): a block stably ranks a tile of 2048 keys by digit and places
+//                    most 8 bits): a block stably ranks a tile of RDX_TILE keys by digit and places
 //                    them at (digit's global start) + (the digit's count in earlier tiles, by
 //                    decoupled look-back, one status word per tile and digit) + (rank in tile).
 //                    The first pass reads A's indices (key e = position in A), the last writes
 //                    A^T's indices (rows_of[e]) and values (data[e]) at the final slots.
-// Stable ranking in a tile: warp w takes keys [256 w, 256 w + 256) of the tile in 8 steps of 32
-// consecutive keys; a key's rank is its warp's running count of its digit (shared, per warp) plus
+// Stable ranking in a tile: warp w takes keys [32 w RDX_ITEMS, 32 (w + 1) RDX_ITEMS) of the tile in
+// RDX_ITEMS steps of 32 consecutive keys; a key's rank is its warp's running count of its digit (shared, per warp) plus
 // the lanes before it with the same digit (__match_any_sync); the warps' counts are then made
 // exclusive over warps. Status words: count << 2 | flag (1: the tile's own count, 2: inclusive
 // prefix), 32 bits, so nnz < 2^30 (the host checks).
@@ -856,10 +876,10 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
     const int tile = s_tile;
     // keys of later passes: the valid entries only (first pass: all nnz, invalid columns skipped)
     const long long live = n_live ? (long long)*n_live : nnz;
-    const long long i0 = (long long)tile * SPT_TILE + w * (32 * SPT_ITEMS) + lane;
-    int col[SPT_ITEMS], e[SPT_ITEMS], rk[SPT_ITEMS];
+    const long long i0 = (long long)tile * RDX_TILE + w * (32 * RDX_ITEMS) + lane;
+    int col[RDX_ITEMS], e[RDX_ITEMS], rk[RDX_ITEMS];
 #pragma unroll
-    for (int k = 0; k < SPT_ITEMS; ++k) {
+    for (int k = 0; k < RDX_ITEMS; ++k) {
         const long long i = i0 + k * 32;
         col[k] = -1;
         e[k] = 0;
@@ -869,7 +889,7 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
         }
     }
 #pragma unroll
-    for (int k = 0; k < SPT_ITEMS; ++k) {
+    for (int k = 0; k < RDX_ITEMS; ++k) {
         const int d = col[k] >= 0 ? (col[k] >> shift) & mask : RDX_BINS;   // RDX_BINS: no key
         const unsigned peers = __match_any_sync(0xffffffffu, d);
         const int before = d < RDX_BINS ? s_wcnt[w][d] : 0;
@@ -892,11 +912,23 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
             st[d] = ((unsigned)cnt << 2) | 2u;
         } else {
             st[(long long)tile * RDX_BINS + d] = ((unsigned)cnt << 2) | 1u;
-            for (long long j = tile - 1; j >= 0; --j) {
-                unsigned v;
-                do { v = st[j * RDX_BINS + d]; } while ((v & 3u) == 0u);   // tile j not published yet
-                prefix += (int)(v >> 2);
-                if ((v & 3u) == 2u) break;
+            // walk back RDX_LOOKBACK predecessors a step, their words loaded together: every tile
+            // is resident at once on these sizes, so a one-word walk crossed ~100 tiles of latency
+            for (long long j = tile - 1;;) {
+                unsigned v[RDX_LOOKBACK];
+#pragma unroll
+                for (int q = 0; q < RDX_LOOKBACK; ++q) v[q] = j - q >= 0 ? st[(j - q) * RDX_BINS + d] : 2u;
+                int used = RDX_LOOKBACK;   // words summed this step; stop: an inclusive prefix found
+                bool stop = false;
+#pragma unroll
+                for (int q = 0; q < RDX_LOOKBACK; ++q) {
+                    if (stop || used < RDX_LOOKBACK) continue;
+                    if ((v[q] & 3u) == 0u) { used = q; continue; }   // not published: reload from here
+                    prefix += (int)(v[q] >> 2);
+                    if ((v[q] & 3u) == 2u) stop = true;
+                }
+                if (stop) break;
+                j -= used;
             }
             st[(long long)tile * RDX_BINS + d] = ((unsigned)(prefix + cnt) << 2) | 2u;
         }
@@ -904,7 +936,7 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
     s_base[d] = start + prefix;
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < SPT_ITEMS; ++k) {
+    for (int k = 0; k < RDX_ITEMS; ++k) {
         if (col[k] < 0) continue;
         const int dk = (col[k] >> shift) & mask;
         const long long pos = (long long)s_base[dk] + s_wcnt[w][dk] + rk[k];

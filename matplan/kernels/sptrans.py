@@ -69,6 +69,8 @@ METHODS = ("segsort", "merge", "radix")
 #: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8), passes at most (RDX_MAX_PASSES),
 #: and the nnz bound of its 32-bit look-back words (count << 2 | flag)
 RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
+#: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
+RADIX_TILE = BLOCK * 16
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -268,7 +270,7 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     nnz = int(indices.size)
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
-    tiles = (nnz + TILE - 1) // TILE
+    tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
     # one zeroed workspace (int32 words): counts -> A.T's indptr [0, n], control words, the scan's
     # status (8-byte words), the digit histograms, a tile ticket and tiles x 256 look-back words a pass
     ctrl_off = n + 1
@@ -280,7 +282,12 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     p_ws = ws.data.ptr
     p_ctrl, p_status, p_hist = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, hist_off))
     n32, nnz64 = np.int32(n), np.int64(nnz)
-    rows_of = cp.empty(nnz, dtype=cp.int32)
+    # rows_of, then the keys' (column, position in A) ping-pong buffers: one allocation
+    keys = cp.empty((1 + 2 * min(2, passes - 1)) * nnz, dtype=cp.int32)
+    rows_of = keys[:nnz]
+    p_keys = keys.data.ptr
+    pairs = [(np.uintp(p_keys + 4 * nnz * (1 + 2 * i)), np.uintp(p_keys + 4 * nnz * (2 + 2 * i)))
+             for i in range(min(2, passes - 1))]
 
     def done(name):
         if mark is not None:
@@ -292,8 +299,7 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     never = np.int32(INT32_MAX)   # no column is binned (the segsort's lists are not used)
     ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, _NULL, _NULL, never, never, never))
     done("scan")
-    # keys (column, position e in A) ping-pong between two pairs of buffers; the last pass writes A.T
-    pairs = [(cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32)) for _ in range(min(2, passes - 1))]
+    # the last pass writes A.T
     out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
     src_col, src_e, p_live = indices, _NULL, _NULL
