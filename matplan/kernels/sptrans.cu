@@ -849,7 +849,9 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 //   spt_radix_pass : one launch a digit, least significant first (ceil(log2 n / 8) passes of at
 //                    most 8 bits): a block stably ranks a tile of RDX_TILE keys by digit and places
 //                    them at (digit's global start) + (the digit's count in earlier tiles, by
-//                    decoupled look-back, one status word per tile and digit) + (rank in tile).
+//                    decoupled look-back, one status word per tile and digit) + (rank in tile),
+//                    staged in shared memory by digit so a warp writes consecutive slots.
+//                    Keys between passes: int2 (column, e).
 //                    The first pass reads A's indices (key e = position in A), the last writes
 //                    A^T's indices (rows_of[e]) and values (data[e]) at the final slots.
 // Stable ranking in a tile: warp w takes keys [32 w RDX_ITEMS, 32 (w + 1) RDX_ITEMS) of the tile in
@@ -859,13 +861,13 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 // prefix), 32 bits, so nnz < 2^30 (the host checks).
 template <typename T>
 __global__ void __launch_bounds__(SPT_BLOCK)
-spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, long long nnz,
+spt_radix_pass(const int* __restrict__ first_col, const int2* __restrict__ in_keys, long long nnz,
                const int* __restrict__ n_live, int n, int shift, int bits, const int* __restrict__ hist,
-               unsigned* status, int* ticket, int* __restrict__ out_col, int* __restrict__ out_e,
-               const int* __restrict__ rows_of, const T* __restrict__ data, int* __restrict__ out_idx,
-               T* __restrict__ out_val) {
+               unsigned* status, int* ticket, int2* __restrict__ out_keys, const int* __restrict__ rows_of,
+               const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val) {
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
-    __shared__ int s_base[RDX_BINS];
+    __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
+    __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes)
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -884,8 +886,8 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
         col[k] = -1;
         e[k] = 0;
         if (i < live) {
-            const int c = in_col[i];
-            if (c >= 0 && c < n) { col[k] = c; e[k] = in_e ? in_e[i] : (int)i; }
+            const int2 key = first_col ? make_int2(first_col[i], (int)i) : in_keys[i];
+            if (key.x >= 0 && key.x < n) { col[k] = key.x; e[k] = key.y; }
         }
     }
 #pragma unroll
@@ -903,8 +905,9 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
     int cnt = 0;
 #pragma unroll
     for (int q = 0; q < SPT_BLOCK / 32; ++q) { const int c = s_wcnt[q][d]; s_wcnt[q][d] = cnt; cnt += c; }
-    int all;
+    int all, tile_keys;
     const int start = block_exclusive_scan(d <= mask ? hist[d] : 0, s_warp, &all);   // digit's first slot
+    const int tstart = block_exclusive_scan(cnt, s_warp, &tile_keys);                 // ... in the tile
     int prefix = 0;
     if (d <= mask) {
         volatile unsigned* st = status;
@@ -912,8 +915,7 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
             st[d] = ((unsigned)cnt << 2) | 2u;
         } else {
             st[(long long)tile * RDX_BINS + d] = ((unsigned)cnt << 2) | 1u;
-            // walk back RDX_LOOKBACK predecessors a step, their words loaded together: every tile
-            // is resident at once on these sizes, so a one-word walk crossed ~100 tiles of latency
+            // walk back RDX_LOOKBACK predecessors a step, their words loaded together
             for (long long j = tile - 1;;) {
                 unsigned v[RDX_LOOKBACK];
 #pragma unroll
@@ -933,26 +935,31 @@ spt_radix_pass(const int* __restrict__ in_col, const int* __restrict__ in_e, lon
             st[(long long)tile * RDX_BINS + d] = ((unsigned)(prefix + cnt) << 2) | 2u;
         }
     }
-    s_base[d] = start + prefix;
+    s_base[d] = start + prefix - tstart;   // global slot of the tile's slot i when i holds digit d
+    s_tstart[d] = tstart;
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < RDX_ITEMS; ++k) {
         if (col[k] < 0) continue;
         const int dk = (col[k] >> shift) & mask;
-        const long long pos = (long long)s_base[dk] + s_wcnt[w][dk] + rk[k];
-        if (out_col) {
-            out_col[pos] = col[k];
-            out_e[pos] = e[k];
+        s_keys[s_tstart[dk] + s_wcnt[w][dk] + rk[k]] = make_int2(col[k], e[k]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < tile_keys; i += SPT_BLOCK) {   // consecutive slots of a digit: coalesced
+        const int2 key = s_keys[i];
+        const long long pos = (long long)s_base[(key.x >> shift) & mask] + i;
+        if (out_keys) {
+            out_keys[pos] = key;
         } else {
-            out_idx[pos] = rows_of[e[k]];
-            out_val[pos] = data[e[k]];
+            out_idx[pos] = rows_of[key.y];
+            out_val[pos] = data[key.y];
         }
     }
 }
 
-template __global__ void spt_radix_pass<float>(const int*, const int*, long long, const int*, int, int, int,
-                                               const int*, unsigned*, int*, int*, int*, const int*,
-                                               const float*, int*, float*);
-template __global__ void spt_radix_pass<double>(const int*, const int*, long long, const int*, int, int, int,
-                                                const int*, unsigned*, int*, int*, int*, const int*,
-                                                const double*, int*, double*);
+template __global__ void spt_radix_pass<float>(const int*, const int2*, long long, const int*, int, int, int,
+                                               const int*, unsigned*, int*, int2*, const int*, const float*,
+                                               int*, float*);
+template __global__ void spt_radix_pass<double>(const int*, const int2*, long long, const int*, int, int, int,
+                                                const int*, unsigned*, int*, int2*, const int*, const double*,
+                                                int*, double*);

@@ -282,12 +282,11 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     p_ws = ws.data.ptr
     p_ctrl, p_status, p_hist = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, hist_off))
     n32, nnz64 = np.int32(n), np.int64(nnz)
-    # rows_of, then the keys' (column, position in A) ping-pong buffers: one allocation
-    keys = cp.empty((1 + 2 * min(2, passes - 1)) * nnz, dtype=cp.int32)
-    rows_of = keys[:nnz]
-    p_keys = keys.data.ptr
-    pairs = [(np.uintp(p_keys + 4 * nnz * (1 + 2 * i)), np.uintp(p_keys + 4 * nnz * (2 + 2 * i)))
-             for i in range(min(2, passes - 1))]
+    # the keys' ping-pong buffers (int2: column, position e in A), then rows_of: one allocation
+    between = min(2, passes - 1)
+    keys = cp.empty((2 * between + 1) * nnz, dtype=cp.int32)
+    rows_of = keys[2 * between * nnz:]
+    bufs = [np.uintp(keys.data.ptr + 8 * nnz * i) for i in range(between)]
 
     def done(name):
         if mark is not None:
@@ -302,17 +301,16 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     # the last pass writes A.T
     out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
-    src_col, src_e, p_live = indices, _NULL, _NULL
+    first, src, p_live = indices, _NULL, _NULL
     for p in range(passes):
-        last = p == passes - 1
-        dst_col, dst_e = (_NULL, _NULL) if last else pairs[p % 2]
+        dst = _NULL if p == passes - 1 else bufs[p % 2]
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (src_col, src_e, nnz64, p_live, n32, np.int32(p * bits), np.int32(bits),
+                          (first, src, nnz64, p_live, n32, np.int32(p * bits), np.int32(bits),
                            np.uintp(p_ws + 4 * (hist_off + 256 * p)), np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
-                           np.uintp(p_ws + 4 * (ticket_off + p)), dst_col, dst_e, rows_of, A.data, out_idx, out_val))
+                           np.uintp(p_ws + 4 * (ticket_off + p)), dst, rows_of, A.data, out_idx, out_val))
         done(f"pass{p}")
-        # later passes read the valid keys only: A.T's indptr[n] of them
-        src_col, src_e, p_live = dst_col, dst_e, np.uintp(p_ws + 4 * n)
+        # later passes read the keys of the valid entries only: A.T's indptr[n] of them
+        first, src, p_live = _NULL, dst, np.uintp(p_ws + 4 * n)
     if check and int(ws[ctrl_off].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
