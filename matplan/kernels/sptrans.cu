@@ -434,7 +434,7 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define RDX_BINS 256
 #define RDX_MAX_PASSES 4
 #ifndef RDX_ITEMS
-#define RDX_ITEMS 16                        // keys a thread: tiles of RDX_TILE keys (sptrans.RADIX_TILE)
+#define RDX_ITEMS 8                         // keys a thread: tiles of RDX_TILE keys (sptrans.RADIX_TILE)
 #endif
 #define RDX_TILE (SPT_BLOCK * RDX_ITEMS)
 #ifndef RDX_LOOKBACK
@@ -450,18 +450,12 @@ __device__ __forceinline__ int row_of(const int* __restrict__ a_indptr, int lo, 
     return lo;
 }
 
-// rank: null for the radix method (no ranks). Radix extras (hist null: none): hist[p * RDX_BINS + d]
-// (+)= valid entries whose pass-p digit ((col >> p * bits) & (2^bits - 1)) is d, for p < passes;
-// rows_of[e] = the row of A that holds entry e (a_indptr: A's indptr, m rows).
+// rank: null for the radix method (no ranks).
 extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
-spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl,
-          const int* __restrict__ a_indptr, int m, int* __restrict__ rows_of, int* hist, int passes, int bits) {
+spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
     __shared__ int s_col[SEG_CNT_HASH];
     __shared__ int s_cnt[SEG_CNT_HASH];
-    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) { s_col[i] = -1; s_cnt[i] = 0; }
-    if (hist)
-        for (int i = threadIdx.x; i < RDX_MAX_PASSES * RDX_BINS; i += SEG_CNT_BLOCK) s_hist[i] = 0;
     __syncthreads();
     const long long e0 = (long long)blockIdx.x * SEG_CNT_CHUNK + threadIdx.x;
     int slot[SEG_CNT_ITEMS], loc[SEG_CNT_ITEMS];   // slot -2: no entry, -1: counted by a global atomic
@@ -503,29 +497,6 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
             rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
         }
     }
-    if (!hist) return;
-    // the row of entry e is the last row starting at or before e (empty rows skipped): threads 0
-    // and 1 find the rows of the chunk's first and last entries, every entry searches between them
-    __shared__ int s_rows[2];
-    if (threadIdx.x < 2) {
-        const long long e = threadIdx.x == 0 ? (long long)blockIdx.x * SEG_CNT_CHUNK
-                                             : min((long long)(blockIdx.x + 1) * SEG_CNT_CHUNK, nnz) - 1;
-        s_rows[threadIdx.x] = row_of(a_indptr, 0, m - 1, e);
-    }
-    __syncthreads();
-    const int mask = (1 << bits) - 1;
-#pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
-        const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
-        if (e >= nnz) continue;
-        rows_of[e] = row_of(a_indptr, s_rows[0], s_rows[1], e);
-        if (slot[k] == -2) continue;   // an index outside [0, n): not sorted
-        const int col = indices[e];
-        for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + ((col >> (p * bits)) & mask)], 1);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < passes * RDX_BINS; i += SEG_CNT_BLOCK)
-        if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
 }
 
 __device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
@@ -534,12 +505,17 @@ __device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
 
 // ws[0..n] (ws[0] == 0, ws[1 + j] = count of column j) -> inclusive prefix sums in place. status:
 // one zeroed word a tile (flag << 32 | value; flag 1: the tile's sum, 2: inclusive prefix).
+// hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
+// digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, int short_max, int warp_max,
-         int cap) {
+         int cap, int* hist, int passes, int bits) {
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile, s_prefix, s_base[3];
+    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
+    if (hist)
+        for (int i = threadIdx.x; i < RDX_MAX_PASSES * RDX_BINS; i += SPT_BLOCK) s_hist[i] = 0;
     __syncthreads();
     const int t = s_tile;
     const long long len = (long long)n + 1;
@@ -551,6 +527,10 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
         const long long i = i0 + k;
         v[k] = i < len ? ws[i] : 0;
         sum += v[k];
+        if (hist && i >= 1 && i < len && v[k]) {   // radix: column i - 1's entries to its digits
+            const int mask = (1 << bits) - 1;
+            for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + (((int)(i - 1) >> (p * bits)) & mask)], v[k]);
+        }
         if (i >= 1 && i < len) {
             if (v[k] > warp_max && v[k] > cap) ++huge;
             else if (v[k] > warp_max) bins += 1 << 16;
@@ -585,6 +565,9 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
         s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
         s_base[2] = huge_total ? atomicAdd(ctrl + SEG_N_HUGE, huge_total) : 0;
     }
+    if (hist)
+        for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK)
+            if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
     __syncthreads();
     int run = s_prefix + excl;
     int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16), hg = s_base[2] + huge_excl;
@@ -861,33 +844,55 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 // prefix), 32 bits, so nnz < 2^30 (the host checks).
 template <typename T>
 __global__ void __launch_bounds__(SPT_BLOCK)
-spt_radix_pass(const int* __restrict__ first_col, const int2* __restrict__ in_keys, long long nnz,
-               const int* __restrict__ n_live, int n, int shift, int bits, const int* __restrict__ hist,
-               unsigned* status, int* ticket, int2* __restrict__ out_keys, const int* __restrict__ rows_of,
-               const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val) {
+spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ first_col,
+               const T* __restrict__ first_val, const int2* __restrict__ in_keys, const T* __restrict__ in_vals,
+               long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
+               const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
+               T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val) {
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
-    __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes)
+    __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
+    __shared__ T s_vals[RDX_TILE];                     // first pass: the rows of the tile's entries
     __shared__ int s_warp[SPT_BLOCK / 32];
-    __shared__ int s_tile;
+    __shared__ int s_tile, s_rows[2];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int mask = (1 << bits) - 1;
     for (int i = threadIdx.x; i < (SPT_BLOCK / 32) * RDX_BINS; i += SPT_BLOCK) (&s_wcnt[0][0])[i] = 0;
     if (threadIdx.x == 0) s_tile = atomicAdd(ticket, 1);   // tiles in start order: no deadlock
     __syncthreads();
     const int tile = s_tile;
+    const long long t0 = (long long)tile * RDX_TILE;
+    int* s_row = reinterpret_cast<int*>(s_keys);       // first pass: row of entry t0 + q at q
+    if (first_col) {   // A's rows of the tile's entries: a thread a row, between the first and last
+        if (threadIdx.x < 2) {
+            const long long e = threadIdx.x == 0 ? t0 : min(t0 + RDX_TILE, nnz) - 1;
+            s_rows[threadIdx.x] = e < nnz ? row_of(a_indptr, 0, m - 1, e) : 0;
+        }
+        __syncthreads();
+        for (int r = s_rows[0] + threadIdx.x; r <= s_rows[1]; r += SPT_BLOCK) {
+            const long long lo = max((long long)a_indptr[r], t0), hi = min((long long)a_indptr[r + 1], t0 + RDX_TILE);
+            for (long long q = lo; q < hi; ++q) s_row[q - t0] = r;
+        }
+        __syncthreads();
+    }
     // keys of later passes: the valid entries only (first pass: all nnz, invalid columns skipped)
     const long long live = n_live ? (long long)*n_live : nnz;
-    const long long i0 = (long long)tile * RDX_TILE + w * (32 * RDX_ITEMS) + lane;
-    int col[RDX_ITEMS], e[RDX_ITEMS], rk[RDX_ITEMS];
+    const long long i0 = t0 + w * (32 * RDX_ITEMS) + lane;
+    int col[RDX_ITEMS], row[RDX_ITEMS], rk[RDX_ITEMS];
+    T val[RDX_ITEMS];
 #pragma unroll
     for (int k = 0; k < RDX_ITEMS; ++k) {
         const long long i = i0 + k * 32;
         col[k] = -1;
-        e[k] = 0;
+        row[k] = 0;
+        val[k] = T(0);
         if (i < live) {
-            const int2 key = first_col ? make_int2(first_col[i], (int)i) : in_keys[i];
-            if (key.x >= 0 && key.x < n) { col[k] = key.x; e[k] = key.y; }
+            const int2 key = first_col ? make_int2(first_col[i], s_row[i - t0]) : in_keys[i];
+            if (key.x >= 0 && key.x < n) {
+                col[k] = key.x;
+                row[k] = key.y;
+                val[k] = first_col ? first_val[i] : in_vals[i];
+            }
         }
     }
 #pragma unroll
@@ -942,7 +947,9 @@ spt_radix_pass(const int* __restrict__ first_col, const int2* __restrict__ in_ke
     for (int k = 0; k < RDX_ITEMS; ++k) {
         if (col[k] < 0) continue;
         const int dk = (col[k] >> shift) & mask;
-        s_keys[s_tstart[dk] + s_wcnt[w][dk] + rk[k]] = make_int2(col[k], e[k]);
+        const int slot = s_tstart[dk] + s_wcnt[w][dk] + rk[k];
+        s_keys[slot] = make_int2(col[k], row[k]);
+        s_vals[slot] = val[k];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < tile_keys; i += SPT_BLOCK) {   // consecutive slots of a digit: coalesced
@@ -950,16 +957,17 @@ spt_radix_pass(const int* __restrict__ first_col, const int2* __restrict__ in_ke
         const long long pos = (long long)s_base[(key.x >> shift) & mask] + i;
         if (out_keys) {
             out_keys[pos] = key;
+            out_vals[pos] = s_vals[i];
         } else {
-            out_idx[pos] = rows_of[key.y];
-            out_val[pos] = data[key.y];
+            out_idx[pos] = key.y;
+            out_val[pos] = s_vals[i];
         }
     }
 }
 
-template __global__ void spt_radix_pass<float>(const int*, const int2*, long long, const int*, int, int, int,
-                                               const int*, unsigned*, int*, int2*, const int*, const float*,
-                                               int*, float*);
-template __global__ void spt_radix_pass<double>(const int*, const int2*, long long, const int*, int, int, int,
-                                                const int*, unsigned*, int*, int2*, const int*, const double*,
-                                                int*, double*);
+template __global__ void spt_radix_pass<float>(const int*, int, const int*, const float*, const int2*,
+                                               const float*, long long, const int*, int, int, int, const int*,
+                                               unsigned*, int*, int2*, float*, int*, float*);
+template __global__ void spt_radix_pass<double>(const int*, int, const int*, const double*, const int2*,
+                                                const double*, long long, const int*, int, int, int, const int*,
+                                                unsigned*, int*, int2*, double*, int*, double*);

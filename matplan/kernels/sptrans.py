@@ -70,7 +70,7 @@ METHODS = ("segsort", "merge", "radix")
 #: and the nnz bound of its 32-bit look-back words (count << 2 | flag)
 RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
-RADIX_TILE = BLOCK * 16
+RADIX_TILE = BLOCK * 8
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -224,12 +224,10 @@ def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl,
-                                                               indptr_a, np.int32(m), _NULL, _NULL, np.int32(0),
-                                                               np.int32(0)))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
     done("count")
     ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
-                                 np.int32(warp_max), np.int32(cap)))
+                                 np.int32(warp_max), np.int32(cap), _NULL, np.int32(0), np.int32(0)))
     done("scan")
     ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
                                                            p_second, n32, keys))
@@ -282,35 +280,34 @@ def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
     p_ws = ws.data.ptr
     p_ctrl, p_status, p_hist = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, hist_off))
     n32, nnz64 = np.int32(n), np.int64(nnz)
-    # the keys' ping-pong buffers (int2: column, position e in A), then rows_of: one allocation
-    between = min(2, passes - 1)
-    keys = cp.empty((2 * between + 1) * nnz, dtype=cp.int32)
-    rows_of = keys[2 * between * nnz:]
-    bufs = [np.uintp(keys.data.ptr + 8 * nnz * i) for i in range(between)]
 
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,),
-             (indices, nnz64, n32, ws, _NULL, p_ctrl, indptr_a, np.int32(m), rows_of, p_hist,
-              np.int32(passes), np.int32(bits)))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, _NULL, p_ctrl))
     done("count")
     never = np.int32(INT32_MAX)   # no column is binned (the segsort's lists are not used)
-    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, _NULL, _NULL, never, never, never))
+    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, _NULL, _NULL, never, never, never, p_hist,
+                                      np.int32(passes), np.int32(bits)))
     done("scan")
-    # the last pass writes A.T
-    out_idx = cp.empty(nnz, dtype=cp.int32)
+    # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
+    between, item = min(2, passes - 1), A.dtype.itemsize
+    buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
+    bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
+            for i in range(between)]   # the keys first: every buffer aligned to its element
+    out_idx = cp.empty(nnz, dtype=cp.int32)   # the last pass writes A.T
     out_val = cp.empty(nnz, dtype=A.dtype)
-    first, src, p_live = indices, _NULL, _NULL
+    first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
     for p in range(passes):
-        dst = _NULL if p == passes - 1 else bufs[p % 2]
+        dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (first, src, nnz64, p_live, n32, np.int32(p * bits), np.int32(bits),
-                           np.uintp(p_ws + 4 * (hist_off + 256 * p)), np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
-                           np.uintp(p_ws + 4 * (ticket_off + p)), dst, rows_of, A.data, out_idx, out_val))
+                          (indptr_a, np.int32(m), *first, *src, nnz64, p_live, n32, np.int32(p * bits),
+                           np.int32(bits), np.uintp(p_ws + 4 * (hist_off + 256 * p)),
+                           np.uintp(p_ws + 4 * (look_off + p * tiles * 256)), np.uintp(p_ws + 4 * (ticket_off + p)),
+                           *dst, out_idx, out_val))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only: A.T's indptr[n] of them
-        first, src, p_live = _NULL, dst, np.uintp(p_ws + 4 * n)
+        first, src, p_live = (_NULL, _NULL), dst, np.uintp(p_ws + 4 * n)
     if check and int(ws[ctrl_off].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
