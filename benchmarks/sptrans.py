@@ -1,5 +1,6 @@
 """SpTRANS on the GPU: sptrans.transpose (segsort, the default) vs CuPy's A.T.tocsr() (cuSPARSE
-csr2csc), the segmented merge (sptrans.transpose(method="merge")) and the sort-based transpose
+csr2csc), the segmented merge (sptrans.transpose(method="merge")), the radix and segsort methods
+alone (the default, "auto", picks one of them on the GPU) and the sort-based transpose
 (spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's.
 
 Matrices: the corpus families at >= 1M nonzeros (the 'spgemm' size set, R-MAT scales 17-18) and
@@ -64,6 +65,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
                     ("merge_ms", lambda: sptrans.transpose(A, method="merge")),
                     ("radix_ms", lambda: sptrans.transpose(A, method="radix")),
+                    ("segsort_ms", lambda: sptrans.transpose(A, method="segsort")),
                     ("sort_ms", lambda: transpose_sort(A))):
         try:
             row[key] = timed(cp, fn, reps, warmup=3)[0]
@@ -79,8 +81,9 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
             row["vendor_frac_of_copy_bw"] = nbytes / (row["vendor_ms"] * 1e-3) / copy_bw
         if row["sort_ms"]:
             row["speedup_vs_sort"] = row["sort_ms"] / row["ms"]
-        if row["radix_ms"] and row["vendor_ms"]:
-            row["radix_speedup"] = row["vendor_ms"] / row["radix_ms"]
+        for meth in ("radix", "segsort"):
+            if row[f"{meth}_ms"] and row["vendor_ms"]:
+                row[f"{meth}_speedup"] = row["vendor_ms"] / row[f"{meth}_ms"]
         if row["merge_ms"]:
             row["speedup_vs_merge"] = row["merge_ms"] / row["ms"]
             if row["vendor_ms"]:
@@ -121,7 +124,7 @@ def main(argv=None):
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
           flush=True)
     print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
-          f"{'mrg ms':>7} {'rdx ms':>7} {'x rdx':>6} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
+          f"{'mrg ms':>7} {'rdx ms':>7} {'x rdx':>6} {'seg ms':>7} {'x seg':>6} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
     t0 = time.time()
     rows = []
     for name, load in matrices():
@@ -132,7 +135,8 @@ def main(argv=None):
             f = lambda v: float("nan") if v is None else v  # noqa: E731
             print(f"{name:<24} {r['dtype']:<7} {r['nnz']:>9,} {r['max_col_nnz']:>7,} {f(r['ms']):7.3f} "
                   f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['merge_ms']):7.3f} {f(r['radix_ms']):7.3f} "
-                  f"{f(r.get('radix_speedup')):6.2f} {f(r['sort_ms']):7.3f} "
+                  f"{f(r.get('radix_speedup')):6.2f} {f(r['segsort_ms']):7.3f} {f(r.get('segsort_speedup')):6.2f} "
+                  f"{f(r['sort_ms']):7.3f} "
                   f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {r.get('correct')}"
                   + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}")
                   + ("" if r.get("merge_correct") else f"  merge: {r.get('merge_status', 'WRONG')}")
@@ -151,9 +155,12 @@ def main(argv=None):
                                                                     if r.get("merge_speedup")]),
                            radix_geomean_speedup_vs_vendor=geomean([r["radix_speedup"] for r in rs
                                                                     if r.get("radix_speedup") and r.get("radix_correct")]),
+                           segsort_geomean_speedup_vs_vendor=geomean([r["segsort_speedup"] for r in rs
+                                                                      if r.get("segsort_speedup") and r.get("segsort_correct")]),
                            geomean_frac_of_copy_bw=geomean([r["frac_of_copy_bw"] for r in rs]),
                            matrices=len(rs))
-    summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") and r.get("radix_correct") for r in rows)
+    summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") and r.get("radix_correct")
+                                 and r.get("segsort_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
     today = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()

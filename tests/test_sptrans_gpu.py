@@ -28,7 +28,7 @@ def _dev(cp, M, dtype=np.float64):
                           shape=M.shape)
 
 
-def _check(cp, st, A, dtype=np.float64, method="segsort", bins=None):
+def _check(cp, st, A, dtype=np.float64, method="auto", bins=None):
     A = sp.csr_matrix(A)
     Ad = _dev(cp, A, dtype)
     if bins is None:
@@ -54,7 +54,7 @@ BIN_LENGTHS = [0, 1, 2, 3, 7, 16, 31, 32, 33, 34, 100, 255, 256, 257, 511, 512, 
                4096, 4097, 5000, 9000, 20000]
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,density", [((1000, 800), 0.01), ((3000, 50), 0.2), ((50, 3000), 0.2),
                                            ((20000, 20000), 0.0005), ((1, 5000), 0.5), ((5000, 1), 0.5)])
@@ -115,7 +115,7 @@ def _hot_messy(rng, m, n):
     return B
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 def test_long_columns_many_tiles(cp, st, rng, method):
     """Dense columns of 40k rows span ~20 tiles of 2048: several cross_merge rounds."""
     m, n = 40000, 300
@@ -140,13 +140,13 @@ def test_matches_cupy_transpose_large(cp, st, rng):
     _same_as_scipy(A, T.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 def test_messy(cp, st, rng, method):
     for m, n in ((300, 200), (5, 3000), (1, 700), (4000, 3), (20000, 2)):
         _check(cp, st, messy_csr(rng, m, n), method=method)
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 def test_empty_rows_cols_and_degenerate(cp, st, rng, method):
     import cupyx.scipy.sparse as csp
     for shape in ((0, 0), (0, 5), (5, 0), (4, 6)):
@@ -184,7 +184,7 @@ def test_errors(cp, st, rng):
     bad = A.copy()
     bad.indices[0] = 30
     bad.indices[3] = -1
-    for method in ("segsort", "merge", "radix"):
+    for method in st.METHODS:
         with pytest.raises(ValueError, match="A.indices"):
             st.transpose(bad, check=True, method=method)
         st.transpose(bad, method=method)   # unchecked: no fault, result unspecified
@@ -193,7 +193,7 @@ def test_errors(cp, st, rng):
     _same_as_scipy(A.get(), T.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 def test_no_host_sync_in_launch_path(cp, st, rng, method):
     """transpose only enqueues work: it returns while a long kernel queued ahead still runs (the
     result is wrapped by cupyx's _from_parts, which does not read the arrays back)."""
@@ -216,7 +216,7 @@ def test_phase_by_phase_launches_agree(cp, st, rng):
     A = _dev(cp, random_csr(rng, 30000, 20000, 0.002) + sp.csr_matrix(
         (np.ones(30000), (np.arange(30000), np.full(30000, 5))), shape=(30000, 20000)))
     names, merge_names = [], []
-    T1 = st._transpose(A, False, names.append)
+    T1 = st._transpose(A, False, names.append, "segsort")
     T2 = st.transpose(A)
     T3 = st._transpose(A, False, merge_names.append, "merge")
     T4 = st.transpose(A, method="merge")
@@ -228,7 +228,7 @@ def test_phase_by_phase_launches_agree(cp, st, rng):
     _same_as_scipy(A.get(), T1.get())
 
 
-@pytest.mark.parametrize("method", ["segsort", "merge", "radix"])
+@pytest.mark.parametrize("method", ["auto", "segsort", "merge", "radix"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
     """~1.8M nonzeros: more tiles than resident blocks (grid-stride loops in every phase) and a
@@ -257,3 +257,16 @@ def test_radix_four_passes(cp, st, rng):
     A = sp.csr_matrix((rng.random(4000) + 0.5, (rng.integers(0, 50, 4000), rng.integers(0, n, 4000))),
                       shape=(50, n))
     _check(cp, st, A, method="radix")
+
+
+@pytest.mark.parametrize("long_share", [0.0, 0.2, 0.3, 1.0])
+def test_auto_either_side_of_the_switch(cp, st, rng, long_share):
+    """method='auto' takes the radix passes when at least a quarter of the entries sit in columns
+    longer than short_max (32), else the segsort: both sides give SciPy's transpose, and the one
+    launched-but-skipped kernel set leaves no trace (poisoned pool)."""
+    m, n_short = 4000, 2000
+    short = _col_lengths(rng, m, rng.integers(1, 20, n_short))
+    n_long = int(round(long_share * short.nnz / max(1e-9, 1 - long_share) / 200)) if long_share < 1 else 40
+    long = _col_lengths(rng, m, [200] * n_long) if n_long else sp.csr_matrix((m, 0))
+    A = sp.hstack([short if long_share < 1 else sp.csr_matrix((m, 0)), long]).tocsr()
+    _check(cp, st, A, method="auto")

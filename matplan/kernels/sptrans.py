@@ -5,7 +5,15 @@ A.T (n x m) with no host synchronisation (the result is assembled with cupyx's `
 which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
 for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 
-``method="segsort"`` (default): six plain launches after one zeroed workspace.
+``method="auto"`` (default): the segsort's and the radix method's launches both, after one shared
+count and scan; spt_scan counts the entries in columns longer than 32 (the segsort's short_max),
+and on the GPU the radix passes run when they are at least a quarter of nnz and the segsort's
+kernels return at once otherwise (no host synchronisation; 2-3 extra launches of host time). The
+segsort's cost grows with long columns (bitonic sorts, merge rounds), the radix method's does not:
+H100 2026-11-23 (a2926ac), GPU time queued, float64: Poisson 105 us segsort / 156 us radix,
+world_highways 112 / 178, rmat-scale17 404 / 192, wordnet 736 / 128, gene_go 529 / 141.
+
+``method="segsort"``: six plain launches after one zeroed workspace.
 ``spt_count`` per-column counts and each nonzero's rank in its column, aggregated per 2048-entry
 chunk in a shared-memory hash table (one global atomic per distinct column of a chunk: hot columns
 of R-MAT/wordnet/gene_go no longer serialise an atomic per entry on one word); ``spt_scan`` a
@@ -30,6 +38,16 @@ per-entry atomics on hot columns took up to 150 us. It is kept because its cost 
 the longest row of A.T: the segsort fallback merges a row of more than ``cap`` keys by one block
 (L log(L / cap) work on one SM), so a matrix whose nonzeros sit mostly in a few columns of
 millions of entries transposes faster with ``method="merge"``.
+
+``method="radix"``: a stable LSD counting sort of A's entries by column, so every row of A.T comes
+out in A's order and nothing is sorted per row. ``spt_count`` and ``spt_scan`` as above (no ranks;
+spt_scan also bins the column counts into each pass's digit histogram), then ``spt_radix_pass``
+once per digit (ceil(log2 n / 8) passes of at most 8 bits, least significant first): a block ranks
+a tile of 2048 keys stably by digit (warp by warp, __match_any_sync), finds the digit's count in
+earlier tiles by decoupled look-back (a word per tile and digit), stages the tile in shared memory
+by digit and writes it coalesced. Keys carry (column, row) and the value, so the last pass writes
+A.T with no gather; nnz must be below 2^30 (32-bit look-back words; "auto" falls back to the
+segsort past that).
 
 Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
 deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
@@ -65,7 +83,7 @@ BINS = (32, 512, 4096)
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
-METHODS = ("segsort", "merge", "radix")
+METHODS = ("auto", "segsort", "radix", "merge")
 #: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8), passes at most (RDX_MAX_PASSES),
 #: and the nnz bound of its 32-bit look-back words (count << 2 | flag)
 RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
@@ -127,11 +145,13 @@ def _int32_arrays(A):
     return indptr, indices
 
 
-def transpose(A, *, check: bool = False, method: str = "segsort"):
+def transpose(A, *, check: bool = False, method: str = "auto"):
     """CSR of A.T (cupyx), rows sorted by column; see the module docstring.
 
     check: verify A's column indices lie in [0, n) (waits for the GPU: one host transfer).
-    method: "segsort" (default) or "merge" (the segmented merge; see the module docstring).
+    method: "auto" (default: the segsort, or the radix passes when at least a quarter of the
+        entries sit in columns longer than 32, decided on the GPU), "segsort", "radix" or "merge"
+        (the segmented merge); see the module docstring.
     """
     if method not in METHODS:
         raise ValueError(f"method: {method!r}; expected one of {METHODS}")
@@ -147,7 +167,7 @@ def _check_bins(bins):
     return short_max, warp_max, cap
 
 
-def _transpose(A, check, mark, method="segsort", bins=BINS):
+def _transpose(A, check, mark, method="auto", bins=BINS):
     """transpose(); ``mark`` (profiling only): None, or called with each phase's name after that
     phase is launched (the merge method then runs each phase in a launch of its own). ``bins``
     (segsort; tests force small ones to reach every sort path on small matrices): (short_max,
@@ -168,10 +188,10 @@ def _transpose(A, check, mark, method="segsort", bins=BINS):
     if method == "radix" and nnz >= RADIX_NNZ_LIMIT:
         raise OverflowError(f"A: {nnz:,} nonzeros; method='radix' needs fewer than 2^30 (its look-back "
                             f"words), method='segsort' takes up to 2^31 - 1")
-    if method == "radix":
-        return _radix(cp, ks, ct, A, indptr_a, indices, check, mark)
-    if method == "segsort":
-        return _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins))
+    if method == "auto" and nnz >= RADIX_NNZ_LIMIT:
+        method = "segsort"   # the radix method's look-back words hold counts below 2^30
+    if method != "merge":
+        return _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins), method)
     tiles = (n + nnz + TILE - 1) // TILE
     g_place = max(1, min(ks.place_cap, (nnz + BLOCK - 1) // BLOCK))
     g_sort = max(1, min(ks.sort_cap[ct], tiles))
@@ -199,61 +219,6 @@ def _transpose(A, check, mark, method="segsort", bins=BINS):
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
 
 
-def _segsort(cp, ks, ct, A, indptr_a, indices, check, mark, bins):
-    """The segsort's six launches (module docstring); no host synchronisation unless ``check``."""
-    m, n = A.shape
-    nnz = int(indices.size)
-    short_max, warp_max, cap = bins
-    tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
-    # one zeroed workspace: counts -> A.T's indptr [0, n], control words, scan status (8-byte words),
-    # then the row lists (seg_list, n ints: medium from the front, long from the back; huge_list:
-    # rows of more than cap keys, at most nnz / (cap + 1) of them)
-    ctrl_off = n + 1
-    status_off = (ctrl_off + _CTRL + 1) & ~1
-    list_off = status_off + 2 * tiles
-    huge_off = list_off + n
-    max_huge = min(n, nnz // (cap + 1))
-    ws = cp.zeros(huge_off + max_huge + 1, dtype=cp.int32)
-    p_ws = ws.data.ptr
-    p_ctrl, p_status, p_list, p_huge = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, list_off, huge_off))
-    # keys [0, nnz): the scattered keys; [nnz, 2 nnz): ranks (int32), later the long rows' merge scratch
-    keys = cp.empty(2 * nnz, dtype=cp.uint64)
-    p_second = np.uintp(keys.data.ptr + 8 * nnz)
-    n32, nnz64 = np.int32(n), np.int64(nnz)
-
-    def done(name):
-        if mark is not None:
-            mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
-    done("count")
-    ks.scan((tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
-                                 np.int32(warp_max), np.int32(cap), _NULL, np.int32(0), np.int32(0)))
-    done("scan")
-    ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
-                                                           p_second, n32, keys))
-    done("scatter")
-    out_idx = cp.empty(nnz, dtype=cp.int32)
-    out_val = cp.empty(nnz, dtype=A.dtype)
-    ks.sort_short[ct](((n + SHORT_BLOCK - 1) // SHORT_BLOCK,), (SHORT_BLOCK,),
-                      (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max)))
-    done("sort_short")
-    # at most min(n, nnz / (short_max + 1)) rows of A.T are medium or long: a warp each, grid-stride
-    most = min(n, nnz // (short_max + 1))
-    warps = BIG_BLOCK // 32
-    grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
-    ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val,
-                                            np.int32(cap)))
-    done("sort_big")
-    # merge rounds of the huge rows (their chunks sorted by spt_sort_big): a block each
-    ks.merge_long[ct]((max(1, min(2 * ks.sms, max_huge)),), (MERGE_BLOCK,),
-                      (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))
-    done("merge_long")
-    if check and int(ws[ctrl_off].get()):
-        raise ValueError(f"A.indices: column indices outside [0, {n})")
-    canonical = True if getattr(A, "_has_canonical_format", None) is True else None
-    return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
-
-
 def radix_passes(n: int) -> tuple:
     """(passes, digit bits) of the radix method for n columns: as few passes of at most RADIX_BITS
     bits as cover column n - 1, the bits spread evenly over them."""
@@ -262,52 +227,89 @@ def radix_passes(n: int) -> tuple:
     return passes, -(-bits // passes)
 
 
-def _radix(cp, ks, ct, A, indptr_a, indices, check, mark):
-    """The radix method's 2 + passes launches (module docstring); no host synchronisation unless ``check``."""
+def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
+    """The segsort's and/or the radix method's launches (module docstring): count and scan, then
+    the segsort's four kernels and/or the radix passes, each set returning at once on the GPU when
+    the other is chosen ("auto"); no host synchronisation unless ``check``."""
     m, n = A.shape
     nnz = int(indices.size)
+    seg, rdx = method in ("segsort", "auto"), method in ("radix", "auto")
+    short_max, warp_max, cap = bins
+    radix_from = np.int32({"segsort": INT32_MAX, "radix": 0, "auto": max(1, -(-nnz // 4))}[method])
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
+    max_huge = min(n, nnz // (cap + 1))
     # one zeroed workspace (int32 words): counts -> A.T's indptr [0, n], control words, the scan's
-    # status (8-byte words), the digit histograms, a tile ticket and tiles x 256 look-back words a pass
+    # status (8-byte words); segsort: the column lists (seg_list, n ints: medium from the front,
+    # long from the back; huge_list: columns of more than cap keys, at most nnz / (cap + 1));
+    # radix: the digit histograms, a tile ticket and tiles x 256 look-back words a pass
     ctrl_off = n + 1
     status_off = (ctrl_off + _CTRL + 1) & ~1
-    hist_off = status_off + 2 * scan_tiles
-    ticket_off = hist_off + passes * 256
-    look_off = ticket_off + passes
-    ws = cp.zeros(look_off + passes * tiles * 256, dtype=cp.int32)
+    list_off = status_off + 2 * scan_tiles
+    huge_off = list_off + (n if seg else 0)
+    hist_off = huge_off + (max_huge + 1 if seg else 0)
+    ticket_off = hist_off + (passes * 256 if rdx else 0)
+    look_off = ticket_off + (passes if rdx else 0)
+    ws = cp.zeros(look_off + (passes * tiles * 256 if rdx else 0), dtype=cp.int32)
     p_ws = ws.data.ptr
-    p_ctrl, p_status, p_hist = (np.uintp(p_ws + 4 * o) for o in (ctrl_off, status_off, hist_off))
+    p_ctrl, p_status, p_list, p_huge, p_hist = (np.uintp(p_ws + 4 * o) for o in
+                                                (ctrl_off, status_off, list_off, huge_off, hist_off))
+    if not seg:
+        p_list = p_huge = _NULL
+        short_max = warp_max = cap = INT32_MAX   # no column is binned
+    if not rdx:
+        p_hist = _NULL
     n32, nnz64 = np.int32(n), np.int64(nnz)
+    # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge columns' scratch
+    keys = cp.empty(2 * nnz, dtype=cp.uint64) if seg else None
+    p_second = np.uintp(keys.data.ptr + 8 * nnz) if seg else _NULL
 
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, _NULL, p_ctrl))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
     done("count")
-    never = np.int32(INT32_MAX)   # no column is binned (the segsort's lists are not used)
-    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, _NULL, _NULL, never, never, never, p_hist,
-                                      np.int32(passes), np.int32(bits)))
+    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
+                                      np.int32(warp_max), np.int32(cap), p_hist, np.int32(passes), np.int32(bits)))
     done("scan")
-    # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
-    between, item = min(2, passes - 1), A.dtype.itemsize
-    buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
-    bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
-            for i in range(between)]   # the keys first: every buffer aligned to its element
-    out_idx = cp.empty(nnz, dtype=cp.int32)   # the last pass writes A.T
+    out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
-    first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
-    for p in range(passes):
-        dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
-        ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (indptr_a, np.int32(m), *first, *src, nnz64, p_live, n32, np.int32(p * bits),
-                           np.int32(bits), np.uintp(p_ws + 4 * (hist_off + 256 * p)),
-                           np.uintp(p_ws + 4 * (look_off + p * tiles * 256)), np.uintp(p_ws + 4 * (ticket_off + p)),
-                           *dst, out_idx, out_val))
-        done(f"pass{p}")
-        # later passes read the keys of the valid entries only: A.T's indptr[n] of them
-        first, src, p_live = (_NULL, _NULL), dst, np.uintp(p_ws + 4 * n)
+    if seg:
+        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
+                                                               p_second, n32, keys, p_ctrl, radix_from))
+        done("scatter")
+        ks.sort_short[ct](((n + SHORT_BLOCK - 1) // SHORT_BLOCK,), (SHORT_BLOCK,),
+                          (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max), p_ctrl, radix_from))
+        done("sort_short")
+        # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
+        most = min(n, nnz // (short_max + 1))
+        warps = BIG_BLOCK // 32
+        grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
+        ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val,
+                                                np.int32(cap), radix_from))
+        done("sort_big")
+        # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
+        ks.merge_long[ct]((max(1, min(2 * ks.sms, max_huge)),), (MERGE_BLOCK,),
+                          (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap), radix_from))
+        done("merge_long")
+    if rdx:
+        # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
+        between, item = min(2, passes - 1), A.dtype.itemsize
+        buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
+        bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
+                for i in range(between)]   # the keys first: every buffer aligned to its element
+        first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
+        for p in range(passes):   # the last pass writes A.T
+            dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
+            ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
+                              (indptr_a, np.int32(m), *first, *src, nnz64, p_live, n32, np.int32(p * bits),
+                               np.int32(bits), np.uintp(p_ws + 4 * (hist_off + 256 * p)),
+                               np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
+                               np.uintp(p_ws + 4 * (ticket_off + p)), *dst, out_idx, out_val, p_ctrl, radix_from))
+            done(f"pass{p}")
+            # later passes read the keys of the valid entries only: A.T's indptr[n] of them
+            first, src, p_live = (_NULL, _NULL), dst, np.uintp(p_ws + 4 * n)
     if check and int(ws[ctrl_off].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
