@@ -259,14 +259,12 @@ def test_radix_four_passes(cp, st, rng):
     _check(cp, st, A, method="radix")
 
 
-@pytest.mark.parametrize("long_share", [0.0, 0.2, 0.3, 1.0])
-def test_auto_either_side_of_the_switch(cp, st, rng, long_share):
-    """method='auto' takes the radix passes when at least a quarter of the entries sit in columns
-    longer than short_max (32), else the segsort: both sides give SciPy's transpose, and the one
-    launched-but-skipped kernel set leaves no trace (poisoned pool)."""
-    m, n_short = 4000, 2000
-    short = _col_lengths(rng, m, rng.integers(1, 20, n_short))
-    n_long = int(round(long_share * short.nnz / max(1e-9, 1 - long_share) / 200)) if long_share < 1 else 40
-    long = _col_lengths(rng, m, [200] * n_long) if n_long else sp.csr_matrix((m, 0))
-    A = sp.hstack([short if long_share < 1 else sp.csr_matrix((m, 0)), long]).tocsr()
+@pytest.mark.parametrize("shape,nnz_per_col,expect", [((3000, 70000), 2, "segsort"), ((3000, 70000), 20, "radix"),
+                                                     ((3000, 60000), 2, "radix")])
+def test_auto_on_either_side(cp, st, rng, shape, nnz_per_col, expect):
+    """method='auto' picks by the shape (more than two radix passes and short mean columns: the
+    segsort) and gives SciPy's transpose on both sides."""
+    m, n = shape
+    A = random_csr(rng, m, n, nnz_per_col / m)
+    assert st.auto_method(n, A.nnz) == expect
     _check(cp, st, A, method="auto")

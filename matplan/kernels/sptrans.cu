@@ -429,11 +429,6 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_N_MED 2
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
-#define SEG_BIG 5      // entries in columns longer than short_max: the method="auto" choice
-// The radix passes run, and the segsort's kernels after spt_scan return at once, when at least
-// radix_from entries sit in columns longer than short_max (the host passes 0 for method="radix",
-// INT_MAX for method="segsort", nnz / 4 for "auto"; both kernel sets are then launched).
-#define RADIX_CHOSEN(ctrl, radix_from) (((const volatile int*)(ctrl))[SEG_BIG] >= (radix_from))
 #define SEG_MERGE_BLOCK 512
 // radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
 #define RDX_BINS 256
@@ -526,7 +521,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
     const long long len = (long long)n + 1;
     const long long i0 = (long long)t * SEG_SCAN_TILE + (long long)threadIdx.x * SPT_ITEMS;
     int v[SPT_ITEMS];
-    int sum = 0, bins = 0, huge = 0, big = 0;     // bins: medium count | long count << 16
+    int sum = 0, bins = 0, huge = 0;              // bins: medium count | long count << 16
 #pragma unroll
     for (int k = 0; k < SPT_ITEMS; ++k) {
         const long long i = i0 + k;
@@ -540,7 +535,6 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
             if (v[k] > warp_max && v[k] > cap) ++huge;
             else if (v[k] > warp_max) bins += 1 << 16;
             else if (v[k] > short_max) bins += 1;
-            if (v[k] > short_max) big += v[k];
         }
     }
     int total;
@@ -563,12 +557,10 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
         }
         s_prefix = prefix;
     }
-    int bin_total, huge_total, big_total;
+    int bin_total, huge_total;
     const int bin_excl = block_exclusive_scan(bins, s_warp, &bin_total);
     const int huge_excl = block_exclusive_scan(huge, s_warp, &huge_total);
-    block_exclusive_scan(big, s_warp, &big_total);
     if (threadIdx.x == 0) {
-        if (big_total) atomicAdd(ctrl + SEG_BIG, big_total);
         s_base[0] = (bin_total & 0xffff) ? atomicAdd(ctrl + SEG_N_MED, bin_total & 0xffff) : 0;
         s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
         s_base[2] = huge_total ? atomicAdd(ctrl + SEG_N_HUGE, huge_total) : 0;
@@ -599,9 +591,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
 // the ITEMS random reads are in flight together instead of one dependent chain per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scatter(const int* __restrict__ a_indptr, const int* __restrict__ indices, int m, long long nnz,
-            const int* __restrict__ t_indptr, const int* __restrict__ rank, int n, u64* keys, const int* ctrl,
-            int radix_from) {
-    if (RADIX_CHOSEN(ctrl, radix_from)) return;
+            const int* __restrict__ t_indptr, const int* __restrict__ rank, int n, u64* keys) {
     const long long total = (long long)m + nnz;
     const long long d = ((long long)blockIdx.x * SPT_BLOCK + threadIdx.x) * SPT_ITEMS;
     if (d >= total) return;
@@ -673,8 +663,7 @@ __device__ __forceinline__ void bitonic(u64* s, int P, int t, int nt) {
 template <typename T>
 __global__ void __launch_bounds__(SEG_SHORT_BLOCK)
 spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __restrict__ data,
-               int* __restrict__ out_idx, T* __restrict__ out_val, int short_max, const int* ctrl, int radix_from) {
-    if (RADIX_CHOSEN(ctrl, radix_from)) return;
+               int* __restrict__ out_idx, T* __restrict__ out_val, int short_max) {
     __shared__ u64 s_buf[SEG_SHORT_BLOCK / 32][SEG_SHORT_STAGE];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long j0 = (long long)blockIdx.x * SEG_SHORT_BLOCK + w * 32;
@@ -748,8 +737,7 @@ template <typename T>
 __global__ void __launch_bounds__(SEG_MERGE_BLOCK)
 spt_merge_long(const int* __restrict__ t_indptr, const int* __restrict__ huge_list, const int* ctrl, u64* keys,
                u64* scratch, const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val,
-               int cap, int radix_from) {
-    if (RADIX_CHOSEN(ctrl, radix_from)) return;
+               int cap) {
     const int n_huge = ctrl[SEG_N_HUGE];
     for (int i = blockIdx.x; i < n_huge; i += gridDim.x) {   // block-uniform
         const int c = huge_list[i];
@@ -762,8 +750,7 @@ template <typename T>
 __global__ void __launch_bounds__(SEG_BIG_BLOCK)
 spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ seg_list,
              const int* __restrict__ huge_list, const int* ctrl, u64* keys, const T* __restrict__ data,
-             int* __restrict__ out_idx, T* __restrict__ out_val, int cap, int radix_from) {
-    if (RADIX_CHOSEN(ctrl, radix_from)) return;
+             int* __restrict__ out_idx, T* __restrict__ out_val, int cap) {
     __shared__ u64 s_buf[SEG_BLOCK_KEYS];
     const int n_med = ctrl[SEG_N_MED], n_long = ctrl[SEG_N_LONG], n_huge = ctrl[SEG_N_HUGE];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -823,17 +810,16 @@ spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ se
     }
 }
 
-template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int, const int*, int);
-template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int, const int*,
-                                                int);
+template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int);
+template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int);
 template __global__ void spt_sort_big<float>(const int*, int, const int*, const int*, const int*, u64*,
-                                             const float*, int*, float*, int, int);
+                                             const float*, int*, float*, int);
 template __global__ void spt_sort_big<double>(const int*, int, const int*, const int*, const int*, u64*,
-                                              const double*, int*, double*, int, int);
+                                              const double*, int*, double*, int);
 template __global__ void spt_merge_long<float>(const int*, const int*, const int*, u64*, u64*, const float*,
-                                               int*, float*, int, int);
+                                               int*, float*, int);
 template __global__ void spt_merge_long<double>(const int*, const int*, const int*, u64*, u64*, const double*,
-                                                int*, double*, int, int);
+                                                int*, double*, int);
 
 // ================================================================================================
 // Radix SpTRANS (sptrans.transpose(method="radix")): a stable LSD counting sort of A's entries by
@@ -862,9 +848,7 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
                const T* __restrict__ first_val, const int2* __restrict__ in_keys, const T* __restrict__ in_vals,
                long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
                const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
-               T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val, const int* ctrl,
-               int radix_from) {
-    if (!RADIX_CHOSEN(ctrl, radix_from)) return;
+               T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val) {
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
     __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
@@ -983,7 +967,7 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
 
 template __global__ void spt_radix_pass<float>(const int*, int, const int*, const float*, const int2*,
                                                const float*, long long, const int*, int, int, int, const int*,
-                                               unsigned*, int*, int2*, float*, int*, float*, const int*, int);
+                                               unsigned*, int*, int2*, float*, int*, float*);
 template __global__ void spt_radix_pass<double>(const int*, int, const int*, const double*, const int2*,
                                                 const double*, long long, const int*, int, int, int, const int*,
-                                                unsigned*, int*, int2*, double*, int*, double*, const int*, int);
+                                                unsigned*, int*, int2*, double*, int*, double*);

@@ -5,13 +5,14 @@ A.T (n x m) with no host synchronisation (the result is assembled with cupyx's `
 which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
 for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 
-``method="auto"`` (default): the segsort's and the radix method's launches both, after one shared
-count and scan; spt_scan counts the entries in columns longer than 32 (the segsort's short_max),
-and on the GPU the radix passes run when they are at least a quarter of nnz and the segsort's
-kernels return at once otherwise (no host synchronisation; 2-3 extra launches of host time). The
-segsort's cost grows with long columns (bitonic sorts, merge rounds), the radix method's does not:
-H100 2026-11-23 (a2926ac), GPU time queued, float64: Poisson 105 us segsort / 156 us radix,
-world_highways 112 / 178, rmat-scale17 404 / 192, wordnet 736 / 128, gene_go 529 / 141.
+``method="auto"`` (default): "radix" when it needs at most two passes (n <= 2^16) or the mean
+column holds at least RADIX_MEAN_COLUMN entries, else "segsort" (:func:`auto_method`; from the shape,
+so no host synchronisation). The segsort's cost grows with long columns (bitonic sorts, merge
+rounds), the radix method's with log2(n) (passes): H100 2026-11-23 (2fb0246), GPU time queued,
+float64: Poisson 105 us segsort / 177 us radix, world_highways 118 / 188, rmat-scale17 ~400 / 217,
+wordnet 740 / 129, gene_go ~530 / 139. Deciding on the GPU instead (both kernel sets launched, the
+unchosen one returning at once) cost more host time than it saved: 0.94x CuPy geomean against
+1.07x for the radix method alone (2fb0246).
 
 ``method="segsort"``: six plain launches after one zeroed workspace.
 ``spt_count`` per-column counts and each nonzero's rank in its column, aggregated per 2048-entry
@@ -89,6 +90,11 @@ METHODS = ("auto", "segsort", "radix", "merge")
 RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
+#: method="auto" takes the radix method past this mean column length (nnz / n) even when it needs
+#: three or four passes: H100 2026-11-23 (2fb0246), radix vs segsort alone x CuPy, float64:
+#: rmat-scale17 (mean 14.8) 1.07 / 0.60, ice40 (22) 1.00 / 0.67; banded (17, no long column) 0.95
+#: / 1.43 is the case this rule gets wrong
+RADIX_MEAN_COLUMN = 14
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -149,9 +155,8 @@ def transpose(A, *, check: bool = False, method: str = "auto"):
     """CSR of A.T (cupyx), rows sorted by column; see the module docstring.
 
     check: verify A's column indices lie in [0, n) (waits for the GPU: one host transfer).
-    method: "auto" (default: the segsort, or the radix passes when at least a quarter of the
-        entries sit in columns longer than 32, decided on the GPU), "segsort", "radix" or "merge"
-        (the segmented merge); see the module docstring.
+    method: "auto" (default: :func:`auto_method` picks "radix" or "segsort" from the shape),
+        "segsort", "radix" or "merge" (the segmented merge); see the module docstring.
     """
     if method not in METHODS:
         raise ValueError(f"method: {method!r}; expected one of {METHODS}")
@@ -188,8 +193,8 @@ def _transpose(A, check, mark, method="auto", bins=BINS):
     if method == "radix" and nnz >= RADIX_NNZ_LIMIT:
         raise OverflowError(f"A: {nnz:,} nonzeros; method='radix' needs fewer than 2^30 (its look-back "
                             f"words), method='segsort' takes up to 2^31 - 1")
-    if method == "auto" and nnz >= RADIX_NNZ_LIMIT:
-        method = "segsort"   # the radix method's look-back words hold counts below 2^30
+    if method == "auto":
+        method = auto_method(n, nnz)
     if method != "merge":
         return _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins), method)
     tiles = (n + nnz + TILE - 1) // TILE
@@ -227,15 +232,23 @@ def radix_passes(n: int) -> tuple:
     return passes, -(-bits // passes)
 
 
+def auto_method(n: int, nnz: int) -> str:
+    """method="auto"'s choice from the shape alone (no host synchronisation): "radix" when its
+    passes are at most two (n <= 2^16) or the mean column is long (nnz / n >= RADIX_MEAN_COLUMN),
+    where the segsort's per-column sorts dominate; else "segsort", whose work on short columns is
+    less than three radix passes. nnz >= 2^30: "segsort" (the radix look-back words' limit)."""
+    if nnz >= RADIX_NNZ_LIMIT:
+        return "segsort"
+    return "radix" if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
+
+
 def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
-    """The segsort's and/or the radix method's launches (module docstring): count and scan, then
-    the segsort's four kernels and/or the radix passes, each set returning at once on the GPU when
-    the other is chosen ("auto"); no host synchronisation unless ``check``."""
+    """The segsort's or the radix method's launches (module docstring): count and scan, then the
+    segsort's four kernels or the radix passes; no host synchronisation unless ``check``."""
     m, n = A.shape
     nnz = int(indices.size)
-    seg, rdx = method in ("segsort", "auto"), method in ("radix", "auto")
+    seg, rdx = method == "segsort", method == "radix"
     short_max, warp_max, cap = bins
-    radix_from = np.int32({"segsort": INT32_MAX, "radix": 0, "auto": max(1, -(-nnz // 4))}[method])
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
@@ -277,21 +290,21 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     out_val = cp.empty(nnz, dtype=A.dtype)
     if seg:
         ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
-                                                               p_second, n32, keys, p_ctrl, radix_from))
+                                                               p_second, n32, keys))
         done("scatter")
         ks.sort_short[ct](((n + SHORT_BLOCK - 1) // SHORT_BLOCK,), (SHORT_BLOCK,),
-                          (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max), p_ctrl, radix_from))
+                          (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max)))
         done("sort_short")
         # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
         most = min(n, nnz // (short_max + 1))
         warps = BIG_BLOCK // 32
         grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
         ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val,
-                                                np.int32(cap), radix_from))
+                                                np.int32(cap)))
         done("sort_big")
         # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
         ks.merge_long[ct]((max(1, min(2 * ks.sms, max_huge)),), (MERGE_BLOCK,),
-                          (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap), radix_from))
+                          (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))
         done("merge_long")
     if rdx:
         # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
@@ -306,7 +319,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
                               (indptr_a, np.int32(m), *first, *src, nnz64, p_live, n32, np.int32(p * bits),
                                np.int32(bits), np.uintp(p_ws + 4 * (hist_off + 256 * p)),
                                np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
-                               np.uintp(p_ws + 4 * (ticket_off + p)), *dst, out_idx, out_val, p_ctrl, radix_from))
+                               np.uintp(p_ws + 4 * (ticket_off + p)), *dst, out_idx, out_val))
             done(f"pass{p}")
             # later passes read the keys of the valid entries only: A.T's indptr[n] of them
             first, src, p_live = (_NULL, _NULL), dst, np.uintp(p_ws + 4 * n)
