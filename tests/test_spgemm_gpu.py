@@ -315,3 +315,13 @@ def test_scan_kernels_match_cumsum(cp, hs, rng, n):
     csum = cp.full(n + 1, -7, dtype=cp.int64)
     hs._scan("scan_products", n, (cp.asarray(Aj), np.int64(n), cp.asarray(B.indptr.astype(np.int32)), csum))
     assert np.array_equal(csum.get(), np.concatenate([[0], np.cumsum(np.diff(B.indptr)[Aj])]))
+
+
+def test_output_past_free_memory_raises(cp, hs, rng, monkeypatch):
+    """spgemm(out='device') refuses a C that would not fit the free device memory, naming the
+    alternatives (the check runs for every output once SMALL_OUTPUT_FRACTION is 0)."""
+    A = _dev(cp, random_csr(rng, 200, 200, 0.05))
+    monkeypatch.setattr(hs, "SMALL_OUTPUT_FRACTION", 0.0)
+    monkeypatch.setattr(hs, "_free_device_bytes", lambda: 1000)
+    with pytest.raises(MemoryError, match="bytes of device memory.*spgemm_panels"):
+        hs.spgemm(A, A)

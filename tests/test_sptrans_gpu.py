@@ -67,15 +67,15 @@ def test_segsort_every_bin(cp, st, rng, dtype):
     """Rows of A.T in every length bin: thread (<= 32), warp (<= 512), block (<= 4096), fallback."""
     lengths = BIN_LENGTHS + list(rng.integers(0, 40, 300)) + list(rng.integers(33, 600, 40))
     rng.shuffle(lengths)
-    _check(cp, st, _col_lengths(rng, 30000, lengths), dtype)
+    _check(cp, st, _col_lengths(rng, 30000, lengths), dtype, method="segsort")
 
 
 @pytest.mark.parametrize("bins", [(4, 16, 32), (1, 1, 32), (32, 32, 64), (8, 512, 128)])
 def test_segsort_forced_fallback(cp, st, rng, bins):
     """Bins forced small: most rows of A.T go to the warp, block and chunk + merge-round fallback."""
     lengths = BIN_LENGTHS[:-3] + list(rng.integers(0, 300, 200))
-    _check(cp, st, _col_lengths(rng, 6000, lengths), np.float64, bins=bins)
-    _check(cp, st, messy_csr(rng, 400, 50), np.float32, bins=bins)
+    _check(cp, st, _col_lengths(rng, 6000, lengths), np.float64, method="segsort", bins=bins)
+    _check(cp, st, messy_csr(rng, 400, 50), np.float32, method="segsort", bins=bins)
 
 
 def test_segsort_one_very_long_column(cp, st, rng):
@@ -170,6 +170,7 @@ def test_int64_indices_converted(cp, st, rng, dtype):
     _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64).get())
     _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64, method="merge").get())
     _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64, method="radix").get())
+    _same_as_scipy(as_dtype(A, dtype), st.transpose(Ad64, method="segsort").get())
 
 
 def test_errors(cp, st, rng):

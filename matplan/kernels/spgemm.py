@@ -165,10 +165,11 @@ def table_load(size: int) -> float:
     return SMALL_TABLE_LOAD if size <= SUBWARP_MAX_TABLE else TABLE_LOAD
 
 
-def table_caps(ladder: tuple) -> list:
+@functools.lru_cache(maxsize=None)
+def table_caps(ladder: tuple) -> tuple:
     """Most nonzeros a row may need for each table of ``ladder``: table_load(size) * size, the
     largest table full."""
-    return [int(s * table_load(s)) for s in ladder[:-1]] + [ladder[-1]]
+    return tuple(int(s * table_load(s)) for s in ladder[:-1]) + (ladder[-1],)
 
 
 def table_index(need, ladder: tuple):
@@ -262,7 +263,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(tuple(table_caps(ladder)), cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
+             _device_caps(table_caps(ladder), cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
              np.int32(mode), idx, acc))
     host = acc[:T + 6].get()
     total = int(host[T + 2])
@@ -291,20 +292,32 @@ def _fn(name):
 
 _SMEM_SET: dict = {}
 _STREAMS: dict = {}
+_FUNCTIONS: dict = {}
+
+
+def _compiled(kernel_name: str, device_id: int):
+    """The cuda Function of a kernel for a device, memoised: calling it directly skips RawKernel's
+    wrapper (H100 host: 6.8 instead of 9.2 us a launch, benchmarks/results/sptrans-h100-2026-11-23-aab73bb.log)."""
+    key = (kernel_name, device_id)
+    fn = _FUNCTIONS.get(key)
+    if fn is None:
+        fn = _fn(kernel_name)
+        for attr in ("kernel", "function"):   # a RawKernel wraps the Function
+            inner = getattr(fn, attr, None)
+            if inner is not None and hasattr(inner, "max_dynamic_shared_size_bytes"):
+                fn = inner
+                break
+        fn = _FUNCTIONS[key] = fn
+    return fn
 
 
 def _launch(kernel_name, grid, block, args, smem=0):
-    fn = _fn(kernel_name)
+    dev = cupy_module().cuda.Device().id
+    fn = _compiled(kernel_name, dev)
     if smem > 32 * 1024:  # past the 48 KB default once static shared memory is added: opt in
-        key = (kernel_name, cupy_module().cuda.Device().id)
+        key = (kernel_name, dev)
         if _SMEM_SET.get(key, 0) < smem:
-            target = fn  # a cuda Function, or a RawKernel wrapping one (attribute deprecated there)
-            for attr in ("function", "kernel"):
-                inner = getattr(fn, attr, None)
-                if inner is not None and hasattr(inner, "max_dynamic_shared_size_bytes"):
-                    target = inner
-                    break
-            target.max_dynamic_shared_size_bytes = smem
+            fn.max_dynamic_shared_size_bytes = smem
             _SMEM_SET[key] = smem
     fn(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
 
@@ -334,7 +347,7 @@ class _Fork:
     def __init__(self, counts):
         cp = cupy_module()
         self.main = cp.cuda.get_current_stream()
-        self.solo = sum(1 for c in counts if c) <= 1
+        self.solo = np.count_nonzero(counts) <= 1
         self.start = None if self.solo else self.main.record()
         self.streams = None if self.solo else _streams(len(counts))
         self.used = []
@@ -403,6 +416,15 @@ def _free_device_bytes() -> int:
     return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
 
 
+def _device_total_bytes() -> int:
+    return _total_bytes(cupy_module().cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _total_bytes(device_id: int) -> int:
+    return int(cupy_module().cuda.runtime.memGetInfo()[1])
+
+
 def _global_target_blocks() -> int:
     """Blocks the global path aims to keep resident: GLOBAL_BLOCKS_PER_SM on every SM."""
     return _device_limits(cupy_module().cuda.Device().id)[1] * GLOBAL_BLOCKS_PER_SM
@@ -438,9 +460,16 @@ def _global_blocks(nrows, slab_bytes, what):
     return max(1, min(nrows, _global_target_blocks(), fit))
 
 
+@functools.lru_cache(maxsize=None)
+def sparse_module():
+    """cupyx.scipy.sparse, imported once (an import statement on the launch path costs ~1 us a call)."""
+    csp = sparse_module()
+    return csp
+
+
 def check_csr(name: str, M):
     """Raise naming ``name`` unless M is a cupyx CSR matrix of float32 or float64 (SpGEMM, SpTRANS)."""
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     if not csp.isspmatrix_csr(M):
         raise TypeError(f"{name}: expected a cupyx.scipy.sparse.csr_matrix, got {type(M).__name__}")
     if np.dtype(M.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -451,7 +480,7 @@ def csr_from_parts(data, indices, indptr, shape, *, sorted_rows: bool, canonical
     """A cupyx CSR of these GPU arrays without reading them back: ``_from_parts`` (cupyx >= 14)
     checks only sizes and dtypes; the public constructor, used where that is missing, reads
     indptr's ends from the GPU (a host synchronisation). canonical: True, or None (not known)."""
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     from_parts = getattr(csp.csr_matrix, "_from_parts", None)
     if from_parts is not None:
         return from_parts(data, indices, indptr, shape, has_canonical_format=canonical,
@@ -481,7 +510,7 @@ def int32_operand(name: str, M):
     to int32 here. A matrix past the int32 range (nnz or a dimension above 2^31 - 1) is refused:
     the hash kernels index A, B and C's columns with 32-bit integers.
     """
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     too_big = [f"{what} {v:,}" for what, v in (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
                if v > INT32_MAX]
     if too_big:
@@ -506,8 +535,11 @@ PANEL_ROW_BYTES = 32
 #: (out='host', spgemm_panels): a generator's caller may still hold the previous panel while the
 #: next is built, and the global-memory path takes its slabs from what is left.
 PANEL_MEM_FRACTION = 0.3
-#: Fraction of the free device memory the single output of spgemm(out='device') may take.
+#: Fraction of the free device memory the single output of spgemm(out='device') may take; outputs
+#: below SMALL_OUTPUT_FRACTION of the device's total memory skip the check (CuPy's own
+#: OutOfMemoryError remains if the pool cannot serve them).
 OUTPUT_MEM_FRACTION = 0.9
+SMALL_OUTPUT_FRACTION = 1 / 16
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -702,7 +734,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     of (r1 - r0) x k with int32 indptr starting at 0. Rows grouped by exact nnz, one launch per
     table size on its own stream; rows past every shared table use the global-memory path."""
     cp = cupy_module()
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     t0 = time.perf_counter()
     A, B, k, dtype, ladder = s.A, s.B, s.shape[1], s.dtype, s.num_ladder
     num_slot = KEY_BYTES + dtype.itemsize
@@ -821,15 +853,17 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     if out == "host":
         return _to_host(s, max_panel_nnz, max_panel_bytes, drop_zeros)
     if s.empty:
-        import cupyx.scipy.sparse as csp
+        csp = sparse_module()
         return csp.csr_matrix((m, k), dtype=s.dtype)
-    need, free = int(panel_bytes(s.nnz_c, m + 1, s.dtype.itemsize)), _free_device_bytes()
+    need = int(panel_bytes(s.nnz_c, m + 1, s.dtype.itemsize))
+    # the driver's free memory costs ~5 us a query: asked only when C could come near it
+    free = _free_device_bytes() if need > SMALL_OUTPUT_FRACTION * _device_total_bytes() else None
     alternatives = ("spgemm(A, B, out='host') assembles a SciPy CSR with int64 indptr in host memory; "
                     "spgemm_panels(A, B) yields row panels one at a time")
     if s.nnz_c > INT32_MAX:
         raise OverflowError(f"spgemm: C would have {s.nnz_c:,} nonzeros, more than 2^31 - 1, which a "
                             f"cupyx CSR with int32 indptr cannot hold; {alternatives}")
-    if need > OUTPUT_MEM_FRACTION * free:
+    if free is not None and need > OUTPUT_MEM_FRACTION * free:
         raise MemoryError(f"spgemm: C ({s.nnz_c:,} nonzeros) needs {need:,} bytes of device memory, more "
                           f"than {OUTPUT_MEM_FRACTION:.0%} of the {free:,} bytes free; {alternatives}")
     info.update(panels=1)
@@ -861,7 +895,7 @@ def spgemm_panels(A, B, *, sort: bool = True, smem_limit: int | None = None, dro
 
 
 def _iter_panels(s: _Symbolic, bounds, indptr, drop_zeros):
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     k = s.shape[1]
     for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if s.empty:
@@ -913,7 +947,7 @@ def transpose_sort(A):
     (:func:`matplan.kernels.sptrans.transpose`).
     """
     cp = cupy_module()
-    import cupyx.scipy.sparse as csp
+    csp = sparse_module()
     if not csp.isspmatrix_csr(A):
         raise TypeError(f"A: expected a cupyx.scipy.sparse.csr_matrix, got {type(A).__name__}")
     m, n = A.shape
