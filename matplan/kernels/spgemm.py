@@ -463,7 +463,7 @@ def _global_blocks(nrows, slab_bytes, what):
 @functools.lru_cache(maxsize=None)
 def sparse_module():
     """cupyx.scipy.sparse, imported once (an import statement on the launch path costs ~1 us a call)."""
-    csp = sparse_module()
+    import cupyx.scipy.sparse as csp
     return csp
 
 
