@@ -438,7 +438,7 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #endif
 #define RDX_TILE (SPT_BLOCK * RDX_ITEMS)
 #ifndef RDX_LOOKBACK
-#define RDX_LOOKBACK 16                     // look-back words loaded at once
+#define RDX_LOOKBACK 4                      // look-back words loaded at once
 #endif
 
 // rank: null for the radix method (no ranks).
@@ -852,7 +852,7 @@ __device__ __forceinline__ int warp_row_of(const int* __restrict__ a_indptr, int
 }
 
 #ifndef RDX_MIN_BLOCKS
-#define RDX_MIN_BLOCKS 1                    // __launch_bounds__ minimum blocks an SM (register cap)
+#define RDX_MIN_BLOCKS 4                    // __launch_bounds__ minimum blocks an SM: 64 registers
 #endif
 
 template <typename T>
@@ -933,7 +933,10 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
             st[d] = ((unsigned)cnt << 2) | 2u;
         } else {
             st[(long long)tile * RDX_BINS + d] = ((unsigned)cnt << 2) | 1u;
-            // walk back RDX_LOOKBACK predecessors a step, their words loaded together
+            // walk back RDX_LOOKBACK predecessors a step, their words loaded together. H100 variants
+            // (sptrans-radix-variants-h100-2026-11-23.log, 410a237), GPU time: 80 registers, 16 words
+            // -> 64 registers (4 blocks an SM), 4 words: Poisson 192 -> 150 us, banded 297 -> 240,
+            // dragon 312 -> 258, rmat-scale17 212 -> 187
             for (long long j = tile - 1;;) {
                 unsigned v[RDX_LOOKBACK];
 #pragma unroll
