@@ -8,9 +8,9 @@ for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 ``method="auto"`` (default): "radix" when it needs at most two passes (n <= 2^16) or the mean
 column holds at least RADIX_MEAN_COLUMN entries, else "segsort" (:func:`auto_method`; from the shape,
 so no host synchronisation). The segsort's cost grows with long columns (bitonic sorts, merge
-rounds), the radix method's with log2(n) (passes): H100 2026-11-23 (2fb0246), GPU time queued,
-float64: Poisson 105 us segsort / 177 us radix, world_highways 118 / 188, rmat-scale17 ~400 / 217,
-wordnet 740 / 129, gene_go ~530 / 139. Deciding on the GPU instead (both kernel sets launched, the
+rounds), the radix method's with log2(n) (passes): H100 2026-11-23 (01cfb4f), GPU time queued,
+float64: Poisson 104 us segsort / 149 us radix, world_highways 112 / 172, banded 145 / 237,
+rmat-scale17 401 / 187, wordnet 726 / 124, gene_go 536 / 139. Deciding on the GPU instead (both kernel sets launched, the
 unchosen one returning at once) cost more host time than it saved: 0.94x CuPy geomean against
 1.07x for the radix method alone (2fb0246).
 
@@ -93,9 +93,9 @@ RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
 #: method="auto" takes the radix method past this mean column length (nnz / n) even when it needs
-#: three or four passes: H100 2026-11-23 (2fb0246), radix vs segsort alone x CuPy, float64:
-#: rmat-scale17 (mean 14.8) 1.07 / 0.60, ice40 (22) 1.00 / 0.67; banded (17, no long column) 0.95
-#: / 1.43 is the case this rule gets wrong
+#: three or four passes: H100 2026-11-23 (01cfb4f), radix vs segsort alone x CuPy, float64:
+#: rmat-scale17 (mean 14.8) 1.01 / 0.54, ice40 (22) 1.02 / 0.68; banded (17, no long column) 1.06
+#: / 1.68 is the case this rule gets wrong
 RADIX_MEAN_COLUMN = 14
 INT32_MAX = int(np.iinfo(np.int32).max)
 
