@@ -34,8 +34,20 @@ def _check_canonical(C):
 
 
 def _check(cp, hs, A, B, dtype=np.float64, sort=True, **kw):
-    """C from the GPU == SciPy's float64 product; C's pattern is the symbolic product's."""
+    """C from the GPU == SciPy's float64 product; C's pattern is the symbolic product's. Unless
+    the caller names ``passes`` or another output form, both paths run: passes='two' (its C and
+    info are returned) and the default 'auto' (the one-pass path where the rows' bounds allow)."""
     info = {}
+    both = "passes" not in kw and kw.get("out", "device") == "device"
+    C = _check_one(cp, hs, A, B, dtype, sort, info, **(dict(kw, passes="two") if both else kw))
+    if both:
+        auto = {}
+        _check_one(cp, hs, A, B, dtype, sort, auto, **kw)
+        assert auto["nnz_c"] == info["nnz_c"]
+    return C, info
+
+
+def _check_one(cp, hs, A, B, dtype, sort, info, **kw):
     C = hs.spgemm(_dev(cp, A, dtype), _dev(cp, B, dtype), sort=sort, info=info, **kw).get()
     A64, B64 = sp.csr_matrix(A, dtype=np.float64), sp.csr_matrix(B, dtype=np.float64)
     ref = (A64 @ B64).tocsr()
@@ -52,7 +64,7 @@ def _check(cp, hs, A, B, dtype=np.float64, sort=True, **kw):
     assert Cs.nnz == C.nnz, "no duplicate columns in a row"
     diff = (Cs - ref)
     assert diff.nnz == 0 or abs(diff.data).max() <= tol
-    return C, info
+    return C
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -325,3 +337,38 @@ def test_output_past_free_memory_raises(cp, hs, rng, monkeypatch):
     monkeypatch.setattr(hs, "_free_device_bytes", lambda: 1000)
     with pytest.raises(MemoryError, match="bytes of device memory.*spgemm_panels"):
         hs.spgemm(A, A)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sort", [True, False])
+def test_one_pass_path(cp, hs, rng, dtype, sort):
+    """Rows whose bound min(nnz_RowCt, k) fits ONE_PASS_MAX_TABLE take the one-pass path (no
+    symbolic pass): empty rows, a row at the bound, duplicates and unsorted indices included;
+    a row past the bound sends the product to the two passes."""
+    m = 3000
+    A = random_csr(rng, m, m, 3 / m)
+    A = A.tolil()
+    A[5, :] = 0                                    # an empty row
+    A[7, :11] = 1.0                                # 11 x ~3: near the bound, not past it
+    A = A.tocsr()
+    C, info = _check(cp, hs, A, A, dtype, sort)
+    auto = {}
+    _check_one(cp, hs, A, A, dtype, sort, auto)
+    assert auto["one_pass"] and not info["one_pass"]
+    M = messy_csr(rng, 400, 400)
+    _check(cp, hs, M, M, dtype, sort)
+    big = A.tolil()
+    big[9, :] = 1.0                                # a row of m products: past every one-pass table
+    big = big.tocsr()
+    wide = {}
+    _check_one(cp, hs, big, A, dtype, sort, wide)
+    assert not wide["one_pass"]
+
+
+def test_one_pass_off_and_bad_passes(cp, hs, rng):
+    A = _dev(cp, random_csr(rng, 500, 500, 0.004))
+    info = {}
+    hs.spgemm(A, A, passes="two", info=info)
+    assert info["one_pass"] is False
+    with pytest.raises(ValueError, match="passes"):
+        hs.spgemm(A, A, passes="one")

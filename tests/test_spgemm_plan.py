@@ -141,3 +141,16 @@ def test_global_segments_cover_columns(monkeypatch, ncols, batch_rows):
     assert (segs - 1) * seg_cols < ncols <= segs * seg_cols   # every column, no empty segment
     if batch_rows >= 132 * hs.GLOBAL_BLOCKS_PER_SM:
         assert segs == 1   # enough blocks from the rows alone: no counting pass
+
+
+def test_one_pass_table_rule():
+    """The one-pass path needs every row's bound within ONE_PASS_MAX_TABLE and the largest table,
+    and its upper-bound buffer within ONE_PASS_MEM_FRACTION of the device and 2^31 entries."""
+    from matplan.kernels import spgemm as hs
+    big = 80 * 2**30
+    assert hs.one_pass_table(49, 10**6, 16384, 12_527_104, 8, big)
+    assert hs.one_pass_table(10**6, 100, 16384, 10**7, 8, big)          # bound min(peak, k) = 100
+    assert not hs.one_pass_table(hs.ONE_PASS_MAX_TABLE + 1, 10**6, 16384, 10**6, 8, big)
+    assert not hs.one_pass_table(100, 10**6, 64, 10**6, 8, big)           # past the largest table
+    assert not hs.one_pass_table(49, 10**6, 16384, 2**31, 4, 2**50)       # 2^31 products
+    assert not hs.one_pass_table(49, 10**6, 16384, big // 12 // 8, 8, big)

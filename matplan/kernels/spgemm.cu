@@ -182,19 +182,19 @@ __global__ void numeric_shared(
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const int S, const int rpb, const long long* __restrict__ Cp, const long long c_base,
-        int* __restrict__ Cj, T* __restrict__ Cx, const int sort) {
-    __shared__ int counts[MAX_RPB];
+        int* __restrict__ Cj, T* __restrict__ Cx, const int sort, long long* __restrict__ row_nnz) {
+    __shared__ int counts[MAX_RPB], distinct[MAX_RPB];
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     T* vals = reinterpret_cast<T*>(smem) + slot * S;
     int* keys = reinterpret_cast<int*>(reinterpret_cast<T*>(smem) + rpb * S) + slot * S;
     for (int i = lane; i < S; i += tpr) { keys[i] = EMPTY_KEY; vals[i] = T(0); }
-    if (lane == 0) counts[slot] = 0;
+    if (lane == 0) counts[slot] = distinct[slot] = 0;
     __syncthreads();
     const long long r = (long long)blockIdx.x * rpb + slot;
     int row = -1;
     if (r < nrows) {
-        row = rows[r];
+        row = rows ? rows[r] : (int)r;
         int fresh = 0;
         for_each_product<W>(Ap, Aj, Bp, Bj, csum, row, lane, tpr,
             [&](int k, int e, int b) {
@@ -202,8 +202,13 @@ __global__ void numeric_shared(
                 if (h >= 0) atomicAdd(&vals[h], Ax[e] * Bx[b]);  // h < 0 cannot happen: S >= nnz of the row
                 return false;
             });
+        if (fresh) atomicAdd(&distinct[slot], fresh);
     }
     __syncthreads();
+    // one pass (Cp null): the row goes to its products' range csum[Ap[row]] of an upper-bound
+    // buffer and its count to row_nnz; else to C's exact offsets
+    const long long base = row < 0 ? 0 : (Cp ? Cp[row] - c_base : csum[Ap[row]]);
+    if (row >= 0 && row_nnz && lane == 0) row_nnz[row] = distinct[slot];
     if (sort && S <= RANK_SORT_MAX && S <= RANK_SLOTS * tpr) {
         int mk[RANK_SLOTS];
         T mv[RANK_SLOTS];
@@ -219,7 +224,6 @@ __global__ void numeric_shared(
             if (mk[j] != EMPTY_KEY) keys[atomicAdd(&counts[slot], 1)] = mk[j];
         __syncthreads();
         if (row >= 0) {
-            const long long base = Cp[row] - c_base;
             const int c = counts[slot];
             int rank[RANK_SLOTS] = {};
             for (int q = 0; q < c; ++q) {
@@ -249,12 +253,10 @@ __global__ void numeric_shared(
             }
         }
         if (row >= 0) {
-            const long long base = Cp[row] - c_base;
-            const int c = (int)(Cp[row + 1] - Cp[row]);   // the row's nnz (base is panel-relative)
+            const int c = distinct[slot];   // the row's nnz
             for (int i = lane; i < c; i += tpr) { Cj[base + i] = keys[i]; Cx[base + i] = vals[i]; }
         }
     } else if (row >= 0) {
-        const long long base = Cp[row] - c_base;
         for (int i = lane; i < S; i += tpr) {
             const int k = keys[i];
             if (k != EMPTY_KEY) {
@@ -601,18 +603,42 @@ __global__ void numeric_global_out(
     }
 }
 
+// One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], row_nnz[i] entries) to C's
+// exact offsets Cp[i]; a warp a row, grid-stride.
+template <typename T>
+__global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
+                             const long long* __restrict__ Cp, const int* __restrict__ Uj,
+                             const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx) {
+    const int lane = threadIdx.x & 31;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < m;
+         i += ((long long)gridDim.x * blockDim.x) >> 5) {
+        const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
+        for (long long q = lane; q < len; q += 32) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
+    }
+}
+
+template __global__ void compact_rows<float>(const int*, const long long*, const long long*, const int*,
+                                             const float*, int, int*, float*);
+template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,
+                                              const double*, int, int*, double*);
 template __global__ void numeric_shared<float, 8>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
+        long long*);
 template __global__ void numeric_shared<float, 16>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
+        long long*);
 template __global__ void numeric_shared<float, 32>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int);
+        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
+        long long*);
 template __global__ void numeric_shared<double, 8>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
+        long long*);
 template __global__ void numeric_shared<double, 16>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
+        long long*);
 template __global__ void numeric_shared<double, 32>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int);
+        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
+        long long*);
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

@@ -18,6 +18,15 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
    slots, else bitonic; ``sort=False`` skips it) and written out; rows larger than every shared
    table use the global path;
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
+
+One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
+min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots and an upper-bound buffer of
+``products`` entries is small (one_pass_table), steps 2-3 are skipped: rows are grouped by their
+bound at full table load (no overflow possible), the numeric pass writes each sorted row at its
+products' offset of that buffer with its count, the counts' scan gives C's indptr, one host
+transfer its nnz, and ``compact_rows`` copies the rows into C allocated exactly. Short-row
+products (Poisson, uniform, road networks) spend a third of their GPU time in the symbolic pass
+and the host round trip after it.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
@@ -74,7 +83,8 @@ GROUP_WIDTHS = (8, 16, 32)
 _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w in GROUP_WIDTHS)
           + tuple(f"symbolic_shared<{w}>" for w in GROUP_WIDTHS)
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
-             "numeric_global_out<float>", "numeric_global_out<double>"))
+             "numeric_global_out<float>", "numeric_global_out<double>",
+             "compact_rows<float>", "compact_rows<double>"))
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -251,9 +261,10 @@ class _Classes:
     var: float
 
 
-def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None) -> _Classes:
+def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None, caps=None) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
-    from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer."""
+    from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
+    caps: each table's most rows (default table_caps(ladder); the one-pass path: the sizes)."""
     cp = cupy_module()
     T = len(ladder)
     mode = 0 if row_nnz is None else 1
@@ -263,7 +274,8 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(table_caps(ladder), cp.cuda.Device().id), np.int32(T), np.int64(ladder[-1]),
+             _device_caps(table_caps(ladder) if caps is None else tuple(caps), cp.cuda.Device().id),
+             np.int32(T), np.int64(ladder[-1]),
              np.int32(mode), idx, acc))
     host = acc[:T + 6].get()
     total = int(host[T + 2])
@@ -540,6 +552,10 @@ PANEL_MEM_FRACTION = 0.3
 #: OutOfMemoryError remains if the pool cannot serve them).
 OUTPUT_MEM_FRACTION = 0.9
 SMALL_OUTPUT_FRACTION = 1 / 16
+#: The one-pass path (_one_pass): rows whose bound min(nnz_RowCt, k) fits this table, an upper-bound
+#: buffer of at most this fraction of the device's memory.
+ONE_PASS_MAX_TABLE = 128
+ONE_PASS_MEM_FRACTION = 1 / 16
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -621,6 +637,7 @@ class _Symbolic:
     whole: tuple = None        # (order, host counts) of num_idx over all rows: the one-panel case
     nnz_c: int = 0
     rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
+    one_pass: tuple = None     # (balanced, zeros) when the one-pass path takes over after the analysis
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -633,8 +650,9 @@ class _Symbolic:
         return self.Cp is None
 
 
-def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
-    """Checks, analysis (step 1), symbolic pass (2) and scan (3): C's exact int64 row offsets."""
+def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic:
+    """Checks, analysis (step 1), symbolic pass (2) and scan (3): C's exact int64 row offsets;
+    passes="auto" stops after the analysis (s.one_pass set) where one_pass_table allows."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("spgemm.hash needs CuPy and an NVIDIA GPU")
@@ -672,6 +690,13 @@ def _symbolic(A, B, sort, smem_limit, grouping, info) -> _Symbolic:
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal,
                 symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
     del sym
+    info["one_pass"] = False
+    if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
+                                           _device_total_bytes()):
+        s.one_pass = (bal, zeros)
+        clock.append(time.perf_counter())
+        s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
+        return s
 
     clock.append(time.perf_counter())
 
@@ -753,19 +778,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     ct = _cuda.ctype(dtype)
     base = np.int64(c0)
     fork = _Fork(counts[1:])   # the shared tables, then the global path
-    for t, size in enumerate(ladder):
-        n = int(counts[t + 1])
-        if n == 0:
-            continue
-        tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
-                                if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
-        rows = order[starts[t + 1]:starts[t + 2]]
-        with fork.stream(t):
-            _launch(f"numeric_shared<{ct}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-                     np.int32(n), np.int32(size), np.int32(rpb), s.Cp, base, Cj, Cx,
-                     np.int32(s.sort)),
-                    smem=table_smem(size, num_slot, rpb))
+    _numeric_tables(s, fork, order, starts, counts, s.Cp, base, Cj, Cx, _NULL)
     n_glob = int(counts[-1])
     if n_glob:
         G = _global_blocks(n_glob, k * num_slot, "numeric")
@@ -803,6 +816,73 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     return C
 
 
+def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz):
+    """numeric_shared for every shared table with rows (counts, starts: host, per table index + 1;
+    order: the rows grouped), each on its fork stream; Cp null (_NULL): the one-pass layout."""
+    A, B, ladder = s.A, s.B, s.num_ladder
+    num_slot, ct = KEY_BYTES + s.dtype.itemsize, _cuda.ctype(s.dtype)
+    for t, size in enumerate(ladder):
+        n = int(counts[t + 1])
+        if n == 0:
+            continue
+        tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
+                                if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
+        rows = order[starts[t + 1]:starts[t + 2]]
+        with fork.stream(t):
+            _launch(f"numeric_shared<{ct}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
+                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+                     np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx,
+                     np.int32(s.sort), row_nnz),
+                    smem=table_smem(size, num_slot, rpb))
+
+
+def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int) -> bool:
+    """Whether C = A @ B takes the one-pass path: every row's bound min(nnz_RowCt, k) fits a table
+    of ONE_PASS_MAX_TABLE slots (and the largest numeric table, ``top``) and the upper-bound
+    buffer (products entries) is at most ONE_PASS_MEM_FRACTION of the device's memory and below
+    2^31 entries."""
+    return (min(int(peak), int(k)) <= min(ONE_PASS_MAX_TABLE, int(top)) and products <= INT32_MAX
+            and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
+
+
+def _one_pass(s: _Symbolic, bal: bool, zeros):
+    """Steps 2-4 for rows of short bounds (one_pass_table): no symbolic pass. Each row's table is
+    sized from its bound min(nnz_RowCt, k) at full load (it cannot overflow); the numeric pass
+    writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
+    count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
+    compact_rows copies the rows to C. One host round trip after the analysis instead of two,
+    and the symbolic pass's launch is saved."""
+    cp = cupy_module()
+    A, B, dtype, ladder = s.A, s.B, s.dtype, s.num_ladder
+    m, k = s.shape
+    one = _classify(m, k, ladder, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(ladder))),
+                    caps=ladder)
+    order, counts = _group(one, len(ladder), bal)
+    products = one.total
+    Uj = cp.empty(products, dtype=cp.int32)
+    Ux = cp.empty(products, dtype=dtype)
+    row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    fork = _Fork(counts[1:])
+    _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz)
+    fork.join()
+    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
+    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
+    nnz_c = int(Cp[m].get())
+    Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
+    warps = BLOCK_THREADS // 32
+    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // warps), 64 * _global_target_blocks())),
+            BLOCK_THREADS, (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
+    s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
+                  symbolic_overflowed=0, smem_limit=s.smem_limit,
+                  numeric_tables={size: int(c) for size, c in zip(ladder, counts[1:-1]) if c})
+    return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
+
+
+#: a null device pointer argument
+_NULL = np.uintp(0)
+
+
 def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):
     """(bounds, host indptr) of the panels C is cut into, the reason in ``info``; one transfer of C's indptr."""
     m = s.shape[0]
@@ -827,7 +907,7 @@ def _finish_info(s: _Symbolic):
 
 def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
            grouping: str = "auto", out: str = "device", max_panel_nnz: int | None = None,
-           max_panel_bytes: int | None = None, info: dict | None = None):
+           max_panel_bytes: int | None = None, passes: str = "auto", info: dict | None = None):
     """C = A @ B with the RBSparse hash kernels (see the module docstring for the output forms).
 
     sort: write each row sorted by column (SciPy's canonical order); False skips the sort.
@@ -838,8 +918,12 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         not fit int32 or device memory) or 'host' (a SciPy CSR assembled panel by panel).
     max_panel_nnz, max_panel_bytes: with out='host', cap each panel below the defaults (2^31 - 1
         nonzeros; PANEL_MEM_FRACTION of free device memory), e.g. to force many panels in tests.
-    info: a dict to fill with what was done (groups, global rows, nnz, products, panels).
+    passes: "auto" (the one-pass path of _one_pass where one_pass_table allows, out='device'
+        only) or "two" (always the symbolic pass, then the numeric pass).
+    info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass).
     """
+    if passes not in ("auto", "two"):
+        raise ValueError(f"passes: expected 'auto' or 'two', got {passes!r}")
     if out not in ("device", "host"):
         raise ValueError(f"out: expected 'device' or 'host', got {out!r} (spgemm_panels streams panels)")
     max_panel_nnz = _positive_limit("max_panel_nnz", max_panel_nnz, INT32_MAX)
@@ -848,8 +932,17 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         raise ValueError("max_panel_nnz / max_panel_bytes: only with out='host' or spgemm_panels "
                          "(out='device' returns C in one piece)")
     info = info if info is not None else {}
-    s = _symbolic(A, B, sort, smem_limit, grouping, info)
+    s = _symbolic(A, B, sort, smem_limit, grouping, info, passes if out == "device" else "two")
     m, k = s.shape
+    if s.one_pass is not None:
+        t0 = time.perf_counter()
+        C = _one_pass(s, *s.one_pass)
+        s.host_ms["one_pass"] = (time.perf_counter() - t0) * 1e3
+        info.update(panels=1)
+        _finish_info(s)
+        if drop_zeros:
+            C.eliminate_zeros()
+        return C
     if out == "host":
         return _to_host(s, max_panel_nnz, max_panel_bytes, drop_zeros)
     if s.empty:
