@@ -690,6 +690,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal,
                 symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
     del sym
+    s.csum = csum
     info["one_pass"] = False
     if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
                                            _device_total_bytes()):
