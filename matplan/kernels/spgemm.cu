@@ -603,17 +603,19 @@ __global__ void numeric_global_out(
     }
 }
 
-// One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], row_nnz[i] entries) to C's
-// exact offsets Cp[i]; a warp a row, grid-stride.
+// One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
+// C's exact offsets Cp[i]; COMPACT_LANES lanes a row (the one-pass rows hold at most
+// ONE_PASS_MAX_TABLE entries), grid-stride: a warp has 32 / COMPACT_LANES rows' loads in flight.
+#define COMPACT_LANES 8
 template <typename T>
 __global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
                              const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx) {
-    const int lane = threadIdx.x & 31;
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < m;
-         i += ((long long)gridDim.x * blockDim.x) >> 5) {
+    const int lane = threadIdx.x & (COMPACT_LANES - 1);
+    const long long stride = (long long)gridDim.x * blockDim.x / COMPACT_LANES;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; i < m; i += stride) {
         const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
-        for (long long q = lane; q < len; q += 32) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
+        for (long long q = lane; q < len; q += COMPACT_LANES) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
     }
 }
 

@@ -554,8 +554,10 @@ OUTPUT_MEM_FRACTION = 0.9
 SMALL_OUTPUT_FRACTION = 1 / 16
 #: The one-pass path (_one_pass): rows whose bound min(nnz_RowCt, k) fits this table, an upper-bound
 #: buffer of at most this fraction of the device's memory.
-ONE_PASS_MAX_TABLE = 128
+ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
+#: Lanes of compact_rows per row (spgemm.cu COMPACT_LANES).
+COMPACT_LANES = 8
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -871,8 +873,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    warps = BLOCK_THREADS // 32
-    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // warps), 64 * _global_target_blocks())),
+    rows_per_block = BLOCK_THREADS // COMPACT_LANES
+    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // rows_per_block), 64 * _global_target_blocks())),
             BLOCK_THREADS, (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
                   symbolic_overflowed=0, smem_limit=s.smem_limit,
