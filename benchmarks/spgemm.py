@@ -101,7 +101,8 @@ def run_one(cp, name, A_host):
         row.update(ms=ms, nnz_c=int(C.nnz), gflops=2 * products / (ms * 1e6), correct_rowsums=rowsum_ok(C),
                    status="ok", balanced=info.get("balanced"), numeric_tables=info.get("numeric_tables"),
                    global_rows_numeric=info.get("global_rows_numeric"),
-                   global_rows_symbolic=info.get("global_rows_symbolic"), host_ms=info.get("host_ms"))
+                   global_rows_symbolic=info.get("global_rows_symbolic"), host_ms=info.get("host_ms"),
+                   one_pass=info.get("one_pass"))
         nnz_ours = int(C.nnz)
         del C
         row["peak_mem_bytes"] = peak(cp, lambda: hs.spgemm(A, B))
