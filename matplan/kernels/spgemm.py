@@ -557,7 +557,7 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
 #: Lanes of compact_rows per row (spgemm.cu COMPACT_LANES).
-COMPACT_LANES = 8
+COMPACT_LANES = 32
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
