@@ -12,6 +12,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
 
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
         [--set MIN_TPR=32 ...]   # override spgemm's numeric tuning constants (variants, same run)
+        [--define SUBWARP_MIN_BLOCKS=6 ...]   # compile spgemm.cu with -D (its #ifndef constants)
 """
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def main(argv=None):
     ap.add_argument("--max-products", type=float, default=5e8, help="skip larger products")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a numeric constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="compile spgemm.cu with -DNAME=VALUE (e.g. SUBWARP_MIN_BLOCKS=6)")
     args = ap.parse_args(argv)
     from matplan._xp import cupy_module
     cp = cupy_module()
@@ -84,6 +87,12 @@ def main(argv=None):
             sys.exit(f"--set {item}: spgemm has no numeric constant {name!r}")
         overrides[name] = kind(value)
         setattr(hs, name, kind(value))
+    for item in args.define:   # compile-time constants of spgemm.cu (#ifndef NAME ... in the source)
+        name, _, value = item.partition("=")
+        if f"#ifndef {name}" not in open(os.path.join(os.path.dirname(hs.__file__), hs._CU)).read():
+            sys.exit(f"--define {item}: spgemm.cu has no overridable {name}")
+        overrides[name] = value
+        hs.NVRTC_DEFINES = hs.NVRTC_DEFINES + (f"-D{name}={value}",)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     rows = []

@@ -122,10 +122,18 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
     return -1;
 }
 
+// Sub-warp rows (W < 32) run in blocks of at most 256 threads (spgemm.BLOCK_THREADS): their
+// kernels are compiled for SUBWARP_MIN_BLOCKS such blocks an SM (a register cap), whole-warp
+// rows (up to MAX_TPR = 1024 threads a block) as the compiler likes.
+#ifndef SUBWARP_MIN_BLOCKS
+#define SUBWARP_MIN_BLOCKS 1
+#endif
+#define SUBWARP_BOUNDS __launch_bounds__(W < 32 ? 256 : 1024, W < 32 ? SUBWARP_MIN_BLOCKS : 1)
+
 // ------------------------------------------------------------------ symbolic, shared memory
 // W: lanes of a row's groups, tpr when it is 8 or 16 (launch_shape), else 32.
 template <int W>
-__global__ void symbolic_shared(
+__global__ void SUBWARP_BOUNDS symbolic_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
         const int* __restrict__ Bp, const int* __restrict__ Bj,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
@@ -177,7 +185,7 @@ __global__ void symbolic_shared(
 #define RANK_SLOTS (W < 32 ? 4 : 2)
 
 template <typename T, int W>
-__global__ void numeric_shared(
+__global__ void SUBWARP_BOUNDS numeric_shared(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,

@@ -298,8 +298,13 @@ def _group(c: _Classes, n_tables: int, balanced: bool):
 
 
 # ----------------------------------------------------------------------------- GPU
+#: Extra NVRTC options for spgemm.cu, e.g. ("-DSUBWARP_MIN_BLOCKS=6",) (benchmarks/spgemm_phases.py
+#: --define: compile-time variants in one run).
+NVRTC_DEFINES: tuple = ()
+
+
 def _fn(name):
-    return _cuda.function(_CU, name, _NAMES)
+    return _cuda.function(_CU, name, _NAMES, options=NVRTC_DEFINES)
 
 
 _SMEM_SET: dict = {}
@@ -310,7 +315,7 @@ _FUNCTIONS: dict = {}
 def _compiled(kernel_name: str, device_id: int):
     """The cuda Function of a kernel for a device, memoised: calling it directly skips RawKernel's
     wrapper (H100 host: 6.8 instead of 9.2 us a launch, benchmarks/results/sptrans-h100-2026-11-23-aab73bb.log)."""
-    key = (kernel_name, device_id)
+    key = (kernel_name, device_id, NVRTC_DEFINES)
     fn = _FUNCTIONS.get(key)
     if fn is None:
         fn = _fn(kernel_name)
