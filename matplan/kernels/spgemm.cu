@@ -124,7 +124,9 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
 
 // Sub-warp rows (W < 32) run in blocks of at most 256 threads (spgemm.BLOCK_THREADS): their
 // kernels are compiled for SUBWARP_MIN_BLOCKS such blocks an SM (a register cap), whole-warp
-// rows (up to MAX_TPR = 1024 threads a block) as the compiler likes.
+// rows (up to MAX_TPR = 1024 threads a block) as the compiler likes. H100 (6ec3b79): 8 (32
+// registers) or 6 moved numeric_shared within noise (ncu had occupancy 62.5%, register-bound):
+// default 1, no cap (spgemm-phases-h100-2026-11-23-6ec3b79.log).
 #ifndef SUBWARP_MIN_BLOCKS
 #define SUBWARP_MIN_BLOCKS 1
 #endif
