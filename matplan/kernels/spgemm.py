@@ -887,8 +887,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
-#: a null device pointer argument
-_NULL = np.uintp(0)
+#: a null device pointer argument (kernels take it for an absent array)
+NULL_PTR = _NULL = np.uintp(0)
 
 
 def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):

@@ -67,7 +67,7 @@ import numpy as np
 
 from .._xp import cupy_module
 from . import _cuda
-from .spgemm import check_csr, csr_from_parts, sparse_module
+from .spgemm import NULL_PTR as _NULL, check_csr, csr_from_parts, sparse_module
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
@@ -332,10 +332,6 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
-
-
-#: a null device pointer argument
-_NULL = np.uintp(0)
 
 
 def _launch(kernel, mark):
