@@ -359,6 +359,11 @@ def test_one_pass_path(cp, hs, rng, dtype, sort):
     assert auto["one_pass"] and not info["one_pass"]
     M = messy_csr(rng, 400, 400)
     _check(cp, hs, M, M, dtype, sort)
+    for grouping in ("balanced", "grouped"):   # one table in row order, or tables by bound
+        _check(cp, hs, A, A, dtype, sort, grouping=grouping)
+        g = {}
+        _check_one(cp, hs, A, A, dtype, sort, g, grouping=grouping)
+        assert g["one_pass"] and (len(g["numeric_tables"]) == 1) == (grouping == "balanced")
     big = A.tolil()
     big[9, :] = 1.0                                # a row of m products: past every one-pass table
     big = big.tocsr()

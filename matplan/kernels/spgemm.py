@@ -827,21 +827,23 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
 def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz):
     """numeric_shared for every shared table with rows (counts, starts: host, per table index + 1;
     order: the rows grouped), each on its fork stream; Cp null (_NULL): the one-pass layout."""
-    A, B, ladder = s.A, s.B, s.num_ladder
-    num_slot, ct = KEY_BYTES + s.dtype.itemsize, _cuda.ctype(s.dtype)
-    for t, size in enumerate(ladder):
+    for t, size in enumerate(s.num_ladder):
         n = int(counts[t + 1])
-        if n == 0:
-            continue
-        tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
-                                if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
-        rows = order[starts[t + 1]:starts[t + 2]]
-        with fork.stream(t):
-            _launch(f"numeric_shared<{ct}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-                     np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx,
-                     np.int32(s.sort), row_nnz),
-                    smem=table_smem(size, num_slot, rpb))
+        if n:
+            with fork.stream(t):
+                _numeric_launch(s, size, order[starts[t + 1]:starts[t + 2]], n, Cp, base, Cj, Cx, row_nnz)
+
+
+def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row_nnz):
+    """One numeric_shared launch over n rows (rows null: rows 0 .. n - 1) in tables of ``size`` slots."""
+    A, B = s.A, s.B
+    num_slot = KEY_BYTES + s.dtype.itemsize
+    tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
+                            if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
+    _launch(f"numeric_shared<{_cuda.ctype(s.dtype)}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
+            (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+             np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx, np.int32(s.sort), row_nnz),
+            smem=table_smem(size, num_slot, rpb))
 
 
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int) -> bool:
@@ -859,21 +861,29 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
     count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
     compact_rows copies the rows to C. One host round trip after the analysis instead of two,
-    and the symbolic pass's launch is saved."""
+    and the symbolic pass's launch is saved; balanced (one table for every row), none: every row
+    runs in the table of the largest bound, in row order, with no classification."""
     cp = cupy_module()
     A, B, dtype, ladder = s.A, s.B, s.dtype, s.num_ladder
     m, k = s.shape
-    one = _classify(m, k, ladder, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(ladder))),
-                    caps=ladder)
-    order, counts = _group(one, len(ladder), bal)
-    products = one.total
+    products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
     Ux = cp.empty(products, dtype=dtype)
-    row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    fork = _Fork(counts[1:])
-    _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz)
-    fork.join()
+    if bal:
+        size = next(t for t in ladder if t >= min(s.rowct_max, k))
+        row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
+        _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
+        tables = {size: m}
+    else:
+        one = _classify(m, k, ladder, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(ladder))),
+                        caps=ladder)
+        order, counts = _group(one, len(ladder), False)
+        row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        fork = _Fork(counts[1:])
+        _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz)
+        fork.join()
+        tables = {size: int(c) for size, c in zip(ladder, counts[1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
@@ -882,8 +892,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // rows_per_block), 64 * _global_target_blocks())),
             BLOCK_THREADS, (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit,
-                  numeric_tables={size: int(c) for size, c in zip(ladder, counts[1:-1]) if c})
+                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
