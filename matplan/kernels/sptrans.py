@@ -294,44 +294,51 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
     if seg:
-        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, np.int32(m), nnz64, ws,
-                                                               p_second, n32, keys))
-        done("scatter")
-        ks.sort_short[ct](((n + SHORT_BLOCK - 1) // SHORT_BLOCK,), (SHORT_BLOCK,),
-                          (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max)))
-        done("sort_short")
         # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
-        most = min(n, nnz // (short_max + 1))
         warps = BIG_BLOCK // 32
-        grid = max(1, min(8 * ks.sms, (most + warps - 1) // warps))
-        ks.sort_big[ct]((grid,), (BIG_BLOCK,), (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val,
-                                                np.int32(cap)))
-        done("sort_big")
-        # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
-        ks.merge_long[ct]((max(1, min(2 * ks.sms, max_huge)),), (MERGE_BLOCK,),
-                          (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))
-        done("merge_long")
+        big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
+        for name, fn, grid, block, args in (
+                ("scatter", ks.scatter, (m + nnz + TILE - 1) // TILE, BLOCK,
+                 (indptr_a, indices, np.int32(m), nnz64, ws, p_second, n32, keys)),
+                ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
+                 (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max))),
+                ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
+                 (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, np.int32(cap))),
+                # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
+                ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
+                 (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))):
+            fn((grid,), (block,), args)
+            done(name)
     if rdx:
-        # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
-        between, item = min(2, passes - 1), A.dtype.itemsize
-        buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
-        bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
-                for i in range(between)]   # the keys first: every buffer aligned to its element
-        first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
-        for p in range(passes):   # the last pass writes A.T
-            dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
-            ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                              (indptr_a, np.int32(m), *first, *src, nnz64, p_live, n32, np.int32(p * bits),
-                               np.int32(bits), np.uintp(p_ws + 4 * (hist_off + 256 * p)),
-                               np.uintp(p_ws + 4 * (look_off + p * tiles * 256)),
-                               np.uintp(p_ws + 4 * (ticket_off + p)), *dst, out_idx, out_val))
-            done(f"pass{p}")
-            # later passes read the keys of the valid entries only: A.T's indptr[n] of them
-            first, src, p_live = (_NULL, _NULL), dst, np.uintp(p_ws + 4 * n)
+        _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles,
+                        [p_ws + 4 * o for o in (hist_off, look_off, ticket_off, n)], out_idx, out_val, done)
     if check and int(ws[ctrl_off].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
+
+
+def _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
+    """The radix passes (module docstring): ptrs are the device addresses of the digit histograms,
+    the look-back words, the tile tickets (a pass each) and A.T's indptr[n] (the valid entries)."""
+    m, n = A.shape
+    nnz = int(indices.size)
+    hist, look, ticket, n_live = ptrs
+    # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
+    between, item = min(2, passes - 1), A.dtype.itemsize
+    buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
+    bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
+            for i in range(between)]   # the keys first: every buffer aligned to its element
+    first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
+    for p in range(passes):   # the last pass writes A.T
+        dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
+        ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
+                          (indptr_a, np.int32(m), *first, *src, np.int64(nnz), p_live, np.int32(n),
+                           np.int32(p * bits), np.int32(bits), np.uintp(hist + 4 * 256 * p),
+                           np.uintp(look + 4 * p * tiles * 256), np.uintp(ticket + 4 * p), *dst, out_idx, out_val))
+        done(f"pass{p}")
+        # later passes read the keys of the valid entries only: A.T's indptr[n] of them
+        first, src, p_live = (_NULL, _NULL), dst, np.uintp(n_live)
 
 
 def _launch(kernel, mark):
