@@ -136,7 +136,7 @@ def main(argv=None):
         print(f"radix: {r['matrix']:<24} {npass:>6} {g['count']:7.1f} {g['scan']:7.1f} "
               f"{sum(v for k, v in g.items() if k.startswith('pass')):7.1f} {r['radix_queued_us']:7.1f} "
               f"{r['radix_fused_us']:7.1f} {r['radix_host_us']:6.1f} {r['vendor_us'] / r['radix_fused_us']:5.2f}")
-    for key, label in (("fused_us", "segsort"), ("radix_fused_us", "radix"), ("merge_fused_us", "merge")):
+    for key, label in (("fused_us", "auto, the default"), ("radix_fused_us", "radix"), ("merge_fused_us", "merge")):
         xs = [r["vendor_us"] / r[key] for r in rows]
         print(f"geomean x CuPy ({label}) {float(np.exp(np.mean(np.log(xs)))):.2f}" if xs else "no matrices")
 
