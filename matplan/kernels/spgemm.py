@@ -767,7 +767,6 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     of (r1 - r0) x k with int32 indptr starting at 0. Rows grouped by exact nnz, one launch per
     table size on its own stream; rows past every shared table use the global-memory path."""
     cp = cupy_module()
-    csp = sparse_module()
     t0 = time.perf_counter()
     A, B, k, dtype, ladder = s.A, s.B, s.shape[1], s.dtype, s.num_ladder
     num_slot = KEY_BYTES + dtype.itemsize
@@ -861,10 +860,10 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
     count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
     compact_rows copies the rows to C. One host round trip after the analysis instead of two,
-    and the symbolic pass's launch is saved; balanced (one table for every row), none: every row
-    runs in the table of the largest bound, in row order, with no classification."""
+    and the symbolic pass's launch is saved. Under the balanced rule (one table for every row)
+    the rows are not classified at all: they run in row order in the table of the largest bound."""
     cp = cupy_module()
-    A, B, dtype, ladder = s.A, s.B, s.dtype, s.num_ladder
+    A, dtype, ladder = s.A, s.dtype, s.num_ladder
     m, k = s.shape
     products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
