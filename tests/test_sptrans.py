@@ -261,3 +261,28 @@ def test_radix_passes_and_auto_method():
     assert st.auto_method(262144, 7 * 262144) == "segsort"
     assert st.auto_method(262144, st.RADIX_MEAN_COLUMN * 262144) == "radix"
     assert st.auto_method(100, st.RADIX_NNZ_LIMIT) == "segsort"
+
+
+# ---- the radix method: its NumPy port against SciPy ----------------------------------------------
+@pytest.mark.parametrize("shape,density", [((60, 50), 0.1), ((7, 300), 0.2), ((300, 7), 0.3),
+                                           ((1, 40), 0.5), ((40, 1), 0.5), ((200, 1000), 0.02)])
+@pytest.mark.parametrize("tile,warps,max_bits", [(2048, 8, 8), (16, 4, 3), (7, 3, 2)])
+def test_radix_random(rng, shape, density, tile, warps, max_bits):
+    """Tiny tiles, odd warp splits and digits of 2-3 bits: many tiles and up to 5 passes."""
+    A = random_csr(rng, *shape, density)
+    _same_as_scipy(A, ref.radix_transpose(A, rng, tile, warps, max_bits))
+
+
+def test_radix_hub_columns_messy_and_bad_indices(rng):
+    """A column of every row (the hub the segsort sorts by merge rounds), duplicates and unsorted
+    input kept in A's order, empty rows; an index outside [0, n) is dropped."""
+    A = _col_lengths_csr(rng, 500, [500, 3, 0, 499, 1] + [2] * 30)
+    _same_as_scipy(A, ref.radix_transpose(A, rng, tile=64, warps=4, max_bits=2))
+    M = messy_csr(rng, 120, 90)
+    _same_as_scipy(M, ref.radix_transpose(M, rng, tile=32, warps=8, max_bits=3))
+    bad = random_csr(rng, 30, 20, 0.2)
+    keep = bad.copy()
+    keep.data[0] = 0.0                      # the entry the kernels skip, removed
+    keep.eliminate_zeros()
+    bad.indices[0] = 20
+    _same_as_scipy(keep, ref.radix_transpose(bad, rng, tile=8, warps=2, max_bits=2))
