@@ -633,24 +633,16 @@ template __global__ void compact_rows<float>(const int*, const long long*, const
                                              const float*, int, int*, float*);
 template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,
                                               const double*, int, int*, double*);
-template __global__ void numeric_shared<float, 8>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
+#define INSTANTIATE_NUMERIC_SHARED(T, W)                                                                     \
+    template __global__ void numeric_shared<T, W>(const int*, const int*, const T*, const int*, const int*,  \
+        const T*, const long long*, const int*, int, int, int, const long long*, long long, int*, T*, int,    \
         long long*);
-template __global__ void numeric_shared<float, 16>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
-        long long*);
-template __global__ void numeric_shared<float, 32>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, int, const long long*, long long, int*, float*, int,
-        long long*);
-template __global__ void numeric_shared<double, 8>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
-        long long*);
-template __global__ void numeric_shared<double, 16>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
-        long long*);
-template __global__ void numeric_shared<double, 32>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, int, const long long*, long long, int*, double*, int,
-        long long*);
+INSTANTIATE_NUMERIC_SHARED(float, 8)
+INSTANTIATE_NUMERIC_SHARED(float, 16)
+INSTANTIATE_NUMERIC_SHARED(float, 32)
+INSTANTIATE_NUMERIC_SHARED(double, 8)
+INSTANTIATE_NUMERIC_SHARED(double, 16)
+INSTANTIATE_NUMERIC_SHARED(double, 32)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

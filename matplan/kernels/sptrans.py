@@ -87,9 +87,9 @@ SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
 METHODS = ("auto", "segsort", "radix", "merge")
-#: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8), passes at most (RDX_MAX_PASSES),
-#: and the nnz bound of its 32-bit look-back words (count << 2 | flag)
-RADIX_BITS, RADIX_MAX_PASSES, RADIX_NNZ_LIMIT = 8, 4, 2**30
+#: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8; columns below 2^31 so at most
+#: RDX_MAX_PASSES = 4 passes) and the nnz bound of its 32-bit look-back words (count << 2 | flag)
+RADIX_BITS, RADIX_NNZ_LIMIT = 8, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
 #: method="auto" takes the radix method past this mean column length (nnz / n) even when it needs
