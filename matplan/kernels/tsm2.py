@@ -78,9 +78,12 @@ TIMING_REPEATS = 5
 #: k for which the online timing of row-major A also tries the cp.async kernel (tsm2_async.cu),
 #: with these knob sets over tsm2_async.default_config. H100, 2026-11-23, n = 16384-32768: 0.89-0.93
 #: of copy bandwidth at k = 16 (this file's row kernel 0.76-0.79) and 0.58-0.62 at k = 32
-#: (0.39-0.42); at k <= 8 the register kernel was as fast or faster
-#: (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log).
-ASYNC_K = (9, 32)
+#: (0.39-0.42) (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log). At k = 5..8 neither
+#: kernel wins on every machine, so both are timed: H100s on 2026-11-24, n = 16384 float32 k = 8,
+#: one machine ran the async preset at 0.95 of copy bandwidth (back to back), another ran the
+#: register kernel at 0.90 and the async preset at 0.84 (tsm2-async-sweep-h100-2026-11-24-1323d22.log,
+#: tsm2-online-choice-h100-2026-11-24-b21f221.log). At k <= 4 the register kernel was faster on both.
+ASYNC_K = (5, 32)
 ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}}
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
