@@ -111,6 +111,34 @@ def test_cost_explains_balanced_and_grouped(rng):
     assert "grouped" in c.why and "alpha in" in c.why
 
 
+def test_hash_path_follows_spgemm_rule():
+    """The cost model's path is spgemm()'s own choice: one pass while every row's bound fits
+    ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule), else two passes; each path's
+    fixed cost is in the cost and named in the why."""
+    h100 = device_mod.known("H100")
+    kernel = hs.HashSpGEMM()
+    n = 3000
+    band = sp.diags([1.0, 2.0, 1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    f = _features(band, band)
+    assert hs.hash_path(f, h100.smem_per_block) == "one pass, balanced"
+    c = kernel.cost(f, {"sort": True}, h100)
+    assert "one pass, balanced" in c.why and c.run_s >= hs.HASH_FIXED_S["one pass, balanced"]
+    lengths = np.ones(n, dtype=int)
+    lengths[:3] = 10                                              # a few longer rows: grouped
+    rows = np.repeat(np.arange(n), lengths)
+    cols = (rows + np.concatenate([np.arange(c) for c in lengths])) % n
+    G = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    f = _features(G, G)
+    assert f.rowct_max <= hs.ONE_PASS_MAX_TABLE and not analytic.rbsparse_balanced(f.rowct_var_over_mean)
+    assert hs.hash_path(f, h100.smem_per_block) == "one pass, grouped"
+    hub = sp.csr_matrix((np.ones(n), (np.zeros(n, int), np.arange(n))), shape=(n, n)) + sp.eye(n)
+    f = _features(hub.tocsr(), hub.tocsr())
+    assert min(f.rowct_max, f.k) > hs.ONE_PASS_MAX_TABLE
+    assert hs.hash_path(f, h100.smem_per_block) == "two passes"
+    two = kernel.cost(f, {"sort": True}, h100)
+    assert "two passes" in two.why and two.run_s >= hs.HASH_FIXED_S["two passes"]
+
+
 def test_cost_names_global_rows():
     h100 = device_mod.known("H100")
     n = 60000

@@ -1069,14 +1069,19 @@ def transpose_sort(A):
 
 
 # ----------------------------------------------------------------------------- the kernel
-#: Fraction of the copy bandwidth the hash passes reach on the product traffic, and the fixed
-#: cost of a call outside the two passes (product scan, classification, grouping, allocation, two
-#: host transfers): 0.4-0.6 ms on an H100 with the fused analysis kernels (whole call minus the
-#: pass kernels, benchmarks/results/spgemm-phases-h100-2026-11-23-8a8889c.json; it was 3.5 ms
-#: with ~80 CuPy calls). Efficiency fitted to R-MAT scale 16 (72 ms); the model over-predicts
-#: block-dense and banded products (conservative) and under-predicts skewed (its global rows).
+#: Fraction of the copy bandwidth the hash passes reach on the product traffic. Efficiency fitted
+#: to R-MAT scale 16 (72 ms); the model over-predicts block-dense and banded products
+#: (conservative) and under-predicts skewed (its global rows).
 HASH_EFFICIENCY = 0.055
-HASH_FIXED_S = 0.6e-3
+#: The fixed cost of a call outside the pass kernels (product scan, classification, allocation,
+#: host round trips), by the path spgemm() takes (hash_path): whole calls on the smallest corpus
+#: matrices, H100 2026-11-24 at 70d9d05 (benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log):
+#: one pass balanced (one launch, two host transfers) 0.27-0.39 ms (banded-, poisson2d-small),
+#: one pass grouped (classification, a launch per table size) 0.60-0.93 ms (poisson3d-, uniform-
+#: small), two passes (symbolic, scan, numeric: four host transfers) 0.82-1.19 ms (skewed-,
+#: rmat-small). One constant of 0.6 ms for every path predicted skewed-small's hash call
+#: (0.94-0.97 ms measured) below cuSPARSE's (0.49-0.52) and poisson2d-small's (0.25) above it.
+HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "two passes": 0.85e-3}
 LAUNCH_S = 6e-6
 #: The paper's compression estimate: nnz(C row) ~ nnz_RowCt / pi.
 COMPRESSION = math.pi
@@ -1101,6 +1106,18 @@ def describe_groups(f, smem_bytes: int) -> tuple:
             f"{n_global} row(s) go to the global-memory path" if n_global else
             f"every row fits a shared table (largest {ladder[-1]} slots, alpha max {alpha_max:,.0f})")
     return balanced, f"{mode}; {glob}", n_global
+
+
+def hash_path(f, smem_bytes: int) -> str:
+    """The path spgemm() takes for the planner's features (a key of HASH_FIXED_S): one pass where
+    one_pass_table allows (its device-memory bound is left out: it binds only past ~300M products
+    on an 80 GB GPU, where the fixed cost no longer matters, and the planner's features must not
+    depend on the memory of the machine that computes them), balanced or grouped by the RBSparse
+    rule; else two passes."""
+    top = table_ladder(smem_bytes, KEY_BYTES + np.dtype(f.dtype).itemsize)[-1]
+    if min(int(f.rowct_max), int(f.k)) <= min(ONE_PASS_MAX_TABLE, top) and f.products <= INT32_MAX:
+        return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
+    return "two passes"
 
 
 def predict_panels(est_nnz: float, m: int, itemsize: int, free_bytes: int | None) -> tuple:
@@ -1138,15 +1155,17 @@ class HashSpGEMM(Kernel):
     def cost(self, f, params, device):
         itemsize = np.dtype(f.dtype).itemsize
         balanced, why, n_global = describe_groups(f, device.smem_per_block)
+        path = hash_path(f, device.smem_per_block)
         nbytes = traffic.spgemm_bytes(f) + f.products * KEY_BYTES + f.nnz * 8
         t = nbytes / (device.mem_bandwidth * HASH_EFFICIENCY)
         t += n_global * f.k * (KEY_BYTES + itemsize) * 2 / device.mem_bandwidth
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
-        t += HASH_FIXED_S + launches * LAUNCH_S
+        t += HASH_FIXED_S[path] + launches * LAUNCH_S
         est_c = min(f.products / COMPRESSION, f.m * f.k)
         free = _free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
         _, panels = predict_panels(est_c, f.m, itemsize, free)
-        return Cost(0.0, t, f"RBSparse hash, {why}; ~{est_c:,.0f} nonzeros of C expected "
+        return Cost(0.0, t, f"RBSparse hash, {path} ({HASH_FIXED_S[path] * 1e3:.2f} ms fixed), {why}; "
+                            f"~{est_c:,.0f} nonzeros of C expected "
                             f"(products / pi), {nbytes / 1e6:.1f} MB at {HASH_EFFICIENCY:.2f} of bandwidth"
                             + (f"; {panels}" if panels else ""))
 
@@ -1162,5 +1181,5 @@ class HashSpGEMM(Kernel):
 register(HashSpGEMM())
 
 __all__ = ["spgemm", "check_csr", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
-           "table_index", "symbolic_index", "balance", "groups_of", "describe_groups", "panel_bounds",
+           "table_index", "symbolic_index", "balance", "groups_of", "describe_groups", "hash_path", "panel_bounds",
            "panel_bytes", "predict_panels", "int32_operand", "host_available_bytes"]

@@ -22,9 +22,13 @@ VENDOR_LIMITS = {
 #: the fixed cost of one cupyx SpMV call (about 46 us measured, descriptor creation included).
 CUSPARSE_SPMV_EFFICIENCY = 0.35
 CUSPARSE_SPMV_OVERHEAD_S = 46e-6
-#: cuSPARSE SpGEMM through CuPy: 11-70 GFLOP/s on the corpus, about 320 us even for tiny inputs.
+#: cuSPARSE SpGEMM through CuPy: 11-70 GFLOP/s on the corpus, and its fixed cost: whole calls on
+#: the six smallest corpus matrices (67k-410k products) less their products at this rate, float32
+#: and float64, H100 2026-11-24: 0.36-0.60 ms, median 0.44 (it was 320 us from an older run, which
+#: put cuSPARSE ahead of the hash kernels' one-pass calls on mid-size meshes where it is behind;
+#: benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log).
 CUSPARSE_SPGEMM_FLOPS = 30e9
-CUSPARSE_SPGEMM_OVERHEAD_S = 320e-6
+CUSPARSE_SPGEMM_OVERHEAD_S = 440e-6
 #: cuBLAS tall-and-skinny GEMM: fraction of copy bandwidth. Measured on an H100 (CuPy 14.2, CUDA 13,
 #: benchmarks/results/tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-22.json, n = 8192..32768, k = 1..32, both
 #: layouts): fp64 0.85-1.03 (median 0.98), fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64,
