@@ -269,3 +269,15 @@ def test_auto_on_either_side(cp, st, rng, shape, nnz_per_col, expect):
     A = random_csr(rng, m, n, nnz_per_col / m)
     assert st.auto_method(n, A.nnz) == expect
     _check(cp, st, A, method="auto")
+
+
+@pytest.mark.parametrize("method", ["segsort", "radix"])
+def test_indptr_owns_its_memory(cp, st, rng, method):
+    """A.T's indptr is an allocation of its own: the returned matrix does not keep the call's
+    workspace (the radix look-back words, the segsort's column lists) alive."""
+    A = random_csr(rng, 3000, 70000, 0.002)
+    T = st.transpose(_dev(cp, A), method=method)
+    n = A.shape[1]
+    assert T.indptr.base is None
+    assert T.indptr.data.mem.size <= -(-(n + 1) * 4 // 512) * 512
+    _same_as_scipy(A, T.get())

@@ -258,12 +258,14 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
     max_huge = min(n, nnz // (cap + 1))
-    # one zeroed workspace (int32 words): counts -> A.T's indptr [0, n], control words, the scan's
-    # status (8-byte words); segsort: the column lists (seg_list, n ints: medium from the front,
-    # long from the back; huge_list: columns of more than cap keys, at most nnz / (cap + 1));
-    # radix: the digit histograms, a tile ticket and tiles x 256 look-back words a pass
-    ctrl_off = n + 1
-    status_off = (ctrl_off + _CTRL + 1) & ~1
+    # A.T's indptr (the column counts, scanned in place) is an allocation of its own, so the
+    # returned matrix does not keep the workspace alive. One zeroed workspace (int32 words) holds
+    # the rest: control words, the scan's status (8-byte words); segsort: the column lists
+    # (seg_list, n ints: medium from the front, long from the back; huge_list: columns of more
+    # than cap keys, at most nnz / (cap + 1)); radix: the digit histograms, a tile ticket and
+    # tiles x 256 look-back words a pass (Poisson: 2.7 MB)
+    counts = cp.zeros(n + 1, dtype=cp.int32)
+    status_off = (_CTRL + 1) & ~1
     list_off = status_off + 2 * scan_tiles
     huge_off = list_off + (n if seg else 0)
     hist_off = huge_off + (max_huge + 1 if seg else 0)
@@ -272,7 +274,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     ws = cp.zeros(look_off + (passes * tiles * 256 if rdx else 0), dtype=cp.int32)
     p_ws = ws.data.ptr
     p_ctrl, p_status, p_list, p_huge, p_hist = (np.uintp(p_ws + 4 * o) for o in
-                                                (ctrl_off, status_off, list_off, huge_off, hist_off))
+                                                (0, status_off, list_off, huge_off, hist_off))
     if not seg:
         p_list = p_huge = _NULL
         short_max = warp_max = cap = INT32_MAX   # no column is binned
@@ -286,9 +288,9 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, ws, p_second, p_ctrl))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, counts, p_second, p_ctrl))
     done("count")
-    ks.scan((scan_tiles,), (BLOCK,), (ws, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
+    ks.scan((scan_tiles,), (BLOCK,), (counts, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
                                       np.int32(warp_max), np.int32(cap), p_hist, np.int32(passes), np.int32(bits)))
     done("scan")
     out_idx = cp.empty(nnz, dtype=cp.int32)
@@ -299,23 +301,24 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
         for name, fn, grid, block, args in (
                 ("scatter", ks.scatter, (m + nnz + TILE - 1) // TILE, BLOCK,
-                 (indptr_a, indices, np.int32(m), nnz64, ws, p_second, n32, keys)),
+                 (indptr_a, indices, np.int32(m), nnz64, counts, p_second, n32, keys)),
                 ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
-                 (ws, n32, keys, A.data, out_idx, out_val, np.int32(short_max))),
+                 (counts, n32, keys, A.data, out_idx, out_val, np.int32(short_max))),
                 ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
-                 (ws, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, np.int32(cap))),
+                 (counts, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, np.int32(cap))),
                 # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
                 ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
-                 (ws, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))):
+                 (counts, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))):
             fn((grid,), (block,), args)
             done(name)
     if rdx:
         _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles,
-                        [p_ws + 4 * o for o in (hist_off, look_off, ticket_off, n)], out_idx, out_val, done)
-    if check and int(ws[ctrl_off].get()):
+                        [p_ws + 4 * o for o in (hist_off, look_off, ticket_off)] + [counts.data.ptr + 4 * n],
+                        out_idx, out_val, done)
+    if check and int(ws[0].get()):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
-    return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
+    return csr_from_parts(out_val, out_idx, counts, (n, m), sorted_rows=True, canonical=canonical)
 
 
 def _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
