@@ -255,3 +255,27 @@ def test_device_attribute_matches_cupy(cp):
     attrs = cp.cuda.Device(dev).attributes
     for name in _cuda._ATTRIBUTE_ENUMS:
         assert _cuda.device_attribute(name, dev) == attrs[name]
+
+
+@pytest.mark.parametrize("async_variant", [None, "preset"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant):
+    """A prepared TSM2 keeps one launch per (k, strides, B's alignment) and reuses it: runs with
+    another k, a strided out, a B view at an odd offset and a split (few rows, long n) all match
+    NumPy, and every out element is written (NaN-poisoned)."""
+    k = get("tsgemm.tsm2")
+    m, n = 300, 4096                                   # few rows, long n: a split over n
+    A_h = _random(rng, (m, n), dtype)
+    A = cp.asarray(A_h)
+    params = {"layout": "row", "t1": 256, "t2": 16, "t3": 4, "depth": 1}
+    if async_variant:
+        params["async"] = async_variant
+    prep = k.prepare(A, params)
+    for kk, out_order, offset in ((16, "C", 0), (16, "C", 0), (9, "C", 0), (16, "F", 0), (16, "C", 1)):
+        B_h = _random(rng, (n, kk + offset), dtype)
+        B = cp.asarray(B_h)[:, offset:]                # offset 1: B's rows not 16-byte aligned
+        out = cp.full((m, kk), cp.nan, dtype=dtype, order=out_order)
+        assert k.run(prep, B, out=out) is out
+        _check(out, A_h, B_h[:, offset:], dtype)
+    # (16, C) reused; the async path copies the offset B to a contiguous one, whose key is the first
+    assert len(prep.meta["launches"]) == (3 if async_variant else 4)

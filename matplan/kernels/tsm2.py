@@ -329,36 +329,54 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
     COL_ACC_WORDS, and ``slices`` the split (instead of :func:`split_count`; rounded to whole
     tiles, not balanced).
     """
-    cp = cupy_module()
-    m, n = A.shape
-    k = B.shape[1]
-    item = A.itemsize
-    vec = _vector_width(A, layout, lda, t2, col_words)
-    g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
-    u = 1 if layout == "col" else int(steps or row_steps(t2, g, vec, item))
-    d = 1 if layout == "col" else max(1, min(int(depth), u))
-    while u % d:                                        # the kernel's register slots need d | u
-        d -= 1
-    fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u, d)
-    rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
-    sms = _sms()
-    S = int(slices or split_count(layout, m, n, t1, t3, vec, sms, g))
-    align = t1 if layout == "col" else 32 // g * vec * u
-    s_max = min(2 * S, MAX_SPLIT, max(S, n // (SPLIT_MIN_TILES * align)))
-    slots = _resident_blocks(fn, t1) * sms if S > 1 and not slices else 0
-    S, L = split_waves(S, s_max, -(-m // rows_per_block), n, align, slots)
-    out = C if S == 1 else cp.empty((S, m, k), dtype=A.dtype)
-    c_strides = (C.strides[0] // item, C.strides[1] // item)
-    ldc_r, ldc_c = c_strides if S == 1 else (k, 1)
-    args = (A, np.int64(lda), B, np.int64(B.strides[0] // item), out,
-            np.int64(ldc_r), np.int64(ldc_c), np.int32(m), np.int32(n), np.int32(k),
-            np.int32(L), np.int64(m * k))
-    fn((-(-m // rows_per_block), S), (t1,), args)
-    if S > 1:
+    Launch(A, layout, lda, B.shape[1], C.strides, t1, t2, t3, groups, col_words, steps, depth, slices)(A, B, C)
+
+
+class Launch:
+    """One TSM2 launch with everything :func:`launch` decides from the shapes, A's alignment, k
+    and C's strides worked out once: the kernel, grid, split and scalar arguments. Calling it
+    with arrays of those shapes and strides only launches; a plan keeps one per (k, strides), as
+    FFT plans do, because the decisions cost tens of microseconds of host time a call (H100,
+    n = 16384, fp32: a single call ran at 0.77 of copy bandwidth where calls back to back ran at
+    0.90, tsgemm-h100-2026-11-24-70d9d05.log)."""
+
+    def __init__(self, A, layout, lda, k, c_strides, t1, t2, t3, groups=None, col_words=None,
+                 steps=None, depth=1, slices=None):
+        m, n = A.shape
+        item = A.itemsize
+        vec = _vector_width(A, layout, lda, t2, col_words)
+        g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
+        u = 1 if layout == "col" else int(steps or row_steps(t2, g, vec, item))
+        d = 1 if layout == "col" else max(1, min(int(depth), u))
+        while u % d:                                        # the kernel's register slots need d | u
+            d -= 1
+        self.fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u, d)
+        rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
+        sms = _sms()
+        S = int(slices or split_count(layout, m, n, t1, t3, vec, sms, g))
+        align = t1 if layout == "col" else 32 // g * vec * u
+        s_max = min(2 * S, MAX_SPLIT, max(S, n // (SPLIT_MIN_TILES * align)))
+        slots = _resident_blocks(self.fn, t1) * sms if S > 1 and not slices else 0
+        S, L = split_waves(S, s_max, -(-m // rows_per_block), n, align, slots)
+        cs = (c_strides[0] // item, c_strides[1] // item)
+        ldc_r, ldc_c = cs if S == 1 else (k, 1)
         mk = m * k
-        _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(A.dtype)}>", SPLIT_SUM_NAMES)(
-            (min(-(-mk // 256), 4 * _sms()),), (256,),
-            (out, np.int32(S), np.int64(mk), np.int32(k), C, np.int64(c_strides[0]), np.int64(c_strides[1])))
+        self.S, self.item, self.dtype, self.ws_shape = S, item, A.dtype, (S, m, k)
+        self.grid, self.block = (-(-m // rows_per_block), S), (t1,)
+        self.head = (np.int64(lda),)
+        self.tail = (np.int64(ldc_r), np.int64(ldc_c), np.int32(m), np.int32(n), np.int32(k),
+                     np.int32(L), np.int64(mk))
+        if S > 1:
+            self.sum_fn = _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(A.dtype)}>", SPLIT_SUM_NAMES)
+            self.sum_grid = (min(-(-mk // 256), 4 * sms),)
+            self.sum_args = (np.int32(S), np.int64(mk), np.int32(k), np.int64(cs[0]), np.int64(cs[1]))
+
+    def __call__(self, A, B, C) -> None:
+        out = C if self.S == 1 else cupy_module().empty(self.ws_shape, dtype=self.dtype)
+        self.fn(self.grid, self.block, (A, *self.head, B, np.int64(B.strides[0] // self.item), out, *self.tail))
+        if self.S > 1:
+            S, mk, k, c0, c1 = self.sum_args
+            self.sum_fn(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
 
 
 # --- online t1 choice -----------------------------------------------------------------------------
@@ -516,11 +534,13 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
     configs.update({("async", v): None for v in async_variants})
 
-    def time_one(c):
+    def time_one(c):   # the launch a plan would keep, so host work is timed as a plan's run pays it
         if c[0] == "async":
-            return time_kernel(lambda: _run_async(A, B, C, c[1]))
-        t1, t3, d = configs[c]
-        return time_kernel(lambda: launch(A, layout, lda, B, C, t1, t2, t3, depth=d))
+            go = _async_launch(A, B, C, c[1])
+        else:
+            t1, t3, d = configs[c]
+            go = Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
+        return time_kernel(lambda: go(A, B, C))
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], str(c)))
     if win[0] == "async":
@@ -539,8 +559,8 @@ def _async_config(dtype, k: int, variant: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _async_config_items(dtype: np.dtype, k: int, variant: str) -> tuple:
-    """The knobs of an async variant, built once per (dtype, k, variant): _run_async launches
-    with them on every call of a plan."""
+    """The knobs of an async variant, built once per (dtype, k, variant) for the online timing's
+    and the plans' launches (_async_launch)."""
     from . import tsm2_async
     return tuple(dict(tsm2_async.default_config(dtype, k), **ASYNC_VARIANTS[variant]).items())
 
@@ -550,9 +570,11 @@ def _async_threads(dtype, k: int, variant: str) -> int:
     return tsm2_async.shape_of(_async_config(dtype, k, variant), np.dtype(dtype).itemsize)["threads"]
 
 
-def _run_async(A, B, C, variant: str):
+def _async_launch(A, B, C, variant: str):
+    """The cp.async kernel's launch for these arrays' shapes and strides (tsm2_async.AsyncLaunch);
+    A's alignment was checked by TSM2.prepare."""
     from . import tsm2_async
-    return tsm2_async.matmul_rowmajor_async(A, B, out=C, config=_async_config(A.dtype, B.shape[1], variant))
+    return tsm2_async.AsyncLaunch(A, B, C, _async_config(A.dtype, B.shape[1], variant))
 
 
 def score_candidates(candidates, time_one, what: str) -> dict:
@@ -683,11 +705,18 @@ class TSM2(Kernel):
             C2.fill(0)
             return C
         if p.get("async"):
-            _run_async(A, cp.ascontiguousarray(B2), C2, p["async"])
-            return C
-        t2 = min(p["t2"], k)
-        launch(A, prepared.meta["layout"], prepared.meta["lda"], B2, C2, p["t1"], t2, p["t3"],
-               depth=p.get("depth", 1))
+            B2 = cp.ascontiguousarray(B2)
+        # the launch decisions, made once per (k, strides, B's alignment) of this plan
+        key = (k, B2.strides, B2.data.ptr % 16, C2.strides)
+        go = prepared.meta.setdefault("launches", {}).get(key)
+        if go is None:
+            if p.get("async"):
+                go = _async_launch(A, B2, C2, p["async"])
+            else:
+                go = Launch(A, prepared.meta["layout"], prepared.meta["lda"], k, C2.strides, p["t1"],
+                            min(p["t2"], k), p["t3"], depth=p.get("depth", 1))
+            prepared.meta["launches"][key] = go
+        go(A, B2, C2)
         return C
 
 

@@ -250,32 +250,47 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
         from matplan import planner
         return planner.plan(A, B).run(A, B, out=out)
 
-    item = A.itemsize
-    cfg = default_config(A.dtype, k)
-    if config:
-        cfg.update(config)
-    check_config(cfg, item)
-    sh = shape_of(cfg, item)
     C = cp.empty((m, k), dtype=A.dtype) if out is None else out
+    go = AsyncLaunch(A, B, C, config, lda)   # checks the knobs, also for empty products
     if m == 0 or k == 0:
         return C
     if n == 0:
         C.fill(0)
         return C
-    limit = _smem_optin()
-    if sh["smem_bytes"] > limit:
-        raise ValueError(f"config: needs {sh['smem_bytes']} bytes of shared memory per block, the "
-                         f"device allows {limit}; lower stages, tj or the rows per block")
-    bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
-    fn = _function(kernel_name(A.dtype, cfg, bv), sh["smem_bytes"])
-    passes = math.ceil(k / sh["kp"])
-    blocks = math.ceil(m / sh["rows"]) * passes
-    ldc_r, ldc_c = (s // item for s in C.strides)
-    fn((blocks,), (sh["threads"],),
-       (A, np.int64(lda), B, np.int64(k), C, np.int64(ldc_r), np.int64(ldc_c),
-        np.int32(m), np.int32(n), np.int32(k), np.int32(passes)),
-       shared_mem=sh["smem_bytes"])
+    go(A, B, C)
     return C
+
+
+class AsyncLaunch:
+    """One launch of the async kernel with the knobs, B's chunk width, the grid and the scalar
+    arguments worked out once for arrays of these shapes, strides and alignment (A checked by
+    :func:`check_a`); calling it only launches. TSM2 plans keep one per (k, strides)."""
+
+    def __init__(self, A, B, C, config: dict | None = None, lda: int | None = None):
+        m, n = A.shape
+        k = B.shape[1]
+        item = A.itemsize
+        lda = check_a(A) if lda is None else lda
+        cfg = default_config(A.dtype, k)
+        if config:
+            cfg.update(config)
+        check_config(cfg, item)
+        sh = shape_of(cfg, item)
+        limit = _smem_optin()
+        if sh["smem_bytes"] > limit:
+            raise ValueError(f"config: needs {sh['smem_bytes']} bytes of shared memory per block, the "
+                             f"device allows {limit}; lower stages, tj or the rows per block")
+        bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
+        self.fn = _function(kernel_name(A.dtype, cfg, bv), sh["smem_bytes"])
+        passes = math.ceil(k / sh["kp"])
+        self.grid, self.block, self.smem = (math.ceil(m / sh["rows"]) * passes,), (sh["threads"],), sh["smem_bytes"]
+        ldc_r, ldc_c = (s // item for s in C.strides)
+        self.head = (np.int64(lda),)
+        self.mid = (np.int64(k),)
+        self.tail = (np.int64(ldc_r), np.int64(ldc_c), np.int32(m), np.int32(n), np.int32(k), np.int32(passes))
+
+    def __call__(self, A, B, C) -> None:
+        self.fn(self.grid, self.block, (A, *self.head, B, *self.mid, C, *self.tail), shared_mem=self.smem)
 
 
 def kernel_info(dtype, k: int, config: dict | None = None, B=None) -> dict:
