@@ -75,6 +75,8 @@ T3_FACTORS = (1, 2, 4)
 #: this the timed problem has the planned m, so the calibration ratio is the planned size's.
 TIMING_ELEMENTS = 1 << 28
 TIMING_REPEATS = 5
+#: Rounds of the winner-against-cuBLAS timing that closes the search (_duel).
+DUEL_ROUNDS = 5
 #: k for which the online timing of row-major A also tries the cp.async kernel (tsm2_async.cu),
 #: with these knob sets over tsm2_async.default_config. H100, 2026-11-23, n = 16384-32768: 0.89-0.93
 #: of copy bandwidth at k = 16 (this file's row kernel 0.76-0.79) and 0.58-0.62 at k = 32
@@ -506,6 +508,22 @@ def _time_vendor(device, key, A, B, dtype) -> None:
     VENDOR_RATIO[key] = s / _vendor_model_s(device, mb, n, B.shape[1], dtype)
 
 
+def _duel(device, key, A, B, C, go, dtype) -> float:
+    """The search's winner and cuBLAS timed in alternation (DUEL_ROUNDS rounds of TIMING_REPEATS
+    calls each, medians), so the two calibrations that decide between them see the same GPU
+    state; sets VENDOR_RATIO[key] and returns the winner's seconds. Timed apart (cuBLAS before
+    the search), cuBLAS read 6.5% slow on an H100 (n = 16384 float64 k = 16 row-major, 2026-11-24)
+    and the planner took TSM2, 4.6% slower than cuBLAS in the benchmark."""
+    cp = cupy_module()
+    mine, theirs = [], []
+    for _ in range(DUEL_ROUNDS):
+        mine.append(time_kernel(lambda: go(A, B, C)))
+        theirs.append(time_kernel(lambda: cp.matmul(A, B)))
+    mb, n = A.shape
+    VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, B.shape[1], dtype)
+    return float(np.median(mine))
+
+
 def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s,
             async_variants=()) -> tuple[dict, dict]:
     """Time every (t1, t3) candidate (row kernel: every (t1, t3, depth), depths from
@@ -513,8 +531,9 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
     TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
-    smallest of t3s, for the model's cost). cuBLAS is timed on the same data once per bucket
-    (VENDOR_RATIO).
+    smallest of t3s, for the model's cost). The winner and cuBLAS are then timed in alternation on
+    the same data (:func:`_duel`), which calibrates both for the bucket (VENDOR_RATIO, the store's
+    ratio).
 
     A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
     in a RuntimeWarning; RuntimeError when every candidate fails (:func:`score_candidates`).
@@ -529,17 +548,18 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     A, B, C = _timing_problem(dtype, layout, m, n, k)
     mb = A.shape[0]
     _, lda = layout_of(A)
-    _time_vendor(device, key, A, B, dtype)
     configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
     configs.update({("async", v): None for v in async_variants})
 
-    def time_one(c):   # the launch a plan would keep, so host work is timed as a plan's run pays it
+    def launch_of(c):   # the launch a plan would keep, so host work is timed as a plan's run pays it
         if c[0] == "async":
-            go = _async_launch(A, B, C, c[1])
-        else:
-            t1, t3, d = configs[c]
-            go = Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
+            return _async_launch(A, B, C, c[1])
+        t1, t3, d = configs[c]
+        return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
+
+    def time_one(c):
+        go = launch_of(c)
         return time_kernel(lambda: go(A, B, C))
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], str(c)))
@@ -547,8 +567,9 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
         best = {"t1": _async_threads(dtype, k, win[1]), "t3": min(t3s), "depth": 1, "async": win[1]}
     else:
         best = dict(zip(("t1", "t3", "depth"), win))
+    win_s = _duel(device, key, A, B, C, launch_of(win), dtype)
     predicted = model_time(device, mb, n, k, dtype, layout, best["t1"], t2, best["t3"])
-    T1_STORE.put(key, best, timings, timings[win] / predicted if predicted > 0 else None)
+    T1_STORE.put(key, best, timings, win_s / predicted if predicted > 0 else None)
     del A, B, C
     return best, timings
 
