@@ -243,8 +243,9 @@ def test_async_winner_is_stored_and_labelled():
               {(256, 4, 1): 2.0, ("async", "s3"): 1.0}, 0.9)
     assert store.get(key) == {"t1": 256, "t3": 4, "depth": 1, "async": "s3"}
     assert store.timings[key] == {"t1=256,t3=4,depth=1": 2.0, "async=s3": 1.0}
-    assert tsm2.async_eligible("row", np.float32, 16, 4096)
-    assert not tsm2.async_eligible("row", np.float32, 16, 4097)      # rows not 16-byte aligned
-    assert not tsm2.async_eligible("col", np.float64, 16, 4096)
-    assert tsm2.async_eligible("row", np.float64, 5, 4096)
-    assert not tsm2.async_eligible("row", np.float64, 4, 4096)       # k below ASYNC_K
+    assert tsm2.async_eligible("row", np.float32, 16, 4097, 4096)
+    assert not tsm2.async_eligible("row", np.float32, 16, 4096, 4097)   # rows not 16-byte aligned
+    assert tsm2.async_eligible("col", np.float64, 16, 4096, 4097)
+    assert not tsm2.async_eligible("col", np.float64, 16, 4097, 4096)   # columns not 16-byte aligned
+    assert tsm2.async_eligible("row", np.float64, 5, 4096, 4096)
+    assert not tsm2.async_eligible("row", np.float64, 4, 4096, 4096)    # k below ASYNC_K

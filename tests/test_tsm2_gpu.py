@@ -213,38 +213,49 @@ def test_empty_and_tiny(cp, rng):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", sorted(tsm2.ASYNC_VARIANTS))
-@pytest.mark.parametrize("k", [1, 9, 16, 32, 33])
-def test_async_variant_through_the_kernel_interface(cp, rng, dtype, variant, k):
-    """Params carrying the cp.async row kernel (what the online timing stores when it wins) run
-    through TSM2.prepare/run: NaN-poisoned output, m and n off every tile, vector B too."""
-    m, n = 1531, 1000 + 36                     # n * itemsize a multiple of 16 (the kernel's need)
+@pytest.mark.parametrize("k", [1, 4, 9, 16, 32, 33])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_async_variant_through_the_kernel_interface(cp, rng, dtype, variant, k, order):
+    """Params carrying the cp.async kernel (what the online timing stores when it wins) run
+    through TSM2.prepare/run, row-major (C order) and column-major (F order) A: NaN-poisoned
+    output, m and n off every tile, vector B too."""
+    m, n = 1532, 1000 + 36                     # m, n * itemsize multiples of 16 (the kernel's need)
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
-    A, B = cp.asarray(A_h), cp.asarray(B_h)
-    params = dict(_params("row", dtype, 16, 256), depth=1, **{"async": variant})
+    A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
+    layout = "row" if order == "C" else "col"
+    params = dict(_params(layout, dtype, 16, 256), **{"async": variant})
+    if layout == "row":
+        params["depth"] = 1
     _check(_run(cp, A, B, params), A_h, B_h, dtype)
     C = _run(cp, A, B[:, 0], params)
     _check(C[:, None], A_h, B_h[:, :1], dtype)
 
 
 def test_async_params_refuse_misaligned_a(cp, rng):
-    """A plan whose online timing chose the cp.async kernel refuses, naming A, an A whose rows do
-    not start on 16-byte boundaries (a column slice), instead of reading it wrong."""
+    """A plan whose online timing chose the cp.async kernel refuses, naming A, an A whose rows
+    (row-major) or columns (column-major) do not start on 16-byte boundaries (a slice), instead
+    of reading it wrong."""
     A = cp.asarray(_random(rng, (300, 1001), np.float32))[:, :999]
     params = dict(_params("row", np.float32, 16, 256), depth=1, **{"async": "preset"})
     with pytest.raises(ValueError, match="A: .*16-byte"):
         get("tsgemm.tsm2").prepare(A, params)
+    A = cp.asfortranarray(cp.asarray(_random(rng, (1001, 300), np.float32)))[:999, :]
+    params = dict(_params("col", np.float32, 16, 256), **{"async": "preset"})
+    with pytest.raises(ValueError, match="A: .*column-major.*16-byte"):
+        get("tsgemm.tsm2").prepare(A, params)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_planner_k16_row_major_matches_numpy(cp, rng, dtype):
-    """The planner's TSM2 choice for row-major A at k = 16 (the online timing now also tries the
-    cp.async kernel) gives NumPy's product, whichever kernel won."""
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_planner_k16_matches_numpy(cp, rng, dtype, order):
+    """The planner's TSM2 choice at k = 16 (the online timing also tries the cp.async kernel, for
+    both layouts) gives NumPy's product, whichever kernel won."""
     m, n, k = 20000, 4096, 16
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
-    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
     plan = planner.plan(A, B, kernels=["tsgemm.tsm2"])
     assert plan.kernel == "tsgemm.tsm2"
-    assert tsm2.async_eligible("row", dtype, k, n)
+    assert tsm2.async_eligible("row" if order == "C" else "col", dtype, k, m, n)
     _check(plan.run(A, B), A_h, B_h, dtype)
 
 
@@ -259,15 +270,19 @@ def test_device_attribute_matches_cupy(cp):
 
 @pytest.mark.parametrize("async_variant", [None, "preset"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant):
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, order):
     """A prepared TSM2 keeps one launch per (k, strides, B's alignment) and reuses it: runs with
     another k, a strided out, a B view at an odd offset and a split (few rows, long n) all match
     NumPy, and every out element is written (NaN-poisoned)."""
     k = get("tsgemm.tsm2")
     m, n = 300, 4096                                   # few rows, long n: a split over n
     A_h = _random(rng, (m, n), dtype)
-    A = cp.asarray(A_h)
-    params = {"layout": "row", "t1": 256, "t2": 16, "t3": 4, "depth": 1}
+    A = cp.asarray(A_h, order=order)
+    layout = "row" if order == "C" else "col"
+    params = dict(_params(layout, dtype, 16, 256))
+    if layout == "row":
+        params["depth"] = 1
     if async_variant:
         params["async"] = async_variant
     prep = k.prepare(A, params)

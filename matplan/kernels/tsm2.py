@@ -435,10 +435,12 @@ def _candidate_label(c: tuple) -> str:
     return ",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c))
 
 
-def async_eligible(layout: str, dtype, k: int, n: int) -> bool:
-    """Whether the online timing tries the cp.async row kernel: row-major A whose rows start on
-    16-byte boundaries (C order: n * itemsize % 16 == 0) and ASYNC_K[0] <= k <= ASYNC_K[1]."""
-    return layout == "row" and ASYNC_K[0] <= k <= ASYNC_K[1] and n * np.dtype(dtype).itemsize % 16 == 0
+def async_eligible(layout: str, dtype, k: int, m: int, n: int) -> bool:
+    """Whether the online timing tries the cp.async kernel: ASYNC_K[0] <= k <= ASYNC_K[1] and A's
+    rows (row-major, C order: n * itemsize % 16 == 0) or columns (column-major, F order:
+    m * itemsize % 16 == 0) start on 16-byte boundaries."""
+    lead = n if layout == "row" else m
+    return ASYNC_K[0] <= k <= ASYNC_K[1] and lead * np.dtype(dtype).itemsize % 16 == 0
 
 
 def _bucket(x: int) -> int:
@@ -554,7 +556,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
 
     def launch_of(c):   # the launch a plan would keep, so host work is timed as a plan's run pays it
         if c[0] == "async":
-            return _async_launch(A, B, C, c[1])
+            return _async_launch(A, B, C, c[1], layout)
         t1, t3, d = configs[c]
         return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
 
@@ -564,7 +566,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], str(c)))
     if win[0] == "async":
-        best = {"t1": _async_threads(dtype, k, win[1]), "t3": min(t3s), "depth": 1, "async": win[1]}
+        best = {"t1": _async_threads(dtype, k, win[1], layout), "t3": min(t3s), "depth": 1, "async": win[1]}
     else:
         best = dict(zip(("t1", "t3", "depth"), win))
     win_s = _duel(device, key, A, B, C, launch_of(win), dtype)
@@ -574,28 +576,30 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     return best, timings
 
 
-def _async_config(dtype, k: int, variant: str) -> dict:
-    return dict(_async_config_items(np.dtype(dtype), int(k), variant))
+def _async_config(dtype, k: int, variant: str, layout: str = "row") -> dict:
+    return dict(_async_config_items(np.dtype(dtype), int(k), variant, layout))
 
 
 @functools.lru_cache(maxsize=None)
-def _async_config_items(dtype: np.dtype, k: int, variant: str) -> tuple:
-    """The knobs of an async variant, built once per (dtype, k, variant) for the online timing's
-    and the plans' launches (_async_launch)."""
+def _async_config_items(dtype: np.dtype, k: int, variant: str, layout: str) -> tuple:
+    """The knobs of an async variant, built once per (dtype, k, variant, layout) for the online
+    timing's and the plans' launches (_async_launch)."""
     from . import tsm2_async
-    return tuple(dict(tsm2_async.default_config(dtype, k), **ASYNC_VARIANTS[variant]).items())
+    return tuple(dict(tsm2_async.default_config(dtype, k, layout == "col"), **ASYNC_VARIANTS[variant]).items())
 
 
-def _async_threads(dtype, k: int, variant: str) -> int:
+def _async_threads(dtype, k: int, variant: str, layout: str = "row") -> int:
     from . import tsm2_async
-    return tsm2_async.shape_of(_async_config(dtype, k, variant), np.dtype(dtype).itemsize)["threads"]
+    return tsm2_async.shape_of(_async_config(dtype, k, variant, layout), np.dtype(dtype).itemsize,
+                               layout == "col")["threads"]
 
 
-def _async_launch(A, B, C, variant: str):
+def _async_launch(A, B, C, variant: str, layout: str = "row"):
     """The cp.async kernel's launch for these arrays' shapes and strides (tsm2_async.AsyncLaunch);
-    A's alignment was checked by TSM2.prepare."""
+    A's alignment was checked by TSM2.prepare (or is the timing problem's)."""
     from . import tsm2_async
-    return tsm2_async.AsyncLaunch(A, B, C, _async_config(A.dtype, B.shape[1], variant))
+    return tsm2_async.AsyncLaunch(A, B, C, _async_config(A.dtype, B.shape[1], variant, layout),
+                                  col=layout == "col")
 
 
 def score_candidates(candidates, time_one, what: str) -> dict:
@@ -658,7 +662,7 @@ class TSM2(Kernel):
         t1s = t1_candidates(layout, f.dtype, t2, mp["t1"])
         t1, depth, variant, source = t1s[0], 1, None, "model's first candidate (no GPU timing)"
         if _can_time(f, device):
-            eligible = async_eligible(layout, f.dtype, f.k, f.n)
+            eligible = async_eligible(layout, f.dtype, f.k, f.m, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s,
                               tuple(ASYNC_VARIANTS) if eligible else ())
@@ -699,7 +703,7 @@ class TSM2(Kernel):
                              f"{layout}-major A; make a new plan for this layout")
         if params.get("async"):
             from . import tsm2_async
-            tsm2_async.check_a(A)   # ValueError naming A when its rows are not 16-byte aligned
+            tsm2_async.check_a(A, layout == "col")   # ValueError naming A when not 16-byte aligned
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype,
                         meta={"layout": layout, "lda": lda})
 
@@ -732,7 +736,7 @@ class TSM2(Kernel):
         go = prepared.meta.setdefault("launches", {}).get(key)
         if go is None:
             if p.get("async"):
-                go = _async_launch(A, B2, C2, p["async"])
+                go = _async_launch(A, B2, C2, p["async"], prepared.meta["layout"])
             else:
                 go = Launch(A, prepared.meta["layout"], prepared.meta["lda"], k, C2.strides, p["t1"],
                             min(p["t2"], k), p["t3"], depth=p.get("depth", 1))

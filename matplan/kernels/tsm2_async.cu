@@ -1,6 +1,8 @@
-// TSM2 row-major, A streamed through shared memory by cp.async (PROTOTYPE, issue #5).
+// TSM2 with A streamed through shared memory by cp.async (issue #5).
 //
-// C (m x k) = A (m x n) . B (n x k), A row-major (A[i, j] at A[i*lda + j]), k small.
+// C (m x k) = A (m x n) . B (n x k), k small. A row-major (A[i, j] at A[i*lda + j]):
+// tsm2_rowmajor_async, described below; column-major (A[i + j*lda]): tsm2_colmajor_async, the
+// same body with its differences stated at tsm2_async_body.
 //
 // Why: tsm2_rowmajor (tsm2.cu) keeps the loads of A in flight in registers, which caps the
 // bytes of A in flight per SM (about 16 KB/SM: 0.74-0.78 of the copy bandwidth at k = 16 on an
@@ -94,32 +96,39 @@ template <> struct Lds16<double> {
 }  // namespace tsm2a
 
 // Elements of dynamic shared memory the kernel uses (the launcher computes the same number).
-template <typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S>
+// COL (column-major A): an A stage holds TJ columns of R rows, each column's R elements
+// contiguous (AS = R: the lanes of a read take consecutive 16-byte chunks of one column).
+template <typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S, bool COL = false>
 struct Tsm2AsyncShape {
     static constexpr int V = 16 / (int)sizeof(T);
     static constexpr int TC = 32 / TR;
     static constexpr int KP = TC * CC;
     static constexpr int R = WR * TR * RR;
-    static constexpr int AS = TJ + V;
-    static constexpr int A_STAGE = R * AS;
+    static constexpr int AS = COL ? R : TJ + V;
+    static constexpr int A_STAGE = COL ? TJ * AS : R * AS;
     static constexpr int B_STAGE = TJ * KP;
     static constexpr int STAGE = A_STAGE + B_STAGE;
     static constexpr int RED = WJ > 1 ? WJ * R * KP : 0;
     static constexpr int ELEMS = S * STAGE > RED ? S * STAGE : RED;
 };
 
-template <typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S, int BV, int MB>
-__global__ void __launch_bounds__(32 * WR * WJ, MB)
-tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
-                    T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k, int passes)
+// The kernel body for row-major A (COL false) and column-major A (COL true, A[i, j] at
+// A[i + j*lda]; tsm2_colmajor_async). Column-major differences: an A tile is TJ columns of R
+// rows, copied as 16-byte chunks down each column; lane (tr, tc) owns rows in RR / V groups of
+// V consecutive rows (row wr*TR*RR + (g*TR + tr)*V + v), and per column j of the tile reads
+// RR / V 16-byte chunks of A and CC / V of B (broadcast) for RR * CC FMAs.
+template <bool COL, typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S, int BV>
+__device__ __forceinline__ void
+tsm2_async_body(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
+                T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k, int passes)
 {
-    using Sh = Tsm2AsyncShape<T, WR, WJ, TR, RR, CC, TJ, S>;
+    using Sh = Tsm2AsyncShape<T, WR, WJ, TR, RR, CC, TJ, S, COL>;
     constexpr int NT = 32 * WR * WJ;
     constexpr int V = Sh::V, KP = Sh::KP, R = Sh::R, AS = Sh::AS;
     constexpr int A_STAGE = Sh::A_STAGE, STAGE = Sh::STAGE;
     constexpr int JW = TJ / WJ;                  // columns of a tile per warp
-    constexpr int CPR = TJ / V;                  // 16-byte chunks per row of an A tile
-    constexpr int ACH = R * CPR;                 // chunks of an A tile
+    constexpr int CPR = COL ? R / V : TJ / V;    // 16-byte chunks per row (COL: per column) of an A tile
+    constexpr int ACH = COL ? TJ * CPR : R * CPR;  // chunks of an A tile
     constexpr int AN = (ACH + NT - 1) / NT;      // A chunks per thread per tile
     constexpr int BPR = KP / BV;                 // chunks per row of a B tile
     constexpr int BCH = TJ * BPR;
@@ -127,8 +136,9 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "float or double");
     static_assert(32 % TR == 0 && TR >= 1, "TR: a divisor of 32");
     static_assert(CC % V == 0, "CC: a multiple of 16 bytes of elements");
-    static_assert(TJ % (WJ * V) == 0, "TJ: a multiple of WJ * V");
-    static_assert((TJ * (int)sizeof(T) / 16) % 2 == 0, "TJ: an even number of 16-byte chunks (bank stagger)");
+    static_assert(COL || TJ % (WJ * V) == 0, "TJ: a multiple of WJ * V");
+    static_assert(COL || (TJ * (int)sizeof(T) / 16) % 2 == 0, "TJ: an even number of 16-byte chunks (bank stagger)");
+    static_assert(!COL || (RR % V == 0 && TJ % WJ == 0), "column-major: RR a multiple of V, TJ of WJ");
     static_assert(S >= 2 && S <= 8, "S: 2..8 stages");
     static_assert(KP % BV == 0 && (BV * (int)sizeof(T) == 4 || BV * (int)sizeof(T) == 8 || BV * (int)sizeof(T) == 16),
                   "BV: B chunk of 4, 8 or 16 bytes dividing KP");
@@ -154,13 +164,23 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
             for (int s = 0; s < AN; ++s) {           // chunk e: row e / CPR, 16-byte chunk e % CPR of it
                 const int e = tid + s * NT;
                 if (ACH % NT == 0 || e < ACH) {
-                    const int r = e / CPR, ch = e % CPR;
-                    const long long row = row0 + r;
-                    const long long j = j0 + ch * V;
-                    const long long left = (long long)n - j;
-                    const int bytes = (row < m && left > 0) ? (left >= V ? 16 : (int)left * (int)sizeof(T)) : 0;
-                    tsm2a::CpAsync<16>::go(tsm2a::smem_u32(sa + r * AS + ch * V),
-                                           bytes ? (const void*)(A + row * lda + j) : (const void*)A, bytes);
+                    if constexpr (COL) {                 // chunk e: column e / CPR, rows (e % CPR) * V ..
+                        const int jj = e / CPR, ch = e % CPR;
+                        const long long j = j0 + jj;
+                        const long long row = row0 + (long long)ch * V;
+                        const long long left = (long long)m - row;
+                        const int bytes = (j < n && left > 0) ? (left >= V ? 16 : (int)left * (int)sizeof(T)) : 0;
+                        tsm2a::CpAsync<16>::go(tsm2a::smem_u32(sa + jj * AS + ch * V),
+                                               bytes ? (const void*)(A + j * lda + row) : (const void*)A, bytes);
+                    } else {
+                        const int r = e / CPR, ch = e % CPR;
+                        const long long row = row0 + r;
+                        const long long j = j0 + ch * V;
+                        const long long left = (long long)n - j;
+                        const int bytes = (row < m && left > 0) ? (left >= V ? 16 : (int)left * (int)sizeof(T)) : 0;
+                        tsm2a::CpAsync<16>::go(tsm2a::smem_u32(sa + r * AS + ch * V),
+                                               bytes ? (const void*)(A + row * lda + j) : (const void*)A, bytes);
+                    }
                 }
             }
 #pragma unroll
@@ -187,7 +207,9 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
 #pragma unroll
         for (int c = 0; c < CC; ++c) acc[i][c] = T(0);
 
-    const int arow_l = wr * TR * RR + tr;         // first local row of this lane (then + i * TR)
+    const int arow_l = COL ? wr * TR * RR + tr * V : wr * TR * RR + tr;   // this lane's first local row
+    // local row of accumulator row i: row-major arow_l + i * TR; column-major groups of V rows
+    auto lrow = [&](int i) { return COL ? arow_l + (i / V) * TR * V + i % V : arow_l + i * TR; };
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
 
@@ -197,21 +219,40 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
         issue(t + S - 1);
         const T* const sa = smem + (t % S) * STAGE;
         const T* const sb = sa + A_STAGE;
+        if constexpr (COL) {
 #pragma unroll
-        for (int st = 0; st < JW / V; ++st) {
-            const int j = wj * JW + st * V;
-            T a[RR][V];
-#pragma unroll
-            for (int i = 0; i < RR; ++i) tsm2a::Lds16<T>::go(sa + (arow_l + i * TR) * AS + j, a[i]);
-#pragma unroll
-            for (int q = 0; q < V; ++q) {
+            for (int jq = 0; jq < JW; ++jq) {
+                const int j = wj * JW + jq;
                 T b[CC];
 #pragma unroll
-                for (int cv = 0; cv < CC; cv += V) tsm2a::Lds16<T>::go(sb + (j + q) * KP + tc * CC + cv, b + cv);
+                for (int cv = 0; cv < CC; cv += V) tsm2a::Lds16<T>::go(sb + j * KP + tc * CC + cv, b + cv);
 #pragma unroll
-                for (int i = 0; i < RR; ++i)
+                for (int g = 0; g < RR / V; ++g) {
+                    T a[V];
+                    tsm2a::Lds16<T>::go(sa + j * AS + arow_l + g * TR * V, a);
 #pragma unroll
-                    for (int c = 0; c < CC; ++c) acc[i][c] += a[i][q] * b[c];
+                    for (int v = 0; v < V; ++v)
+#pragma unroll
+                        for (int c = 0; c < CC; ++c) acc[g * V + v][c] += a[v] * b[c];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int st = 0; st < JW / V; ++st) {
+                const int j = wj * JW + st * V;
+                T a[RR][V];
+#pragma unroll
+                for (int i = 0; i < RR; ++i) tsm2a::Lds16<T>::go(sa + (arow_l + i * TR) * AS + j, a[i]);
+#pragma unroll
+                for (int q = 0; q < V; ++q) {
+                    T b[CC];
+#pragma unroll
+                    for (int cv = 0; cv < CC; cv += V) tsm2a::Lds16<T>::go(sb + (j + q) * KP + tc * CC + cv, b + cv);
+#pragma unroll
+                    for (int i = 0; i < RR; ++i)
+#pragma unroll
+                        for (int c = 0; c < CC; ++c) acc[i][c] += a[i][q] * b[c];
+                }
             }
         }
     }
@@ -221,7 +262,7 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
     if (WJ == 1) {
 #pragma unroll
         for (int i = 0; i < RR; ++i) {
-            const long long row = row0 + arow_l + i * TR;
+            const long long row = row0 + lrow(i);
             if (row < m) {
 #pragma unroll
                 for (int c = 0; c < CC; ++c) {
@@ -236,7 +277,7 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
         for (int i = 0; i < RR; ++i)
 #pragma unroll
             for (int c = 0; c < CC; ++c)
-                red[(wj * R + arow_l + i * TR) * KP + tc * CC + c] = acc[i][c];
+                red[(wj * R + lrow(i)) * KP + tc * CC + c] = acc[i][c];
         __syncthreads();
         for (int e = tid; e < R * KP; e += NT) {
             const int rl = e / KP, cl = e % KP;
@@ -250,4 +291,18 @@ tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict_
             }
         }
     }
+}
+
+template <typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S, int BV, int MB>
+__global__ void __launch_bounds__(32 * WR * WJ, MB)
+tsm2_rowmajor_async(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
+                    T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k, int passes) {
+    tsm2_async_body<false, T, WR, WJ, TR, RR, CC, TJ, S, BV>(A, lda, B, ldb, C, ldc_r, ldc_c, m, n, k, passes);
+}
+
+template <typename T, int WR, int WJ, int TR, int RR, int CC, int TJ, int S, int BV, int MB>
+__global__ void __launch_bounds__(32 * WR * WJ, MB)
+tsm2_colmajor_async(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
+                    T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k, int passes) {
+    tsm2_async_body<true, T, WR, WJ, TR, RR, CC, TJ, S, BV>(A, lda, B, ldb, C, ldc_r, ldc_c, m, n, k, passes);
 }

@@ -1,16 +1,17 @@
-"""Row-major TSM2 with A streamed through shared memory by cp.async (issue #5).
+"""TSM2 with A streamed through shared memory by cp.async (issue #5).
 
-C (m x k) = A (m x n) @ B (n x k) for small k, A row-major. The kernel (``tsm2_async.cu``,
-``tsm2_rowmajor_async``) keeps S stages of R x TJ tiles of A (and the TJ x KP tiles of B that
-multiply them) in flight per block through 16-byte ``cp.async`` copies, so the bytes of A in
-flight per SM are not limited by registers as in ``tsm2.cu``'s ``tsm2_rowmajor``. See the .cu
-header for the thread mapping.
+C (m x k) = A (m x n) @ B (n x k) for small k. The kernels (``tsm2_async.cu``:
+``tsm2_rowmajor_async`` for row-major A, ``tsm2_colmajor_async`` for column-major A, one body)
+keep S stages of R x TJ tiles of A (and the TJ x KP tiles of B that multiply them) in flight per
+block through 16-byte ``cp.async`` copies, so the bytes of A in flight per SM are not limited by
+registers as in ``tsm2.cu``'s kernels. See the .cu header for the thread mapping.
 
 Status: H100, 2026-11-23 (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log): 0.89-0.93
 of copy bandwidth at k = 16 and 0.58-0.62 at k = 32 (the register kernel: 0.76-0.79 and
-0.39-0.42). The planner reaches it through ``tsgemm.tsm2``: its online timing of row-major A
-tries the ``tsm2.ASYNC_VARIANTS`` knob sets for ``tsm2.ASYNC_K`` and keeps the fastest.
-``matmul_rowmajor_async`` is the standalone launcher (benchmarks/tsm2_async_bench.py, tests).
+0.39-0.42). The planner reaches both through ``tsgemm.tsm2``: its online timing tries the
+``tsm2.ASYNC_VARIANTS`` knob sets for ``tsm2.ASYNC_K`` and keeps the fastest.
+``matmul_rowmajor_async`` is the standalone row-major launcher (benchmarks/tsm2_async_bench.py,
+tests); :class:`AsyncLaunch` launches either layout.
 
 Config knobs (``config`` dict; missing keys come from :func:`default_config`):
 
@@ -53,22 +54,31 @@ DEFAULT_MINB = 2
 SMEM_OPTIN_DEFAULT = 227 * 1024
 
 
-def default_config(dtype, k: int) -> dict:
-    """The preset knobs for ``dtype`` and ``k`` (k > 32: the k = 32 preset, several passes)."""
+#: Column-major A (tsm2_colmajor_async) takes the same presets except where a lane's rows
+#: (rr) are not whole 16-byte chunks of a column: float32 k <= 4 (rr = 2) takes 4 rows a lane,
+#: one column of C per lane (KP = 4).
+COL_PRESETS = {4: {4: (1, 8, 32, 4, 4, 64, 4)}}
+
+
+def default_config(dtype, k: int, col: bool = False) -> dict:
+    """The preset knobs for ``dtype`` and ``k`` (k > 32: the k = 32 preset, several passes);
+    ``col``: for column-major A."""
     item = np.dtype(dtype).itemsize
     table = PRESETS[item]
     bucket = next((b for b in sorted(table) if k <= b), max(table))
-    return dict(zip(KEYS, table[bucket]), minb=DEFAULT_MINB)
+    knobs = COL_PRESETS.get(item, {}).get(bucket, table[bucket]) if col else table[bucket]
+    return dict(zip(KEYS, knobs), minb=DEFAULT_MINB)
 
 
-def shape_of(config: dict, itemsize: int) -> dict:
-    """Derived sizes of a config: rows per block, columns per pass, threads, shared memory, ..."""
+def shape_of(config: dict, itemsize: int, col: bool = False) -> dict:
+    """Derived sizes of a config: rows per block, columns per pass, threads, shared memory, ...
+    (``col``: column-major A, whose stage holds tj columns of r rows, unpadded)."""
     v = 16 // itemsize
     wr, wj, tr, rr, cc, tj, s = (int(config[x]) for x in KEYS)
     tc = 32 // tr
     kp = tc * cc
     r = wr * tr * rr
-    a_stage = r * (tj + v)
+    a_stage = tj * r if col else r * (tj + v)
     stage = a_stage + tj * kp
     red = wj * r * kp if wj > 1 else 0
     elems = max(s * stage, red)
@@ -77,7 +87,7 @@ def shape_of(config: dict, itemsize: int) -> dict:
                 a_bytes_in_flight_per_block=(s - 1) * r * tj * itemsize, acc_per_thread=rr * cc)
 
 
-def check_config(config: dict, itemsize: int) -> None:
+def check_config(config: dict, itemsize: int, col: bool = False) -> None:
     """ValueError naming the knob when the kernel's static_asserts would reject the config."""
     v = 16 // itemsize
     missing = [x for x in KEYS if x not in config]
@@ -97,7 +107,10 @@ def check_config(config: dict, itemsize: int) -> None:
         raise ValueError(f"config: tr = {tr} must divide 32")
     if cc % v:
         raise ValueError(f"config: cc = {cc} must be a multiple of {v} (16 bytes of elements)")
-    if tj % (wj * v) or (tj * itemsize // 16) % 2:
+    if col and (rr % v or tj % wj):
+        raise ValueError(f"config: column-major A needs rr = {rr} a multiple of {v} (16 bytes of a "
+                         f"column) and tj = {tj} a multiple of wj = {wj}")
+    if not col and (tj % (wj * v) or (tj * itemsize // 16) % 2):
         raise ValueError(f"config: tj = {tj} must be a multiple of wj * {v} = {wj * v} and an even "
                          f"number of 16-byte chunks")
     if not 2 <= s <= 8:
@@ -110,9 +123,10 @@ def check_config(config: dict, itemsize: int) -> None:
                              f"dividing the {kp} columns per pass")
 
 
-def kernel_name(dtype, config: dict, bvec: int) -> str:
+def kernel_name(dtype, config: dict, bvec: int, col: bool = False) -> str:
     ct = _cuda.ctype(dtype)
-    return ("tsm2_rowmajor_async<" + ",".join([ct] + [str(int(config[x])) for x in KEYS] + [str(bvec)])
+    return (f"tsm2_{'col' if col else 'row'}major_async<"
+            + ",".join([ct] + [str(int(config[x])) for x in KEYS] + [str(bvec)])
             + f",{int(config.get('minb', DEFAULT_MINB))}>")
 
 
@@ -169,30 +183,33 @@ def _is_cupy(x) -> bool:
     return cp is not None and isinstance(x, cp.ndarray)
 
 
-def check_a(A) -> int:
+def check_a(A, col: bool = False) -> int:
     """The leading dimension of A (elements) if the async path can stream it; else ValueError.
 
-    A must have unit stride along its rows, rows starting on 16-byte boundaries (lda * itemsize
-    a multiple of 16) and a 16-byte aligned data pointer: the kernel copies 16-byte chunks."""
+    Row-major (``col`` false): unit stride along the rows, rows starting on 16-byte boundaries
+    (lda * itemsize a multiple of 16). Column-major: unit stride down the columns, columns
+    starting on 16-byte boundaries. Both: a 16-byte aligned data pointer (the kernel copies
+    16-byte chunks)."""
     m, n = A.shape
     item = A.itemsize
-    s0, s1 = A.strides
-    if n > 1 and s1 != item:
-        raise ValueError(f"A: the async row-major TSM2 kernel needs unit stride along the rows, got "
-                         f"strides {A.strides} (bytes) for shape {A.shape}; pass "
+    s_lead, s_unit = A.strides if not col else A.strides[::-1]   # leading stride, unit stride
+    along, count = ("rows", n) if not col else ("columns", m)
+    if count > 1 and s_unit != item:
+        raise ValueError(f"A: the async {'column' if col else 'row'}-major TSM2 kernel needs unit stride "
+                         f"along the {along}, got strides {A.strides} (bytes) for shape {A.shape}; pass "
                          f"cupy.ascontiguousarray(A) or use the planner (matplan.planner.plan)")
-    if m <= 1:
-        s0 = -(-max(n, 1) * item // 16) * 16
-    if s0 <= 0 or s0 % 16:
-        raise ValueError(f"A: the async row-major TSM2 kernel needs rows starting on 16-byte "
-                         f"boundaries, got a row stride of {s0} bytes (shape {A.shape}, itemsize "
-                         f"{item}); pad the rows to a multiple of 16 bytes, pass fallback=True, or "
-                         f"use matplan's planner / tsm2 kernel")
+    if (n if col else m) <= 1:
+        s_lead = -(-max(count, 1) * item // 16) * 16
+    if s_lead <= 0 or s_lead % 16:
+        raise ValueError(f"A: the async {'column' if col else 'row'}-major TSM2 kernel needs {along} "
+                         f"starting on 16-byte boundaries, got a stride of {s_lead} bytes between them "
+                         f"(shape {A.shape}, itemsize {item}); pad them to a multiple of 16 bytes, pass "
+                         f"fallback=True, or use matplan's planner / tsm2 kernel")
     if A.data.ptr % 16:
-        raise ValueError(f"A: the async row-major TSM2 kernel needs a 16-byte aligned data pointer, "
-                         f"got an offset of {A.data.ptr % 16} bytes (a view starting mid-row?); pass "
+        raise ValueError(f"A: the async TSM2 kernel needs a 16-byte aligned data pointer, got an "
+                         f"offset of {A.data.ptr % 16} bytes (a view starting mid-{along[:-1]}?); pass "
                          f"fallback=True or use matplan's planner / tsm2 kernel")
-    return s0 // item
+    return s_lead // item
 
 
 def _bvec(B, kp: int, v: int) -> int:
@@ -264,24 +281,25 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
 class AsyncLaunch:
     """One launch of the async kernel with the knobs, B's chunk width, the grid and the scalar
     arguments worked out once for arrays of these shapes, strides and alignment (A checked by
-    :func:`check_a`); calling it only launches. TSM2 plans keep one per (k, strides)."""
+    :func:`check_a`); calling it only launches. TSM2 plans keep one per (k, strides). ``col``:
+    A is column-major (tsm2_colmajor_async)."""
 
-    def __init__(self, A, B, C, config: dict | None = None, lda: int | None = None):
+    def __init__(self, A, B, C, config: dict | None = None, lda: int | None = None, col: bool = False):
         m, n = A.shape
         k = B.shape[1]
         item = A.itemsize
-        lda = check_a(A) if lda is None else lda
-        cfg = default_config(A.dtype, k)
+        lda = check_a(A, col) if lda is None else lda
+        cfg = default_config(A.dtype, k, col)
         if config:
             cfg.update(config)
-        check_config(cfg, item)
-        sh = shape_of(cfg, item)
+        check_config(cfg, item, col)
+        sh = shape_of(cfg, item, col)
         limit = _smem_optin()
         if sh["smem_bytes"] > limit:
             raise ValueError(f"config: needs {sh['smem_bytes']} bytes of shared memory per block, the "
                              f"device allows {limit}; lower stages, tj or the rows per block")
         bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
-        self.fn = _function(kernel_name(A.dtype, cfg, bv), sh["smem_bytes"])
+        self.fn = _function(kernel_name(A.dtype, cfg, bv, col), sh["smem_bytes"])
         passes = math.ceil(k / sh["kp"])
         self.grid, self.block, self.smem = (math.ceil(m / sh["rows"]) * passes,), (sh["threads"],), sh["smem_bytes"]
         ldc_r, ldc_c = (s // item for s in C.strides)
