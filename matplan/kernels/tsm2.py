@@ -479,8 +479,11 @@ def vendor_ratio(device, f):
         return None
     key = t1_key(device.name, f.dtype, layout, f.k, f.n)
     if key not in VENDOR_RATIO and f.m >= 1 and f.n >= 1 and f.k >= 1 and _can_time(f, device):
-        A, B, _ = _timing_problem(f.dtype, layout, f.m, f.n, f.k)
-        _time_vendor(device, key, A, B, f.dtype)
+        if TSM2().supports(f) is None:
+            list(TSM2().candidates(f, device))   # the t1 search's duel calibrates cuBLAS alongside
+        if key not in VENDOR_RATIO:
+            A, B, _ = _timing_problem(f.dtype, layout, f.m, f.n, f.k)
+            _time_vendor(device, key, A, B, f.dtype)
     return VENDOR_RATIO.get(key)
 
 
@@ -508,6 +511,15 @@ def _time_vendor(device, key, A, B, dtype) -> None:
     mb, n = A.shape
     s = time_kernel(lambda: cp.matmul(A, B))
     VENDOR_RATIO[key] = s / _vendor_model_s(device, mb, n, B.shape[1], dtype)
+
+
+def _candidate_launch(A, B, C, layout, lda, k, t2, c):
+    """The launch a plan would keep for candidate ``c`` of the t1 search (("async", variant) or
+    (t1, t3, depth)), so the search times host work as a plan's run pays it."""
+    if c[0] == "async":
+        return _async_launch(A, B, C, c[1], layout)
+    t1, t3, d = c
+    return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
 
 
 def _duel(device, key, A, B, C, go, dtype) -> float:
@@ -543,22 +555,22 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     key = t1_key(device.name, dtype, layout, k, n)
     hit = T1_STORE.get(key)
     if hit is not None:
-        if key not in VENDOR_RATIO:
-            A, B, _ = _timing_problem(dtype, layout, m, n, k)
-            _time_vendor(device, key, A, B, dtype)
+        if key not in VENDOR_RATIO:   # a stored winner (another process, the tuning database)
+            A, B, C = _timing_problem(dtype, layout, m, n, k)
+            _, lda = layout_of(A)
+            win = (("async", hit["async"]) if hit.get("async") and async_variants
+                   else (hit["t1"], hit["t3"], hit.get("depth", 1)))
+            _duel(device, key, A, B, C, _candidate_launch(A, B, C, layout, lda, k, t2, win), dtype)
         return hit, {}
     A, B, C = _timing_problem(dtype, layout, m, n, k)
     mb = A.shape[0]
     _, lda = layout_of(A)
     configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
-    configs.update({("async", v): None for v in async_variants})
+    configs.update({("async", v): ("async", v) for v in async_variants})
 
-    def launch_of(c):   # the launch a plan would keep, so host work is timed as a plan's run pays it
-        if c[0] == "async":
-            return _async_launch(A, B, C, c[1], layout)
-        t1, t3, d = configs[c]
-        return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
+    def launch_of(c):
+        return _candidate_launch(A, B, C, layout, lda, k, t2, configs[c])
 
     def time_one(c):
         go = launch_of(c)
