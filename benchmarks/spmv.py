@@ -43,6 +43,7 @@ from _common import git_commit, queued_s  # noqa: E402  (this folder is on sys.p
 
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan.corpus import generators  # noqa: E402
+from matplan.corpus.io import matrices_dir  # noqa: E402
 from matplan._timing import cuda_median_s  # noqa: E402
 from matplan.kernels import get  # noqa: E402
 from matplan.models import device as device_mod, traffic  # noqa: E402
@@ -216,9 +217,12 @@ def main(argv=None):
         mats += [(f"{fam}-large", (lambda fam=fam: corpus.load(fam, "large"))) for fam in fams]
     if "xl" in args.sizes:
         mats += [(f"{fam}-xl", (lambda fam=fam: getattr(generators, fam)(**XL[fam]))) for fam in fams]
-    data_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".data", "matrices")
-    if not args.quick and not args.no_real and os.path.isdir(data_dir):
-        mats += [(name, (lambda A=A: A)) for name, A in corpus.real_matrices(data_dir)]
+    data_dir = matrices_dir()   # $MATPLAN_MATRICES or ../shared/matrices (the README's setup)
+    if not args.quick and not args.no_real:
+        if data_dir is None:
+            print("# no real matrices folder ($MATPLAN_MATRICES or ../shared/matrices): corpus only")
+        else:
+            mats += [(name, (lambda A=A: A)) for name, A in corpus.real_matrices(data_dir)]
     dtypes = (np.float64,) if args.quick else (np.float64, np.float32)
     results = []
     hdr = (f"{'matrix':<26} {'dtype':<7} {'nnz':>9} {'best kernel':<34} {'ms':>7} {'cuSP ms':>7} "
