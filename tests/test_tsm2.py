@@ -247,5 +247,5 @@ def test_async_winner_is_stored_and_labelled():
     assert not tsm2.async_eligible("row", np.float32, 16, 4096, 4097)   # rows not 16-byte aligned
     assert tsm2.async_eligible("col", np.float64, 16, 4096, 4097)
     assert not tsm2.async_eligible("col", np.float64, 16, 4097, 4096)   # columns not 16-byte aligned
-    assert tsm2.async_eligible("row", np.float64, 5, 4096, 4096)
-    assert not tsm2.async_eligible("row", np.float64, 4, 4096, 4096)    # k below ASYNC_K
+    assert tsm2.async_eligible("row", np.float64, 3, 4096, 4096)
+    assert not tsm2.async_eligible("row", np.float64, 2, 4096, 4096)    # k below ASYNC_K

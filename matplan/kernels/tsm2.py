@@ -84,8 +84,11 @@ DUEL_ROUNDS = 5
 #: kernel wins on every machine, so both are timed: H100s on 2026-11-24, n = 16384 float32 k = 8,
 #: one machine ran the async preset at 0.95 of copy bandwidth (back to back), another ran the
 #: register kernel at 0.90 and the async preset at 0.84 (tsm2-async-sweep-h100-2026-11-24-1323d22.log,
-#: tsm2-online-choice-h100-2026-11-24-b21f221.log). At k <= 4 the register kernel was faster on both.
-ASYNC_K = (5, 32)
+#: tsm2-online-choice-h100-2026-11-24-b21f221.log). At k = 3..4 row-major the register kernel
+#: was faster on both, column-major the async kernel (n = 16384, k = 4: float32 0.99 of copy
+#: bandwidth against 0.92, float64 1.00 against 0.98; tsgemm-h100-2026-11-24-818deae.log), so
+#: both are timed there too.
+ASYNC_K = (3, 32)
 ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}}
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
