@@ -1,4 +1,4 @@
-"""Row-major TSM2 prototype with A streamed by cp.async (matplan/kernels/tsm2_async.py) vs the
+"""Row-major TSM2 with A streamed by cp.async (matplan/kernels/tsm2_async.py) vs the
 planner's TSM2 row-major path (tsm2.cu, as benchmarks/tsgemm.py runs it) vs cupy.matmul (cuBLAS),
 with the device-to-device copy bandwidth measured in the same run.
 
