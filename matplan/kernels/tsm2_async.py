@@ -223,7 +223,8 @@ def _bvec(B, kp: int, v: int) -> int:
 
 
 def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallback: bool = False):
-    """C = A @ B with the cp.async row-major TSM2 kernel (standalone; plans reach both layouts through tsgemm.tsm2).
+    """C = A @ B with the cp.async row-major TSM2 kernel, standalone (plans reach both layouts
+    through ``tsgemm.tsm2``).
 
     A: 2-D CuPy array, float32 or float64, unit stride along rows, 16-byte aligned rows (C order
     with n * itemsize % 16 == 0, or a row-padded view). B: C-contiguous (n, k) CuPy array of the
