@@ -753,7 +753,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
     num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))))
     order, counts = _group(num, len(num_ladder), bal)
-    s.csum, s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = csum, Cp, Cp32, num.total, num.idx, (order, counts)
+    s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = Cp, Cp32, num.total, num.idx, (order, counts)
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
                 symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
                 numeric_tables={}, global_rows_numeric=0)
@@ -1114,8 +1114,9 @@ def hash_path(f, smem_bytes: int) -> str:
     on an 80 GB GPU, where the fixed cost no longer matters, and the planner's features must not
     depend on the memory of the machine that computes them), balanced or grouped by the RBSparse
     rule; else two passes."""
-    top = table_ladder(smem_bytes, KEY_BYTES + np.dtype(f.dtype).itemsize)[-1]
-    if min(int(f.rowct_max), int(f.k)) <= min(ONE_PASS_MAX_TABLE, top) and f.products <= INT32_MAX:
+    itemsize = np.dtype(f.dtype).itemsize
+    top = table_ladder(smem_bytes, KEY_BYTES + itemsize)[-1]
+    if one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf):
         return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
     return "two passes"
 
