@@ -137,9 +137,12 @@ def test_cost_explains_panels_when_products_predict_them():
     f = stats.compute(normalize(A.tocsr(), A.tocsr()), h100)
     c = hs.HashSpGEMM().cost(f, {"sort": True}, h100)
     assert "row panels" not in c.why
-    big = dataclasses.replace(f, products=14_404_683_313, m=117_659, k=117_659)   # wordnet A·Aᵀ
+    big = dataclasses.replace(f, products=14_404_683_313, m=117_659, k=117_659, compression=0.0)  # wordnet A·Aᵀ
     c = hs.HashSpGEMM().cost(big, {"sort": True}, h100)
-    assert "about 3 row panels" in c.why and "int32 indptr" in c.why
+    assert "about 3 row panels" in c.why and "int32 indptr" in c.why and "products / pi" in c.why
+    # its sampled compression (1.42; exact 1.645): C of ~10^10 nonzeros, 5 panels
+    c = hs.HashSpGEMM().cost(dataclasses.replace(big, compression=1.42), {"sort": True}, h100)
+    assert "about 5 row panels" in c.why and "products / 1.42, the sampled compression" in c.why
 
 
 def test_host_available_bytes_is_plausible():

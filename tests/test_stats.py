@@ -60,6 +60,56 @@ def test_products_per_row_and_groups():
     assert f.rbs_groups == tuple(hist)
 
 
+def exact_compression(A, B):
+    products = stats.products_per_row(A, B).sum()    # duplicates count: abs() sums them in place
+    C = (abs(A) @ abs(B)).tocsr()          # no cancellation: the structure of A·B
+    C.sum_duplicates()
+    return products / C.nnz
+
+
+def test_sampled_compression_is_exact_on_uniform_rows():
+    # 40 dense 8 x 8 blocks: every row has 64 products over 8 distinct columns
+    A = sp.block_diag([np.ones((8, 8))] * 40, format="csr")
+    assert exact_compression(A, A) == 8.0
+    assert features(A, A).compression == 8.0
+
+
+def test_sampled_compression_estimates_random_and_messy(rng):
+    from conftest import messy_csr
+    for A, B in ((sp.random(3000, 2000, density=0.004, format="csr", random_state=rng),
+                  sp.random(2000, 1500, density=0.01, format="csr", random_state=rng)),
+                 (messy_csr(rng, 2000, 400), sp.random(400, 300, density=0.05, format="csr", random_state=rng))):
+        est = stats.sampled_compression(A, B, stats.products_per_row(A, B))
+        assert est == pytest.approx(exact_compression(A, B), rel=0.1)
+
+
+def test_sampled_compression_extrapolates_rows_over_the_cap(rng, monkeypatch):
+    # rows of ~40 x 100 products over 3000 columns: past a cap of 512 products each row is
+    # subsampled and its distinct count extrapolated by the occupancy model
+    A = sp.random(200, 1000, density=0.04, format="csr", random_state=rng)
+    B = sp.random(1000, 3000, density=0.033, format="csr", random_state=rng)
+    exact = exact_compression(A, B)
+    monkeypatch.setattr(stats, "COMPRESSION_ROW_CAP", 512)
+    est = stats.sampled_compression(A, B, stats.products_per_row(A, B))
+    assert est == pytest.approx(exact, rel=0.1)
+
+
+def test_occupancy_extrapolation():
+    # all examined: exact; 1000 draws that found 500 columns -> N ~ 628, p = 10^6 -> all of N
+    d = stats._occupancy_extrapolate([10, 500, 1000], [10, 1000, 1000], [10, 10**6, 10**6], 10**9)
+    assert d[0] == 10 and d[1] == pytest.approx(628, rel=0.01)
+    assert d[2] == pytest.approx(10**6, rel=1e-3)    # no repeats seen: about as many columns as products
+    assert stats._occupancy_extrapolate([7], [10], [100], 7)[0] == 7   # at most the columns of B
+
+
+def test_compression_without_products():
+    A = sp.csr_matrix((5, 4))
+    assert features(A, sp.random(4, 3, density=0.5, format="csr")).compression == 1.0
+    A = sp.random(5, 4, density=0.5, format="csr")
+    assert features(A, sp.csr_matrix((4, 3))).compression == 1.0
+    assert features(sp.csr_matrix((0, 4)), sp.csr_matrix((4, 3))).compression == 0.0
+
+
 def test_empty_and_degenerate():
     f = features(sp.csr_matrix((0, 0)), np.zeros(0))
     assert (f.m, f.nnz) == (0, 0)

@@ -4,6 +4,7 @@ import multiprocessing
 import sqlite3
 
 import numpy as np
+import scipy.sparse as sp
 import pytest
 
 from matplan import __version__
@@ -409,6 +410,47 @@ def test_cli_tune_db_export_import(tmp_path, capsys):
     (tmp_path / "junk.sqlite").write_text("junk")
     with pytest.raises(SystemExit, match="junk.sqlite.*not an SQLite file"):
         main(["db", "info", "--db", str(tmp_path / "junk.sqlite")])
+
+
+def test_unit_keys_parse_back(tmp_path):
+    units = tune_mod.corpus_units(["small"], families=["rmat", "tall_skinny"], tsgemm_ks=(4,))
+    units += tune_mod.file_units([_mtx(tmp_path)], ops=("spmm",), spmm_ks=(4,))
+    for u in units:
+        assert tune_mod.WorkUnit.from_key(u.key, family=u.family, matrix=u.matrix) == u
+    with pytest.raises(ValueError, match="source: 'nonsense' is not a work unit key"):
+        tune_mod.WorkUnit.from_key("nonsense")
+
+
+def _mtx(tmp_path):
+    from matplan.corpus import write_mtx
+    return write_mtx(tmp_path / "m.mtx", sp.random(50, 50, density=0.1, format="csr", random_state=0))
+
+
+def test_refresh_features_adds_missing_statistics_only(tmp_path, capsys):
+    from matplan.cli import main
+    from matplan.tuning_db.refresh import refresh_features
+    path = tmp_path / "t.sqlite"
+    units = tune_mod.corpus_units(["small"], families=["banded"], ops=("spgemm", "spmv"), dtypes=("float64",))
+    tune_mod.tune(units, db=path, backend="cpu", **FAST)
+    with TuningDB(path) as db:
+        before = {p.fingerprint: p for p in db.problems()}
+        spgemm = next(p for p in before.values() if p.op == "spgemm")
+        assert spgemm.features["compression"] > 1
+        # as an older matplan stored them: no compression; and a value that must be kept
+        stale = {fp: {k: v for k, v in p.features.items() if k != "compression"} for fp, p in before.items()}
+        stale[spgemm.fingerprint]["row_mean"] = 123.0
+        db.update_features(stale)
+        db.put(problem=ProblemRecord("feedbeef", "spmv", "float64", "corpus:banded:small:7|spmv|k=1|float64",
+                                     "banded", "banded-small", {"m": 1}))     # fingerprint of other operands
+        counts = refresh_features(db, progress=lambda msg: print(msg))
+        assert counts == {"updated": len(before), "current": 0, "skipped": 1}
+        assert "skipped corpus:banded:small:7" in capsys.readouterr().out
+        after = {p.fingerprint: p.features for p in db.problems()}
+    assert after[spgemm.fingerprint]["compression"] == spgemm.features["compression"]
+    assert after[spgemm.fingerprint]["row_mean"] == 123.0
+    assert all(after[fp] == dict(p.features, row_mean=after[fp]["row_mean"]) for fp, p in before.items())
+    assert main(["db", "refresh-features", "--db", str(path)]) == 0
+    assert "'updated': 0, 'current': 2, 'skipped': 1" in capsys.readouterr().out
 
 
 # --- on the GPU ---------------------------------------------------------------------------

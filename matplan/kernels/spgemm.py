@@ -1069,10 +1069,14 @@ def transpose_sort(A):
 
 
 # ----------------------------------------------------------------------------- the kernel
-#: Fraction of the copy bandwidth the hash passes reach on the product traffic. Efficiency fitted
-#: to R-MAT scale 16 (72 ms); the model over-predicts block-dense and banded products
-#: (conservative) and under-predicts skewed (its global rows).
-HASH_EFFICIENCY = 0.055
+#: Effective bytes the hash passes move per product and per nonzero of C, by dtype, at the copy
+#: bandwidth: least squares (relative error) of whole calls less HASH_FIXED_S over the H100 tuning
+#: data (benchmarks/results/tuning-h100-2026-11-24-training.jsonl, 17 matrices, nnz(C) exact).
+#: Per nonzero of C costs 4-5x per product: a distinct key fills a slot, is counted, compacted,
+#: sorted and written; a repeated key is one atomic add. The fit is within 0.6-1.4x on the corpus
+#: but under-predicts R-MAT medium (0.3x) and ice40 (0.5x): large rows with many distinct columns
+#: (big tables, few resident blocks, the global path) cost more than a linear model says.
+HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
 #: The fixed cost of a call outside the pass kernels (product scan, classification, allocation,
 #: host round trips), by the path spgemm() takes (hash_path): whole calls on the smallest corpus
 #: matrices, H100 2026-11-24 at 70d9d05 (benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log):
@@ -1083,8 +1087,13 @@ HASH_EFFICIENCY = 0.055
 #: (0.94-0.97 ms measured) below cuSPARSE's (0.49-0.52) and poisson2d-small's (0.25) above it.
 HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "two passes": 0.85e-3}
 LAUNCH_S = 6e-6
-#: The paper's compression estimate: nnz(C row) ~ nnz_RowCt / pi.
+#: The paper's compression estimate, nnz(C row) ~ nnz_RowCt / pi: its group rule (alpha) uses it.
 COMPRESSION = math.pi
+
+
+def _compression_text(f) -> str:
+    return (f"products / {f.compression:.2f}, the sampled compression" if f.compression > 0
+            else "products / pi, none sampled")
 
 
 def describe_groups(f, smem_bytes: int) -> tuple:
@@ -1137,7 +1146,7 @@ def predict_panels(est_nnz: float, m: int, itemsize: int, free_bytes: int | None
     n = math.ceil(est_nnz / INT32_MAX)
     if free_bytes:
         n = max(n, math.ceil(nbytes / (PANEL_MEM_FRACTION * free_bytes)))
-    return n, (f"C predicted at ~{est_nnz:,.0f} nonzeros (products / pi), {nbytes / 1e9:.1f} GB: "
+    return n, (f"C predicted at ~{est_nnz:,.0f} nonzeros, {nbytes / 1e9:.1f} GB: "
                f"{' and '.join(reasons)} -> about {n} row panels (each < 2^31 nonzeros"
                + (f", <= {PANEL_MEM_FRACTION:.0%} of free memory" if free_bytes else "")
                + "); spgemm() refuses one piece: use out='host' or spgemm_panels()")
@@ -1157,18 +1166,18 @@ class HashSpGEMM(Kernel):
         itemsize = np.dtype(f.dtype).itemsize
         balanced, why, n_global = describe_groups(f, device.smem_per_block)
         path = hash_path(f, device.smem_per_block)
-        nbytes = traffic.spgemm_bytes(f) + f.products * KEY_BYTES + f.nnz * 8
-        t = nbytes / (device.mem_bandwidth * HASH_EFFICIENCY)
+        est_c = traffic.spgemm_nnz_c(f)
+        per_product, per_output = HASH_BYTES.get(str(f.dtype), HASH_BYTES["float64"])
+        t = (f.products * per_product + est_c * per_output) / device.mem_bandwidth
         t += n_global * f.k * (KEY_BYTES + itemsize) * 2 / device.mem_bandwidth
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
         t += HASH_FIXED_S[path] + launches * LAUNCH_S
-        est_c = min(f.products / COMPRESSION, f.m * f.k)
         free = _free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
         _, panels = predict_panels(est_c, f.m, itemsize, free)
         return Cost(0.0, t, f"RBSparse hash, {path} ({HASH_FIXED_S[path] * 1e3:.2f} ms fixed), {why}; "
-                            f"~{est_c:,.0f} nonzeros of C expected "
-                            f"(products / pi), {nbytes / 1e6:.1f} MB at {HASH_EFFICIENCY:.2f} of bandwidth"
-                            + (f"; {panels}" if panels else ""))
+                            f"~{est_c:,.0f} nonzeros of C expected ({_compression_text(f)}); "
+                            f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C "
+                            f"at the copy bandwidth" + (f"; {panels}" if panels else ""))
 
     def prepare(self, A, params):
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)

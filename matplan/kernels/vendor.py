@@ -22,13 +22,15 @@ VENDOR_LIMITS = {
 #: the fixed cost of one cupyx SpMV call (about 46 us measured, descriptor creation included).
 CUSPARSE_SPMV_EFFICIENCY = 0.35
 CUSPARSE_SPMV_OVERHEAD_S = 46e-6
-#: cuSPARSE SpGEMM through CuPy: 11-70 GFLOP/s on the corpus, and its fixed cost: whole calls on
-#: the six smallest corpus matrices (67k-410k products) less their products at this rate, float32
-#: and float64, H100 2026-11-24: 0.36-0.60 ms, median 0.44 (it was 320 us from an older run, which
-#: put cuSPARSE ahead of the hash kernels' one-pass calls on mid-size meshes where it is behind;
-#: benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log).
-CUSPARSE_SPGEMM_FLOPS = 30e9
+#: cuSPARSE SpGEMM through CuPy (11-70 GFLOP/s on the corpus): its fixed cost, from whole calls on
+#: the six smallest corpus matrices (67k-410k products), float32 and float64, H100 2026-11-24:
+#: 0.36-0.60 ms, median 0.44 (benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log);
+#: and its effective bytes per product and per nonzero of C at the copy bandwidth, by dtype: least
+#: squares (relative error) of the H100 tuning data less that fixed cost
+#: (tuning-h100-2026-11-24-training.jsonl, nnz(C) exact), within 0.7-1.3x except the large
+#: skewed rows of R-MAT, skewed and ice40 (0.4-0.55x), as for the hash kernels.
 CUSPARSE_SPGEMM_OVERHEAD_S = 440e-6
+CUSPARSE_SPGEMM_BYTES = {"float32": (76.0, 104.0), "float64": (100.0, 122.0)}
 #: cuBLAS tall-and-skinny GEMM: fraction of copy bandwidth. Measured on an H100 (CuPy 14.2, CUDA 13,
 #: benchmarks/results/tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-22.json, n = 8192..32768, k = 1..32, both
 #: layouts): fp64 0.85-1.03 (median 0.98), fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64,
@@ -80,8 +82,11 @@ class CusparseSpGEMM(_VendorKernel):
         return None
 
     def cost(self, f, params, device):
-        t = 2.0 * f.products / CUSPARSE_SPGEMM_FLOPS + CUSPARSE_SPGEMM_OVERHEAD_S
-        return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: ~{CUSPARSE_SPGEMM_FLOPS / 1e9:.0f} GFLOP/s + "
+        per_product, per_output = CUSPARSE_SPGEMM_BYTES.get(str(f.dtype), CUSPARSE_SPGEMM_BYTES["float64"])
+        est_c = traffic.spgemm_nnz_c(f)
+        t = (f.products * per_product + est_c * per_output) / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
+        return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: {per_product:.0f} B per product + {per_output:.0f} B "
+                            f"per nonzero of C (~{est_c:,.0f}) at the copy bandwidth + "
                             f"{CUSPARSE_SPGEMM_OVERHEAD_S * 1e6:.0f} us")
 
     def run(self, prepared, B, out=None):

@@ -6,7 +6,12 @@ which is what a well-behaved kernel achieves on the matrices we target.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+#: RBSparse's compression estimate (products / nnz(C)) where the planner sampled none.
+DEFAULT_COMPRESSION = math.pi
 
 
 def itemsize(f) -> int:
@@ -23,10 +28,17 @@ def csr_spmm_bytes(f) -> float:
     return f.nnz * (v + i) + (f.m + 1) * i + (f.n + f.m) * f.k * v
 
 
+def spgemm_nnz_c(f) -> float:
+    """Expected nonzeros of C = A·B: products / the sampled compression ratio
+    (``Features.compression``; pi where none was sampled), at most m x k."""
+    ratio = f.compression if f.compression > 0 else DEFAULT_COMPRESSION
+    return min(f.products / ratio, float(f.m) * f.k)
+
+
 def spgemm_bytes(f) -> float:
-    """A, B read once, each product's B row gathered, C written (nnz(C) bounded by the products)."""
+    """A, B read once, each product's B row gathered, C written."""
     v, i = itemsize(f), index_size(f)
-    return (f.nnz + f.nnz_b) * (v + i) + f.products * (v + i) + min(f.products, f.m * f.k) * (v + i)
+    return (f.nnz + f.nnz_b + f.products + spgemm_nnz_c(f)) * (v + i)
 
 
 def dense_gemm_bytes(f) -> float:

@@ -41,6 +41,7 @@ class Features:
     rowct_max: int = 0
     rowct_var_over_mean: float = 0.0
     rbs_groups: tuple = ()       # rows in each RBSparse group (alpha = nnz_RowCt / pi)
+    compression: float = 0.0     # SpGEMM: products / nnz(C), sampled (0: not measured)
     layout: str = ""             # dense A: "C" or "F" (or "strided")
     t2threshold: float = 0.0     # TSM2: device's memory/compute boundary in k
 
@@ -90,6 +91,83 @@ def products_per_row(A, B):
     return csum[A.indptr[1:]] - csum[A.indptr[:-1]]
 
 
+#: Rows drawn (with probability proportional to their products) to estimate the compression.
+COMPRESSION_SAMPLES = 64
+#: Products of one drawn row examined, about (a row with more is subsampled; hard cap twice this).
+COMPRESSION_ROW_CAP = 1 << 16
+
+
+def _expand(lengths, xp):
+    """(segment, offset) of every item when segment s holds lengths[s] items, in order."""
+    ends = xp.cumsum(lengths)
+    total = int(_host(ends[-1])) if lengths.size else 0
+    idx = xp.arange(total, dtype=xp.int64)
+    seg = xp.searchsorted(ends, idx, side="right")
+    return seg, idx - (ends[seg] - lengths[seg])
+
+
+def _occupancy_extrapolate(distinct, examined, products, ncols):
+    """nnz(C_i) from ``distinct`` columns among ``examined`` of the row's ``products``: the
+    occupancy model d = N (1 - exp(-q / N)) (q draws from N equally likely columns) solved for N
+    by bisection on log N, then N (1 - exp(-p / N)); exact where every product was examined."""
+    d, q, p = (np.asarray(v, dtype=np.float64) for v in (distinct, examined, products))
+    full = q >= p
+    lo = np.log(np.maximum(d, 1.0))
+    hi = np.full_like(d, np.log(max(ncols, 1)) + 1.0)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        n = np.exp(mid)
+        low = n * -np.expm1(-q / n) < d            # too few columns: N must grow
+        lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
+    n = np.exp(0.5 * (lo + hi))
+    est = np.minimum(n * -np.expm1(-p / n), min(float(ncols), np.inf))
+    return np.where(full, d, np.clip(est, d, np.minimum(p, ncols)))
+
+
+def sampled_compression(A, B, rowct) -> float:
+    """Estimated products / nnz(C) of C = A·B, the expected compression ratio (RBSparse's pi).
+
+    nnz(C) / products is the mean of nnz(C_i) / nnz_RowCt_i over rows drawn with probability
+    proportional to nnz_RowCt_i: COMPRESSION_SAMPLES rows at evenly spaced quantiles of the
+    products' running sum (deterministic, so host and GPU agree). Each distinct drawn row's
+    distinct columns are counted by sorting row-tagged keys. A row with more than
+    COMPRESSION_ROW_CAP products is subsampled (every s-th entry of A's row) and its count is
+    extrapolated by the occupancy model (:func:`_occupancy_extrapolate`). At most
+    64 x 2^17 keys; 1.0 when there are no products.
+    """
+    xp = array_module(A)
+    csum = xp.cumsum(rowct)
+    total = int(_host(csum[-1])) if rowct.size else 0
+    if total == 0:
+        return 1.0
+    targets = (xp.arange(COMPRESSION_SAMPLES, dtype=xp.float64) + 0.5) * (total / COMPRESSION_SAMPLES)
+    rows, draws = xp.unique(xp.searchsorted(csum, targets, side="right"), return_counts=True)
+    p = rowct[rows]
+    # every stride-th entry of A's row, stride = ceil(products / cap)
+    stride = (p + COMPRESSION_ROW_CAP - 1) // COMPRESSION_ROW_CAP
+    starts = A.indptr[rows].astype(xp.int64)
+    length = A.indptr[rows + 1].astype(xp.int64) - starts
+    seg_a, off_a = _expand((length + stride - 1) // stride, xp)
+    cols_a = A.indices[starts[seg_a] + off_a * stride[seg_a]].astype(xp.int64)
+    b_start = B.indptr[cols_a].astype(xp.int64)
+    b_len = B.indptr[cols_a + 1].astype(xp.int64) - b_start
+    # hard cap: the first 2 x cap products of the subsample
+    before = xp.cumsum(b_len) - b_len
+    before -= before[xp.searchsorted(seg_a, xp.arange(rows.size), side="left")][seg_a]
+    entry, off_b = _expand(xp.clip(2 * COMPRESSION_ROW_CAP - before, 0, b_len), xp)
+    row_of = seg_a[entry]
+    ncols = B.shape[1]
+    keys = xp.sort(row_of * ncols + B.indices[b_start[entry] + off_b].astype(xp.int64))
+    new = xp.ones(keys.size, dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
+    counts = xp.stack([xp.bincount(keys[new] // ncols, minlength=rows.size),
+                       xp.bincount(row_of, minlength=rows.size), p, draws])
+    distinct, examined, p, draws = _host(counts)
+    nnz_c = _occupancy_extrapolate(distinct, examined, p, ncols)
+    frac = float((draws * nnz_c / p).sum()) / COMPRESSION_SAMPLES
+    return 1.0 / frac if frac > 0 else 1.0
+
+
 def spgemm_features(A, B) -> dict:
     xp = array_module(A)
     out = dict(nnz_b=int(B.indptr[-1]) if B.shape[0] else 0, k=B.shape[1])
@@ -100,7 +178,8 @@ def spgemm_features(A, B) -> dict:
     mean, var, total, hi = (float(v) for v in _host(xp.stack([rf.mean(), rf.var(), rf.sum(), rf.max()])))
     out.update(products=int(round(total)), rowct_mean=mean, rowct_max=int(hi),
                rowct_var_over_mean=var / mean if mean > 0 else 0.0,
-               rbs_groups=analytic.rbsparse_histogram(rowct))
+               rbs_groups=analytic.rbsparse_histogram(rowct),
+               compression=sampled_compression(A, B, rowct))
     return out
 
 
@@ -133,5 +212,5 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-__all__ = ["Features", "compute", "sparse_features", "spgemm_features", "products_per_row",
+__all__ = ["Features", "compute", "sparse_features", "spgemm_features", "products_per_row", "sampled_compression",
            "row_lengths"]

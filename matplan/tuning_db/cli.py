@@ -99,6 +99,9 @@ def cmd_db(args) -> int:
                 print(f"exported {db.export(args.file)} to {args.file}")
             elif args.action == "import":
                 print(f"merged {args.file}: {db.merge(args.file)}")
+            elif args.action == "refresh-features":
+                from .refresh import refresh_features
+                print(f"{db.path}: features {refresh_features(db, args.matrices)}")
     except TuningDBError as e:
         raise _fail(e) from e
     return 0
@@ -160,9 +163,12 @@ def add_subparsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("db", help="the tuning database: info, check, export, import (pool timings)")
-    p.add_argument("action", choices=["info", "check", "export", "import"])
+    p = sub.add_parser("db", help="the tuning database: info, check, export, import (pool timings), "
+                                  "refresh-features (add statistics a newer matplan computes)")
+    p.add_argument("action", choices=["info", "check", "export", "import", "refresh-features"])
     p.add_argument("file", nargs="?", help="export/import file (.jsonl, or .sqlite for an SQLite copy)")
+    p.add_argument("--matrices", help="refresh-features: folder to find recorded matrix files by name "
+                                      "(default $MATPLAN_MATRICES)")
     _db_arg(p)
     p.set_defaults(func=cmd_db)
 

@@ -408,6 +408,14 @@ class TuningDB:
             return sum(self._insert_timing(conn, t) for t in timings)
         return self._write(write)
 
+    def update_features(self, features: dict) -> int:
+        """Replace the stored features of problems: ``{fingerprint: features dict}``; rows changed."""
+        def write(conn):
+            return sum(conn.execute("UPDATE problems SET features = ? WHERE fingerprint = ?",
+                                    (json.dumps(f, sort_keys=True), fp)).rowcount
+                       for fp, f in features.items())
+        return self._write(write) if features else 0
+
     # -- reading ----------------------------------------------------------------------------
     def _query(self, sql, args=()):
         try:

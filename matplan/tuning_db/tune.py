@@ -75,6 +75,26 @@ class WorkUnit:
                  else f"file:{self.path}:{self.seed}")
         return f"{where}|{self.op}|k={self.k}|{self.dtype}" + ("" if self.layout == "C" else f"|{self.layout}")
 
+    @classmethod
+    def from_key(cls, key: str, family: str = "", matrix: str = "") -> "WorkUnit":
+        """The unit whose :attr:`key` is ``key`` (``family``/``matrix`` as recorded beside it)."""
+        try:
+            where, op, k, dtype, *rest = key.split("|")
+            origin, spec = where.split(":", 1)
+            spec, seed = spec.rsplit(":", 1)
+            unit = dict(op=op, k=int(k.removeprefix("k=")), dtype=dtype, seed=int(seed),
+                        layout=rest[0] if rest else "C")
+        except ValueError as e:
+            raise ValueError(f"source: {key!r} is not a work unit key "
+                             "('corpus:FAMILY:SIZE:SEED|OP|k=K|DTYPE' or 'file:PATH:SEED|...')") from e
+        if origin == "corpus":
+            fam, size = spec.split(":", 1)
+            return cls("corpus", matrix or f"{fam}-{size}", fam, size=size, **unit)
+        if origin == "file":
+            name = matrix or Path(spec).name.split(".")[0]
+            return cls("file", name, family or name, path=spec, **unit)
+        raise ValueError(f"source: {key!r} starts with neither 'corpus:' nor 'file:'")
+
     def build(self):
         """Host operands (A, B) of the problem."""
         from .. import corpus

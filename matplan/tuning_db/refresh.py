@@ -1,0 +1,67 @@
+"""Backfill the planner statistics a newer matplan computes into problems an older one recorded.
+
+Timings stay valid when the planner gains a statistic (the operands, hence the fingerprints,
+do not change), but the stored features lack it, so a model trained on them would see the
+default (SpGEMM's sampled ``compression``, for example, arrived after most H100 timings).
+:func:`refresh_features` rebuilds each such problem's operands from its source key (the corpus
+is seeded; a file is taken from its recorded path, or by name from a matrices folder), checks
+the fingerprint, computes the features on the host and adds only the missing ones: stored values
+stay as the device that took the timings measured them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..planner.stats import Features
+from .store import TuningDB
+
+
+def _missing(stored: dict) -> list:
+    return sorted({f.name for f in dataclasses.fields(Features)} - set(stored))
+
+
+def _unit(problem, matrices_dir):
+    from .tune import WorkUnit
+    unit = WorkUnit.from_key(problem.source, family=problem.family, matrix=problem.matrix)
+    if unit.origin == "file" and not Path(unit.path).is_file() and matrices_dir is not None:
+        found = sorted(Path(matrices_dir).glob(Path(unit.path).name))
+        if found:
+            unit = dataclasses.replace(unit, path=str(found[0]))
+    return unit
+
+
+def refresh_features(store: TuningDB, matrices_dir=None, progress=print) -> dict:
+    """Add missing feature keys to every stored problem that lacks some; returns counts
+    ``{'updated', 'current', 'skipped'}`` (skipped: operands not rebuildable or fingerprint
+    differs; each is reported through ``progress``)."""
+    from ..corpus.io import matrices_dir as default_matrices
+    from ..models import device as device_mod
+    from ..planner import stats
+    from ..validation import normalize
+    from .identity import problem_fingerprint
+    matrices_dir = matrices_dir if matrices_dir is not None else default_matrices()
+    counts = {"updated": 0, "current": 0, "skipped": 0}
+    updates = {}
+    for p in store.problems():
+        missing = _missing(p.features)
+        if not missing:
+            counts["current"] += 1
+            continue
+        try:
+            unit = _unit(p, matrices_dir)
+            A, B = unit.build()
+            if problem_fingerprint(unit.op, A, B) != p.fingerprint:
+                raise ValueError("the rebuilt operands have another fingerprint (generator or file changed)")
+            fresh = stats.compute(normalize(A, B), device_mod.current()).to_dict()
+        except (OSError, ValueError, TypeError) as e:
+            counts["skipped"] += 1
+            progress(f"skipped {p.source}: {e}")
+            continue
+        updates[p.fingerprint] = dict(p.features, **{k: fresh[k] for k in missing})
+        counts["updated"] += 1
+    store.update_features(updates)
+    return counts
+
+
+__all__ = ["refresh_features"]
