@@ -82,6 +82,28 @@ def test_kernel_matches_scipy(cp, rng, name, params, dtype, index_dtype):
         check(Y2.reshape(A.shape[0], X.shape[1]), A, X, dtype, f"{name} {label} out=None")
 
 
+@pytest.mark.parametrize("blocks_per_sm", [0, 16])
+def test_merge_spmm_columns_per_block(cp, rng, monkeypatch, blocks_per_sm):
+    """csr_merge blocks computing several columns (kc = k, and kc not dividing k), deterministic."""
+    from matplan.kernels import spmv
+    monkeypatch.setattr(spmv, "MERGE_BLOCKS_PER_SM", blocks_per_sm)
+    kernel = get("spmv.csr_merge")
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    for label, A in list(cases(rng)) + [("large-powerlaw", powerlaw(rng, 60_000, 5000, cap=4000, huge=50_000))]:
+        for dtype in (np.float32, np.float64):
+            A = A.astype(dtype)
+            p = kernel.prepare(to_gpu(cp, A, dtype, np.int64), {})
+            for k in (2, 7, 64):
+                kc = spmv.merge_columns(p.meta["ntiles"], k, sms)
+                assert blocks_per_sm or kc == k
+                X = rng.standard_normal((A.shape[1], k)).astype(dtype)
+                out = cp.full((A.shape[0], k), np.nan, dtype=dtype)
+                first = cp.asnumpy(kernel.run(p, cp.asarray(X), out=out))
+                check(first, A, X, dtype, f"csr_merge kc={kc} {label} {np.dtype(dtype)} k={k}")
+                again = cp.asnumpy(kernel.run(p, cp.asarray(X)))
+                assert np.array_equal(first, again, equal_nan=True), f"csr_merge kc={kc} {label}: runs differ"
+
+
 def test_cupyx_input_and_bad_arguments(cp, rng):
     import cupyx.scipy.sparse as csp
     A = random_csr(rng, 200, 100, 0.05)

@@ -262,11 +262,14 @@ __global__ void brcp_fixup(const I nfix, const int k, const I* __restrict__ fix_
 // still open at the end of the tile goes to carry[tile]; merge_fixup adds each row's
 // carries in tile order. No atomics: bitwise reproducible. IPT is odd: thread t reads
 // s_prod[t * IPT + i], and an even stride would put many lanes on one shared-memory bank.
+// SpMM: a block takes columns j0 .. j0 + kc of X (blockIdx.y = j0 / kc): the tile's row ends,
+// indices and values are loaded and each thread's path start searched once, then each
+// column re-stages only the products (X rows of the tile's columns stay in L1 across them).
 #define MERGE_NT 128
 
 template <typename T, typename I, int IPT>
 __global__ void __launch_bounds__(MERGE_NT)
-csr_merge(const long long m, const long long nnz, const int k, const long long* __restrict__ tile_row,
+csr_merge(const long long m, const long long nnz, const int k, const int kc, const long long* __restrict__ tile_row,
           const I* __restrict__ indptr, const I* __restrict__ indices, const T* __restrict__ data,
           const T* __restrict__ x, T* __restrict__ y, T* __restrict__ carry) {
     constexpr int TILE = MERGE_NT * IPT;
@@ -275,7 +278,8 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
     __shared__ T s_wsum[MERGE_NT / 32];
     __shared__ int s_wflag[MERGE_NT / 32];
     const long long tile = blockIdx.x;
-    const int j = blockIdx.y;
+    const int j0 = blockIdx.y * kc;
+    const int j1 = (j0 + kc < k) ? j0 + kc : k;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long total = m + nnz;
     const long long d0 = tile * TILE;
@@ -283,11 +287,12 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
     const long long r0 = tile_row[tile], r1 = tile_row[tile + 1];
     const long long n0 = d0 - r0, n1 = d1 - r1;
     const int nlen = (int)(n1 - n0), rcount = (int)(r1 - r0);
-    // stage the tile in shared memory: row ends of rows r0 .. r1 (r1 = m: nnz) and the
-    // products of its nonzeros. Every global load (row ends, indices, values) is issued
-    // before the gathers of x, so a tile costs two memory round trips, not three.
+    // stage the tile's row ends (rows r0 .. r1; r1 = m: nnz) in shared memory and keep its
+    // indices and values in registers. Every global load is issued before the gathers of x,
+    // so the first column costs two memory round trips, not three.
+    I c[IPT]; T v[IPT];
     {
-        I c[IPT], e[IPT]; T v[IPT], xv[IPT];
+        I e[IPT];
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
@@ -298,17 +303,11 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
-            if (i < nlen) xv[u] = x[(long long)c[u] * k + j];
-        }
-#pragma unroll
-        for (int u = 0; u < IPT; ++u) {
-            const int i = tid + u * MERGE_NT;
             if (i <= rcount) s_end[i] = e[u];
-            if (i < nlen) s_prod[i] = v[u] * xv[u];
         }
     }
     __syncthreads();
-    // this thread's start on the path: local row tr = #{i < rcount : r0 + i + s_end[i] < D}
+    // this thread's start on the path: local row tr0 = #{i < rcount : r0 + i + s_end[i] < D}
     long long D = d0 + (long long)tid * IPT;
     if (D > d1) D = d1;
     int lo = 0, hi = rcount;
@@ -316,46 +315,61 @@ csr_merge(const long long m, const long long nnz, const int k, const long long* 
         const int mid = (lo + hi) >> 1;
         if (r0 + mid + (long long)s_end[mid] < D) lo = mid + 1; else hi = mid;
     }
-    int tr = lo;
-    long long nz = D - (r0 + tr);
-    T sum = 0, first_val = 0;
-    long long first_row = -1;
+    const int tr0 = lo;
+    const long long nz0 = D - (r0 + tr0);
+    for (int j = j0; j < j1; ++j) {
+        T xv[IPT];
 #pragma unroll
-    for (int it = 0; it < IPT; ++it) {
-        if (D + it >= d1) break;
-        if ((long long)s_end[tr] <= nz) {          // row end: the row is complete here
-            const long long row = r0 + tr;
-            if (first_row < 0) { first_row = row; first_val = sum; }
-            else y[row * k + j] = sum;
-            sum = 0;
-            ++tr;
-        } else {
-            sum += s_prod[nz - n0];
-            ++nz;
+        for (int u = 0; u < IPT; ++u)
+            if (tid + u * MERGE_NT < nlen) xv[u] = x[(long long)c[u] * k + j];
+#pragma unroll
+        for (int u = 0; u < IPT; ++u) {
+            const int i = tid + u * MERGE_NT;
+            if (i < nlen) s_prod[i] = v[u] * xv[u];
         }
-    }
-    // segmented scan over threads of (has a row end, trailing sum): fixed order
-    int f = first_row >= 0;
-    T s = sum;
+        __syncthreads();
+        int tr = tr0;
+        long long nz = nz0;
+        T sum = 0, first_val = 0;
+        long long first_row = -1;
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const T ts = __shfl_up_sync(FULL_MASK, s, d);
-        const int tf = __shfl_up_sync(FULL_MASK, f, d);
-        if (lane >= d) { if (!f) s = ts + s; f |= tf; }
+        for (int it = 0; it < IPT; ++it) {
+            if (D + it >= d1) break;
+            if ((long long)s_end[tr] <= nz) {          // row end: the row is complete here
+                const long long row = r0 + tr;
+                if (first_row < 0) { first_row = row; first_val = sum; }
+                else y[row * k + j] = sum;
+                sum = 0;
+                ++tr;
+            } else {
+                sum += s_prod[nz - n0];
+                ++nz;
+            }
+        }
+        // segmented scan over threads of (has a row end, trailing sum): fixed order
+        int f = first_row >= 0;
+        T s = sum;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const T ts = __shfl_up_sync(FULL_MASK, s, d);
+            const int tf = __shfl_up_sync(FULL_MASK, f, d);
+            if (lane >= d) { if (!f) s = ts + s; f |= tf; }
+        }
+        if (lane == 31) { s_wsum[warp] = s; s_wflag[warp] = f; }
+        T ex = __shfl_up_sync(FULL_MASK, s, 1);
+        int exf = __shfl_up_sync(FULL_MASK, f, 1);
+        if (lane == 0) { ex = 0; exf = 0; }
+        __syncthreads();
+        T ps = 0;                                      // prefix of the earlier warps, in warp order
+        for (int w = 0; w < warp; ++w) ps = s_wflag[w] ? s_wsum[w] : ps + s_wsum[w];
+        if (first_row >= 0) {
+            const T carry_in = exf ? ex : ps + ex;
+            y[first_row * k + j] = carry_in + first_val;
+        }
+        if (tid == MERGE_NT - 1 && r1 < m)
+            carry[tile * k + j] = f ? s : ps + s;
+        __syncthreads();                               // s_prod and s_wsum are rewritten next column
     }
-    if (lane == 31) { s_wsum[warp] = s; s_wflag[warp] = f; }
-    T ex = __shfl_up_sync(FULL_MASK, s, 1);
-    int exf = __shfl_up_sync(FULL_MASK, f, 1);
-    if (lane == 0) { ex = 0; exf = 0; }
-    __syncthreads();
-    T ps = 0;                                      // prefix of the earlier warps, in warp order
-    for (int w = 0; w < warp; ++w) ps = s_wflag[w] ? s_wsum[w] : ps + s_wsum[w];
-    if (first_row >= 0) {
-        const T carry_in = exf ? ex : ps + ex;
-        y[first_row * k + j] = carry_in + first_val;
-    }
-    if (tid == MERGE_NT - 1 && r1 < m)
-        carry[tile * k + j] = f ? s : ps + s;
 }
 
 // Rows whose sums cross tiles: a warp per row adds carry[lo .. hi) in tile order (lane l
@@ -400,8 +414,8 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
                                         const I*, const I*, const T*, const T*, T*, T*);           \
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
     template __global__ void csr_merge<T, I, 7>(const long long, const long long, const int,         \
-                                                const long long*, const I*, const I*, const T*,      \
-                                                const T*, T*, T*);
+                                                const int, const long long*, const I*, const I*,     \
+                                                const T*, const T*, T*, T*);
 MP_INST(float, int)
 MP_INST(double, int)
 MP_INST(float, long long)

@@ -55,6 +55,9 @@ MERGE_TILE_S = 2e-9
 #: a10ff08: skewed 24 ms, R-MAT 2.3 ms, ice40 0.42 ms) but up to 1.8x in float32 and on
 #: gene_go (rows of ~1000); efficiency 0.7 gave 0.8-1.25x on the balanced matrices.
 SPMM_PER_TRIP = 2
+#: Merge-path SpMM: a block computes kc columns of Y from one load of its tile (spmv.cu's
+#: csr_merge), kc as large as leaves this many blocks per SM (merge_columns).
+MERGE_BLOCKS_PER_SM = 16
 #: The merge path is offered only when the longest row exceeds this many mean rows: on the
 #: balanced benchmark matrices (longest <= 15x mean) it was 1.2-1.6x the best row kernel.
 MERGE_MIN_SKEW = 64
@@ -450,6 +453,13 @@ class Brcp(_Blocked):
 
 
 # ------------------------------------------------------------------ CSR merge path
+def merge_columns(ntiles: int, k: int, sms: int) -> int:
+    """Columns one merge-path block computes: the most that keep ntiles * ceil(k / kc) blocks
+    >= MERGE_BLOCKS_PER_SM per SM (one load of the tile, its search and its X rows in L1 serve
+    kc columns; fewer, larger blocks would leave SMs idle on small matrices)."""
+    return max(1, min(k, ntiles * k // max(1, sms * MERGE_BLOCKS_PER_SM)))
+
+
 class CsrMerge(_SpMV):
     """Merge-path CSR (Merrill & Garland 2016): equal shares of rows + nonzeros per thread.
 
@@ -474,13 +484,15 @@ class CsrMerge(_SpMV):
     def cost(self, f, params, device):
         v, i = self._sizes(f)
         tiles = (f.m + f.nnz) / (fmt.MERGE_NT * int(params["ipt"]))
-        nbytes = (f.nnz * (v + i) * f.k + (f.m + 1) * i + self._dense_bytes(f)
+        passes = -(-f.k // merge_columns(int(np.ceil(tiles)), f.k, device.sms))   # loads of A
+        nbytes = (f.nnz * (v + i) * passes + (f.m + 1) * i + self._dense_bytes(f)
                   + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
         return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device),
                     self._time(nbytes, device, 2) + tiles * f.k * MERGE_TILE_S,
                     f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(np.ceil(tiles)):,} tiles of "
                     f"{fmt.MERGE_NT}x{params['ipt']} items, no straggler (longest row {f.row_max}), "
-                    f"~{EFFICIENCY[self.name]:.2f} of bandwidth")
+                    + (f"A read {passes}x for {f.k} columns, " if f.k > 1 else "")
+                    + f"~{EFFICIENCY[self.name]:.2f} of bandwidth")
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)
@@ -501,8 +513,9 @@ class CsrMerge(_SpMV):
         cp = _cupy()
         a, meta = p.arrays, p.meta
         carry = cp.empty(meta["ntiles"] * k, dtype=out.dtype)
-        meta["fn"]((meta["ntiles"], k), (fmt.MERGE_NT,),
-                   (meta["m"], meta["nnz"], np.int32(k), a["tile_row"], a["indptr"], a["indices"],
+        kc = merge_columns(meta["ntiles"], k, _cuda.device_attribute("MultiProcessorCount", cp.cuda.Device().id))
+        meta["fn"]((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
+                   (meta["m"], meta["nnz"], np.int32(k), np.int32(kc), a["tile_row"], a["indptr"], a["indices"],
                     a["data"], B, out, carry))
         if int(meta["nfix"]):
             meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
