@@ -95,7 +95,7 @@ def test_merge_spmm_columns_per_block(cp, rng, monkeypatch, blocks_per_sm):
             p = kernel.prepare(to_gpu(cp, A, dtype, np.int64), {})
             for k in (2, 7, 64):
                 kc = spmv.merge_columns(p.meta["ntiles"], k, sms)
-                assert blocks_per_sm or kc == k
+                assert blocks_per_sm or kc == k or p.meta["ntiles"] == 0
                 X = rng.standard_normal((A.shape[1], k)).astype(dtype)
                 out = cp.full((A.shape[0], k), np.nan, dtype=dtype)
                 first = cp.asnumpy(kernel.run(p, cp.asarray(X), out=out))
