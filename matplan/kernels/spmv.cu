@@ -267,15 +267,15 @@ __global__ void brcp_fixup(const I nfix, const int k, const I* __restrict__ fix_
 // column re-stages only the products (X rows of the tile's columns stay in L1 across them).
 #define MERGE_NT 128
 
-template <typename T, typename I, int IPT>
+template <typename T, typename I, int IPT, int MERGE_V>
 __global__ void __launch_bounds__(MERGE_NT)
 csr_merge(const long long m, const long long nnz, const int k, const int kc, const long long* __restrict__ tile_row,
           const I* __restrict__ indptr, const I* __restrict__ indices, const T* __restrict__ data,
           const T* __restrict__ x, T* __restrict__ y, T* __restrict__ carry) {
     constexpr int TILE = MERGE_NT * IPT;
-    __shared__ T s_prod[TILE];
+    __shared__ T s_prod[MERGE_V][TILE];
     __shared__ I s_end[TILE + 1];
-    __shared__ T s_wsum[MERGE_NT / 32];
+    __shared__ T s_wsum[MERGE_V][MERGE_NT / 32];
     __shared__ int s_wflag[MERGE_NT / 32];
     const long long tile = blockIdx.x;
     const int j0 = blockIdx.y * kc;
@@ -317,58 +317,91 @@ csr_merge(const long long m, const long long nnz, const int k, const int kc, con
     }
     const int tr0 = lo;
     const long long nz0 = D - (r0 + tr0);
-    for (int j = j0; j < j1; ++j) {
-        T xv[IPT];
-#pragma unroll
-        for (int u = 0; u < IPT; ++u)
-            if (tid + u * MERGE_NT < nlen) xv[u] = x[(long long)c[u] * k + j];
+    // columns in chunks of MERGE_V (1 for SpMV: a wider chunk costs registers and shared
+    // memory, hence resident blocks): the chunk's values of an X row are adjacent (one
+    // sector), so X rows are fetched once per chunk, not once per column
+    for (int j = j0; j < j1; j += MERGE_V) {
+        const int nv = (j1 - j < MERGE_V) ? j1 - j : MERGE_V;
 #pragma unroll
         for (int u = 0; u < IPT; ++u) {
             const int i = tid + u * MERGE_NT;
-            if (i < nlen) s_prod[i] = v[u] * xv[u];
+            if (i < nlen) {
+                const T* xr = x + (long long)c[u] * k + j;
+                T xv[MERGE_V];
+#pragma unroll
+                for (int q = 0; q < MERGE_V; ++q) xv[q] = (q < nv) ? xr[q] : T(0);
+#pragma unroll
+                for (int q = 0; q < MERGE_V; ++q) s_prod[q][i] = v[u] * xv[q];
+            }
         }
         __syncthreads();
         int tr = tr0;
         long long nz = nz0;
-        T sum = 0, first_val = 0;
+        T sum[MERGE_V], first_val[MERGE_V];
+#pragma unroll
+        for (int q = 0; q < MERGE_V; ++q) { sum[q] = 0; first_val[q] = 0; }
         long long first_row = -1;
 #pragma unroll
         for (int it = 0; it < IPT; ++it) {
             if (D + it >= d1) break;
             if ((long long)s_end[tr] <= nz) {          // row end: the row is complete here
                 const long long row = r0 + tr;
-                if (first_row < 0) { first_row = row; first_val = sum; }
-                else y[row * k + j] = sum;
-                sum = 0;
+                if (first_row < 0) {
+                    first_row = row;
+#pragma unroll
+                    for (int q = 0; q < MERGE_V; ++q) first_val[q] = sum[q];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < MERGE_V; ++q) if (q < nv) y[row * k + j + q] = sum[q];
+                }
+#pragma unroll
+                for (int q = 0; q < MERGE_V; ++q) sum[q] = 0;
                 ++tr;
             } else {
-                sum += s_prod[nz - n0];
+#pragma unroll
+                for (int q = 0; q < MERGE_V; ++q) sum[q] += s_prod[q][nz - n0];
                 ++nz;
             }
         }
         // segmented scan over threads of (has a row end, trailing sum): fixed order
-        int f = first_row >= 0;
-        T s = sum;
+        const int f0 = first_row >= 0;
+        int f = f0;
+        T s[MERGE_V];
+#pragma unroll
+        for (int q = 0; q < MERGE_V; ++q) s[q] = sum[q];
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            const T ts = __shfl_up_sync(FULL_MASK, s, d);
             const int tf = __shfl_up_sync(FULL_MASK, f, d);
-            if (lane >= d) { if (!f) s = ts + s; f |= tf; }
+#pragma unroll
+            for (int q = 0; q < MERGE_V; ++q) {
+                const T ts = __shfl_up_sync(FULL_MASK, s[q], d);
+                if (lane >= d && !f) s[q] = ts + s[q];
+            }
+            if (lane >= d) f |= tf;
         }
-        if (lane == 31) { s_wsum[warp] = s; s_wflag[warp] = f; }
-        T ex = __shfl_up_sync(FULL_MASK, s, 1);
+        if (lane == 31) {
+#pragma unroll
+            for (int q = 0; q < MERGE_V; ++q) s_wsum[q][warp] = s[q];
+            s_wflag[warp] = f;
+        }
         int exf = __shfl_up_sync(FULL_MASK, f, 1);
-        if (lane == 0) { ex = 0; exf = 0; }
-        __syncthreads();
-        T ps = 0;                                      // prefix of the earlier warps, in warp order
-        for (int w = 0; w < warp; ++w) ps = s_wflag[w] ? s_wsum[w] : ps + s_wsum[w];
-        if (first_row >= 0) {
-            const T carry_in = exf ? ex : ps + ex;
-            y[first_row * k + j] = carry_in + first_val;
+        if (lane == 0) exf = 0;
+        T ex[MERGE_V];
+#pragma unroll
+        for (int q = 0; q < MERGE_V; ++q) {
+            ex[q] = __shfl_up_sync(FULL_MASK, s[q], 1);
+            if (lane == 0) ex[q] = 0;
         }
-        if (tid == MERGE_NT - 1 && r1 < m)
-            carry[tile * k + j] = f ? s : ps + s;
-        __syncthreads();                               // s_prod and s_wsum are rewritten next column
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < MERGE_V; ++q) {
+            if (q >= nv) break;
+            T ps = 0;                                  // prefix of the earlier warps, in warp order
+            for (int w = 0; w < warp; ++w) ps = s_wflag[w] ? s_wsum[q][w] : ps + s_wsum[q][w];
+            if (first_row >= 0) y[first_row * k + j + q] = (exf ? ex[q] : ps + ex[q]) + first_val[q];
+            if (tid == MERGE_NT - 1 && r1 < m) carry[tile * k + j + q] = f ? s[q] : ps + s[q];
+        }
+        __syncthreads();                               // s_prod and s_wsum are rewritten next chunk
     }
 }
 
@@ -413,9 +446,12 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
     template __global__ void brcp<T, I>(const long long, const int, const I*, const int*,          \
                                         const I*, const I*, const T*, const T*, T*, T*);           \
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
-    template __global__ void csr_merge<T, I, 7>(const long long, const long long, const int,         \
-                                                const int, const long long*, const I*, const I*,     \
-                                                const T*, const T*, T*, T*);
+    template __global__ void csr_merge<T, I, 7, 1>(const long long, const long long, const int,      \
+                                                   const int, const long long*, const I*, const I*,  \
+                                                   const T*, const T*, T*, T*);                      \
+    template __global__ void csr_merge<T, I, 7, 4>(const long long, const long long, const int,      \
+                                                   const int, const long long*, const I*, const I*,  \
+                                                   const T*, const T*, T*, T*);
 MP_INST(float, int)
 MP_INST(double, int)
 MP_INST(float, long long)

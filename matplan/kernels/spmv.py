@@ -58,6 +58,10 @@ SPMM_PER_TRIP = 2
 #: Merge-path SpMM: a block computes kc columns of Y from one load of its tile (spmv.cu's
 #: csr_merge), kc as large as leaves this many blocks per SM (merge_columns).
 MERGE_BLOCKS_PER_SM = 16
+#: Columns a merge-path block computes together (csr_merge's MERGE_V) when it computes at least
+#: this many: an X row's values of the chunk are fetched in one sector. Blocks of fewer columns
+#: (SpMV) use the one-column instantiation, which needs fewer registers and shared memory.
+MERGE_V = 4
 #: The merge path is offered only when the longest row exceeds this many mean rows: on the
 #: balanced benchmark matrices (longest <= 15x mean) it was 1.2-1.6x the best row kernel.
 MERGE_MIN_SKEW = 64
@@ -76,7 +80,7 @@ def _names(ctype, itype):
     return ([f"csr_scalar<{ctype},{itype}>"]
             + [f"csr_vector<{ctype},{itype},{w}>" for w in fmt.VECTOR_WIDTHS]
             + [f"{k}<{ctype},{itype}>" for k in ("ellr", "brc", "brcp", "brcp_fixup")]
-            + [f"csr_merge<{ctype},{itype},{ipt}>" for ipt in fmt.MERGE_IPT] + [f"merge_fixup<{ctype}>"]
+            + [f"csr_merge<{ctype},{itype},{ipt},{v}>" for ipt in fmt.MERGE_IPT for v in (1, MERGE_V)] + [f"merge_fixup<{ctype}>"]
             + [f"csr_spmm<{ctype},{itype},{kk},{s}>" for kk in fmt.SPMM_COLUMNS for s in fmt.SPMM_SLOTS
                if kk * s <= 32])
 
@@ -505,7 +509,8 @@ class CsrMerge(_SpMV):
         arrays = dict(indptr=indptr, indices=indices, data=data, tile_row=mp["tile_row"],
                       fix_rows=mp["fix_rows"], fix_lo=mp["fix_lo"], fix_hi=mp["fix_hi"])
         return self._prepared(dict(params, ipt=ipt), arrays, A.shape, data.dtype,
-                              fn=fns[f"csr_merge<{ct},{it},{ipt}>"], fix=fns[f"merge_fixup<{ct}>"],
+                              fn=fns[f"csr_merge<{ct},{it},{ipt},1>"], fn_v=fns[f"csr_merge<{ct},{it},{ipt},{MERGE_V}>"],
+                              fix=fns[f"merge_fixup<{ct}>"],
                               m=np.int64(A.shape[0]), nnz=np.int64(mp["nnz"]),
                               ntiles=int(mp["ntiles"]), nfix=np.int64(mp["fix_rows"].shape[0]))
 
@@ -514,7 +519,8 @@ class CsrMerge(_SpMV):
         a, meta = p.arrays, p.meta
         carry = cp.empty(meta["ntiles"] * k, dtype=out.dtype)
         kc = merge_columns(meta["ntiles"], k, _cuda.device_attribute("MultiProcessorCount", cp.cuda.Device().id))
-        meta["fn"]((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
+        fn = meta["fn_v"] if kc >= MERGE_V else meta["fn"]
+        fn((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
                    (meta["m"], meta["nnz"], np.int32(k), np.int32(kc), a["tile_row"], a["indptr"], a["indices"],
                     a["data"], B, out, carry))
         if int(meta["nfix"]):
