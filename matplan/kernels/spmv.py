@@ -61,6 +61,7 @@ MERGE_BLOCKS_PER_SM = 16
 #: Columns a merge-path block computes together (csr_merge's MERGE_V) when it computes at least
 #: this many: an X row's values of the chunk are fetched in one sector. Blocks of fewer columns
 #: (SpMV) use the one-column instantiation, which needs fewer registers and shared memory.
+#: Compiled as csr_merge<..., 1> and <..., MERGE_V> (spmv.cu instantiates 1 and 4).
 MERGE_V = 4
 #: The merge path is offered only when the longest row exceeds this many mean rows: on the
 #: balanced benchmark matrices (longest <= 15x mean) it was 1.2-1.6x the best row kernel.
@@ -521,8 +522,8 @@ class CsrMerge(_SpMV):
         kc = merge_columns(meta["ntiles"], k, _cuda.device_attribute("MultiProcessorCount", cp.cuda.Device().id))
         fn = meta["fn_v"] if kc >= MERGE_V else meta["fn"]
         fn((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
-                   (meta["m"], meta["nnz"], np.int32(k), np.int32(kc), a["tile_row"], a["indptr"], a["indices"],
-                    a["data"], B, out, carry))
+           (meta["m"], meta["nnz"], np.int32(k), np.int32(kc), a["tile_row"], a["indptr"], a["indices"],
+            a["data"], B, out, carry))
         if int(meta["nfix"]):
             meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
                         (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))

@@ -120,7 +120,7 @@ def _occupancy_extrapolate(distinct, examined, products, ncols):
         low = n * -np.expm1(-q / n) < d            # too few columns: N must grow
         lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
     n = np.exp(0.5 * (lo + hi))
-    est = np.minimum(n * -np.expm1(-p / n), min(float(ncols), np.inf))
+    est = np.minimum(n * -np.expm1(-p / n), float(ncols))
     return np.where(full, d, np.clip(est, d, np.minimum(p, ncols)))
 
 
