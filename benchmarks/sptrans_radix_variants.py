@@ -64,7 +64,7 @@ def main(argv=None):
         try:
             for items, lookback, min_blocks in variants:
                 opts = (f"-DRDX_ITEMS={items}", f"-DRDX_LOOKBACK={lookback}", f"-DRDX_MIN_BLOCKS={min_blocks}")
-                ks.radix_pass = {ct: _cuda.function(st._CU, f"spt_radix_pass<{ct}>", st._NAMES, options=opts).kernel
+                ks.radix_pass = {ct: _cuda.compiled(st._CU, f"spt_radix_pass<{ct}>", st._NAMES, options=opts)
                                  for ct in ("float", "double")}
                 st.RADIX_TILE = st.BLOCK * items
                 T = st.transpose(A, method="radix")

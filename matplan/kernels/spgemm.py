@@ -303,39 +303,24 @@ def _group(c: _Classes, n_tables: int, balanced: bool):
 NVRTC_DEFINES: tuple = ()
 
 
-def _fn(name):
-    return _cuda.function(_CU, name, _NAMES, options=NVRTC_DEFINES)
-
-
-_SMEM_SET: dict = {}
 _STREAMS: dict = {}
 _FUNCTIONS: dict = {}
 
 
 def _compiled(kernel_name: str, device_id: int):
-    """The cuda Function of a kernel for a device, memoised: calling it directly skips RawKernel's
-    wrapper (H100 host: 6.8 instead of 9.2 us a launch, benchmarks/results/sptrans-h100-2026-11-23-aab73bb.log)."""
+    """The cuda Function of a kernel for a device (_cuda.compiled), memoised under the kernel's
+    name: the launch path skips _cuda.function's argument normalisation."""
     key = (kernel_name, device_id, NVRTC_DEFINES)
     fn = _FUNCTIONS.get(key)
     if fn is None:
-        fn = _fn(kernel_name)
-        for attr in ("kernel", "function"):   # a RawKernel wraps the Function
-            inner = getattr(fn, attr, None)
-            if inner is not None and hasattr(inner, "max_dynamic_shared_size_bytes"):
-                fn = inner
-                break
-        fn = _FUNCTIONS[key] = fn
+        fn = _FUNCTIONS[key] = _cuda.compiled(_CU, kernel_name, _NAMES, options=NVRTC_DEFINES)
     return fn
 
 
 def _launch(kernel_name, grid, block, args, smem=0):
-    dev = cupy_module().cuda.Device().id
-    fn = _compiled(kernel_name, dev)
+    fn = _compiled(kernel_name, cupy_module().cuda.Device().id)
     if smem > 32 * 1024:  # past the 48 KB default once static shared memory is added: opt in
-        key = (kernel_name, dev)
-        if _SMEM_SET.get(key, 0) < smem:
-            fn.max_dynamic_shared_size_bytes = smem
-            _SMEM_SET[key] = smem
+        _cuda.allow_dynamic_smem(fn, smem)
     fn(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
 
 
@@ -1167,8 +1152,8 @@ class HashSpGEMM(Kernel):
         balanced, why, n_global = describe_groups(f, device.smem_per_block)
         path = hash_path(f, device.smem_per_block)
         est_c = traffic.spgemm_nnz_c(f)
-        per_product, per_output = HASH_BYTES.get(str(f.dtype), HASH_BYTES["float64"])
-        t = (f.products * per_product + est_c * per_output) / device.mem_bandwidth
+        nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, HASH_BYTES)
+        t = nbytes / device.mem_bandwidth
         t += n_global * f.k * (KEY_BYTES + itemsize) * 2 / device.mem_bandwidth
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
         t += HASH_FIXED_S[path] + launches * LAUNCH_S

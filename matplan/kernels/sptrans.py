@@ -105,25 +105,20 @@ class _Kernels:
     have resident at once: a cooperative launch must not ask for more) and the segsort's six."""
 
     def __init__(self, cp):
-        from cupy_backends.cuda.api import driver
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        # the compiled functions (RawKernel.kernel): their launch takes enable_cooperative_groups
-        self.place = _cuda.function(_CU, "spt_place", _NAMES).kernel
-        self.sort = {ct: _cuda.function(_CU, f"spt_sort<{ct}>", _NAMES).kernel for ct in ("float", "double")}
-        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
-        self.sms = sms
-        # the segsort's and the radix method's kernels (plain launches of the Functions: RawKernel's
-        # wrapper costs ~2.4 us of host time a launch)
+        self.sms = sms = _cuda.device_attribute("MultiProcessorCount", cp.cuda.Device().id)
+        # the compiled cuda Functions: the merge's launches take enable_cooperative_groups, and
+        # the others skip RawKernel's wrapper (~2.4 us of host time a launch)
         def fn(name):
-            return _cuda.function(_CU, name, _NAMES).kernel
+            return _cuda.compiled(_CU, name, _NAMES)
 
         def typed(name):
             return {ct: fn(f"{name}<{ct}>") for ct in ("float", "double")}
+        self.place, self.sort = fn("spt_place"), typed("spt_sort")
         self.count, self.scan, self.scatter = fn("spt_count"), fn("spt_scan"), fn("spt_scatter")
         self.sort_short, self.sort_big = typed("spt_sort_short"), typed("spt_sort_big")
         self.merge_long, self.radix_pass = typed("spt_merge_long"), typed("spt_radix_pass")
-        self.place_cap = sms * occ(self.place.ptr, BLOCK, 0)
-        self.sort_cap = {ct: sms * occ(f.ptr, BLOCK, 0) for ct, f in self.sort.items()}
+        self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
+        self.sort_cap = {ct: sms * _cuda.resident_blocks(f, BLOCK) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
             raise RuntimeError(f"sptrans: no block of {BLOCK} threads fits on this GPU")
 

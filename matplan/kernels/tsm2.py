@@ -309,12 +309,10 @@ def _sms() -> int:
 
 def _resident_blocks(fn, t1: int) -> int:
     """Blocks of ``fn`` an SM holds at once (the driver's occupancy query), 0 if unknown."""
-    ptr = getattr(fn, "kernel", fn).ptr   # a RawKernel holds the compiled function as .kernel
-    key = (ptr, t1)
+    key = (_cuda.driver_function(fn).ptr, t1)
     if key not in _RESIDENT:
         try:
-            from cupy_backends.cuda.api import driver
-            _RESIDENT[key] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(ptr, t1, 0))
+            _RESIDENT[key] = _cuda.resident_blocks(fn, t1)
         except Exception:  # an older CuPy without the query: no wave balancing
             _RESIDENT[key] = 0
     return _RESIDENT[key]

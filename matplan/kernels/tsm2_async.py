@@ -163,19 +163,8 @@ def _function(name: str, smem_bytes: int):
     """The compiled kernel with its dynamic shared-memory limit raised to ``smem_bytes``."""
     fn = _cuda.function(SOURCE, name, _GROUPS.get(name, (name,)))
     if smem_bytes > 48 * 1024:
-        key = (getattr(getattr(fn, "kernel", fn), "ptr", id(fn)), smem_bytes)
-        if key not in _SMEM_SET:
-            try:   # the driver call (RawKernel's own setter is deprecated in newer CuPy)
-                from cupy_backends.cuda.api import driver
-                driver.funcSetAttribute(getattr(fn, "kernel", fn).ptr,
-                                        driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
-            except (ImportError, AttributeError):
-                fn.max_dynamic_shared_size_bytes = smem_bytes
-            _SMEM_SET.add(key)
+        _cuda.allow_dynamic_smem(fn, smem_bytes)
     return fn
-
-
-_SMEM_SET: set = set()
 
 
 def _is_cupy(x) -> bool:
@@ -327,9 +316,7 @@ def kernel_info(dtype, k: int, config: dict | None = None, B=None) -> dict:
     for attr in ("num_regs", "local_size_bytes"):
         info[attr] = getattr(fn, attr, None)
     try:
-        from cupy_backends.cuda.api import driver
-        info["blocks_per_sm"] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            getattr(fn, "kernel", fn).ptr, sh["threads"], sh["smem_bytes"]))
+        info["blocks_per_sm"] = _cuda.resident_blocks(fn, sh["threads"], sh["smem_bytes"])
         info["a_bytes_in_flight_per_sm"] = info["blocks_per_sm"] * sh["a_bytes_in_flight_per_block"]
     except Exception:
         info["blocks_per_sm"] = None
