@@ -82,11 +82,10 @@ class CusparseSpGEMM(_VendorKernel):
         return None
 
     def cost(self, f, params, device):
-        per_product, per_output = CUSPARSE_SPGEMM_BYTES.get(str(f.dtype), CUSPARSE_SPGEMM_BYTES["float64"])
-        est_c = traffic.spgemm_nnz_c(f)
-        t = (f.products * per_product + est_c * per_output) / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
+        nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, CUSPARSE_SPGEMM_BYTES)
+        t = nbytes / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
         return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: {per_product:.0f} B per product + {per_output:.0f} B "
-                            f"per nonzero of C (~{est_c:,.0f}) at the copy bandwidth + "
+                            f"per nonzero of C (~{traffic.spgemm_nnz_c(f):,.0f}) at the copy bandwidth + "
                             f"{CUSPARSE_SPGEMM_OVERHEAD_S * 1e6:.0f} us")
 
     def run(self, prepared, B, out=None):

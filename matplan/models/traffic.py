@@ -35,6 +35,14 @@ def spgemm_nnz_c(f) -> float:
     return min(f.products / ratio, float(f.m) * f.k)
 
 
+def spgemm_fitted_bytes(f, per_dtype: dict) -> tuple:
+    """(bytes, per product, per nonzero of C) of a SpGEMM kernel's fitted effective bytes:
+    ``per_dtype`` maps a dtype name to (bytes per product, bytes per expected nonzero of C);
+    a dtype it lacks takes float64's."""
+    per_product, per_output = per_dtype.get(str(f.dtype), per_dtype["float64"])
+    return f.products * per_product + spgemm_nnz_c(f) * per_output, per_product, per_output
+
+
 def spgemm_bytes(f) -> float:
     """A, B read once, each product's B row gathered, C written."""
     v, i = itemsize(f), index_size(f)
