@@ -84,14 +84,14 @@ class WorkUnit:
             spec, seed = spec.rsplit(":", 1)
             unit = dict(op=op, k=int(k.removeprefix("k=")), dtype=dtype, seed=int(seed),
                         layout=rest[0] if rest else "C")
+            fam, size = spec.split(":", 1) if origin == "corpus" else (None, None)
         except ValueError as e:
             raise ValueError(f"source: {key!r} is not a work unit key "
                              "('corpus:FAMILY:SIZE:SEED|OP|k=K|DTYPE' or 'file:PATH:SEED|...')") from e
         if origin == "corpus":
-            fam, size = spec.split(":", 1)
             return cls("corpus", matrix or f"{fam}-{size}", fam, size=size, **unit)
         if origin == "file":
-            name = matrix or Path(spec).name.split(".")[0]
+            name = matrix or matrix_name(Path(spec))
             return cls("file", name, family or name, path=spec, **unit)
         raise ValueError(f"source: {key!r} starts with neither 'corpus:' nor 'file:'")
 
@@ -174,6 +174,11 @@ def corpus_units(sizes=("small",), families=None, ops=DEFAULT_OPS, spmm_ks=SPMM_
 MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
 
 
+def matrix_name(path: Path) -> str:
+    """A matrix file's name without its suffix (one of MATRIX_SUFFIXES): its tuning family."""
+    return next((path.name[: -len(s)] for s in MATRIX_SUFFIXES if path.name.endswith(s)), path.stem)
+
+
 def file_units(paths, ops=("spmv", "spmm", "spgemm"), spmm_ks=SPMM_KS, dtypes=("float64", "float32"),
                seed=0) -> list:
     """Work units of matrix files (.mtx, .mtx.gz, .npz): files, or folders of them. Each file is its own family."""
@@ -188,7 +193,7 @@ def file_units(paths, ops=("spmv", "spmm", "spgemm"), spmm_ks=SPMM_KS, dtypes=("
             raise FileNotFoundError(f"matrix files: no file or folder at {p}")
     units = []
     for f in files:
-        name = next(f.name[: -len(s)] for s in MATRIX_SUFFIXES if f.name.endswith(s))
+        name = matrix_name(f)
         ops_here = [op for op in ops if op in ("spmv", "spmm", "spgemm")]
         units += _sparse_units("file", name, name, ops_here, spmm_ks, dtypes, seed, path=str(f.resolve()))
     return units
