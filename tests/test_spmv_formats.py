@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from conftest import messy_csr, random_csr
 from matplan.kernels import get, spmv_formats as fmt
-from matplan.models import analytic, device
+from matplan.models import analytic, device, traffic
 from matplan.planner import plan, stats
 from matplan.validation import normalize
 
@@ -244,6 +244,23 @@ def test_costs_positive_and_explained(rng):
             for params in kern.candidates(f, device.known("H100")):
                 c = kern.cost(f, params, device.known("H100"))
                 assert c.run_s > 0 and c.prepare_s >= 0 and c.why, (name, params)
+
+
+def test_cusparse_spmm_cost_charges_random_gathers_past_l2(rng):
+    """cupyx's SpMM gathers a column-major B: random columns with B past L2 cost more than a band."""
+    n, k = 1 << 20, 16
+    cols = rng.integers(0, n, 8 * n)
+    rows = np.repeat(np.arange(n), 8)
+    random_cols = sp.csr_matrix((np.ones(8 * n), (rows, cols)), shape=(n, n))
+    banded = sp.csr_matrix((np.ones(8 * n), (rows, np.clip(rows + (cols % 8), 0, n - 1))), shape=(n, n))
+    dev, cus = device.known("H100"), get("spmv.cusparse")
+    fr, fb = _features(random_cols, k), _features(banded, k)
+    assert fr.col_spread > 0.3 and fb.col_spread < 1e-3
+    cr, cb = cus.cost(fr, {}, dev), cus.cost(fb, {}, dev)
+    assert cr.run_s > 2 * cb.run_s and "gathers past L2" in cr.why
+    small = _features(random_cols[: n // 64, : n // 64].tocsr(), k)   # B fits in L2: few misses
+    assert traffic.column_major_gathers_missed(small, dev.l2_bytes) < 0.05 * small.nnz * k
+    assert traffic.column_major_gathers_missed(_features(random_cols, 1), dev.l2_bytes) == 0.0
 
 
 def test_deterministic_plan_never_picks_brc_or_cusparse(rng):

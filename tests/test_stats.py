@@ -110,6 +110,21 @@ def test_compression_without_products():
     assert features(sp.csr_matrix((0, 4)), sp.csr_matrix((4, 3))).compression == 0.0
 
 
+def test_col_spread_banded_random_and_sampled(rng, monkeypatch):
+    n = 4000
+    banded = sp.diags([np.ones(n - abs(d)) for d in (-2, 0, 2)], [-2, 0, 2], format="csr")
+    assert stats.col_spread(banded) < 1e-3
+    uniform = sp.random(n, n, density=0.005, format="csr", random_state=rng)
+    assert stats.col_spread(uniform) == pytest.approx(1 / 3, abs=0.02)
+    # every nonzero in the last column of the first row's block: |j/n - i/m| known exactly
+    corner = sp.csr_matrix((np.ones(3), [n - 1] * 3, [0, 3] + [3] * (n - 1)), shape=(n, n))
+    assert stats.col_spread(corner) == pytest.approx((n - 1) / n - 0.5 / n)
+    monkeypatch.setattr(stats, "SPREAD_SAMPLES", 97)       # fewer samples than nonzeros
+    assert stats.col_spread(uniform) == pytest.approx(1 / 3, abs=0.08)
+    assert stats.col_spread(sp.csr_matrix((5, 4))) == 0.0
+    assert features(uniform, np.ones(n)).col_spread == pytest.approx(stats.col_spread(uniform))
+
+
 def test_empty_and_degenerate():
     f = features(sp.csr_matrix((0, 0)), np.zeros(0))
     assert (f.m, f.nnz) == (0, 0)

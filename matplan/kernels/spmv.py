@@ -28,7 +28,7 @@ THREADS = 256
 #: Fraction of the copy bandwidth each kernel sustains on the bytes it streams (first H100
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
-              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.65,
+              "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.8,
               "spmv.csr_spmm": 0.7}
 #: One kernel launch from Python (CuPy RawKernel), seconds.
 LAUNCH_S = 6e-6
@@ -47,9 +47,15 @@ THREAD_S = 5e-12
 #: 3-5x the H100's times where that row dominates (2026-11-23 tuning data: skewed, R-MAT, ice40,
 #: gene_go; CSR scalar 0.17-0.3x, CSR vector 0.15-0.45x); per trip they fit 0.75-1.2x.
 UNROLL = 4
-#: Merge path: fixed cost of each tile (search, scan, barriers), fitted with its efficiency on the
-#: H100 benchmark at d7a3bd4 (see EFFICIENCY).
-MERGE_TILE_S = 2e-9
+#: Merge path (csr_merge), fitted on the H100 tuning data of the chunked kernel (2026-11-24, 36
+#: timings: skewed, R-MAT, ice40; k = 1, 4, 16; float32 and float64) with A's bytes at
+#: EFFICIENCY: a fixed cost (two launches and the carry buffer), the dense bytes (X rows gathered
+#: at random, Y written) at MERGE_DENSE_EFFICIENCY of the copy bandwidth, and each tile's search,
+#: scan and barriers once per column. Measured / model 0.73-1.46 (the costs before, which charged
+#: the dense bytes like A's, predicted 0.43-1.05x the time).
+MERGE_FIXED_S = 21e-6
+MERGE_DENSE_EFFICIENCY = 0.37
+MERGE_TILE_S = 3.3e-9
 #: CSR SpMM: entries each slot takes per loop trip (spmv.cu's csr_spmm). With it and ITER_S the
 #: cost is 0.8-1.2x the H100's times on the long-row matrices in float64 (2026-11-23, k=16,
 #: a10ff08: skewed 24 ms, R-MAT 2.3 ms, ice40 0.42 ms) but up to 1.8x in float32 and on
@@ -490,14 +496,15 @@ class CsrMerge(_SpMV):
         v, i = self._sizes(f)
         tiles = (f.m + f.nnz) / (fmt.MERGE_NT * int(params["ipt"]))
         passes = -(-f.k // merge_columns(int(np.ceil(tiles)), f.k, device.sms))   # loads of A
-        nbytes = (f.nnz * (v + i) * passes + (f.m + 1) * i + self._dense_bytes(f)
+        nbytes = (f.nnz * (v + i) * passes + (f.m + 1) * i
                   + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
-        return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device),
-                    self._time(nbytes, device, 2) + tiles * f.k * MERGE_TILE_S,
+        run_s = (MERGE_FIXED_S + self._time(nbytes, device, 0) + tiles * f.k * MERGE_TILE_S
+                 + self._dense_bytes(f) / (device.mem_bandwidth * MERGE_DENSE_EFFICIENCY))
+        return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device), run_s,
                     f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(np.ceil(tiles)):,} tiles of "
                     f"{fmt.MERGE_NT}x{params['ipt']} items, no straggler (longest row {f.row_max}), "
                     + (f"A read {passes}x for {f.k} columns, " if f.k > 1 else "")
-                    + f"~{EFFICIENCY[self.name]:.2f} of bandwidth")
+                    + f"~{EFFICIENCY[self.name]:.2f} of bandwidth on A, {MERGE_DENSE_EFFICIENCY:.2f} on X and Y")
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)

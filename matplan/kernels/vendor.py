@@ -22,6 +22,17 @@ VENDOR_LIMITS = {
 #: the fixed cost of one cupyx SpMV call (about 46 us measured, descriptor creation included).
 CUSPARSE_SPMV_EFFICIENCY = 0.35
 CUSPARSE_SPMV_OVERHEAD_S = 46e-6
+#: cupyx multiplies CSR by a 2-D B (k > 1) through cuSPARSE SpMM on a column-major copy of B,
+#: so each nonzero gathers its k values from k columns, a sector each; past L2 (see
+#: traffic.column_major_gathers_missed) each missed gather costs CUSPARSE_SPMM_GATHER_BYTES at
+#: the copy bandwidth. With A's bytes and the dense bytes (B and C, with the copies) at their
+#: efficiencies and the fixed cost, fitted on the H100 tuning data (2026-11-24, 111 timings,
+#: k = 4 and 16): measured / model 0.71-1.96. The SpMV cost above gave 0.98-3.55 there, and
+#: 0.1-0.3x on random columns at k = 16 (uniform-large 3.7 ms, R-MAT large 1.7 ms).
+CUSPARSE_SPMM_OVERHEAD_S = 83e-6
+CUSPARSE_SPMM_A_EFFICIENCY = 0.2
+CUSPARSE_SPMM_DENSE_EFFICIENCY = 0.23
+CUSPARSE_SPMM_GATHER_BYTES = 42.0
 #: cuSPARSE SpGEMM through CuPy (11-70 GFLOP/s on the corpus): its fixed cost, from whole calls on
 #: the six smallest corpus matrices (67k-410k products), float32 and float64, H100 2026-11-24:
 #: 0.36-0.60 ms, median 0.44 (benchmarks/results/spgemm-onepass-study-h100-2026-11-24-70d9d05.log);
@@ -62,10 +73,20 @@ class CusparseSpMV(_VendorKernel):
     deterministic = False  # cuSPARSE's default SpMV algorithm does not promise run-to-run reproducibility
 
     def cost(self, f, params, device):
-        t = traffic.csr_spmm_bytes(f) / (device.mem_bandwidth * CUSPARSE_SPMV_EFFICIENCY)
-        return Cost(0.0, t + CUSPARSE_SPMV_OVERHEAD_S,
-                    f"cuSPARSE via CuPy: ~{CUSPARSE_SPMV_EFFICIENCY:.2f} of bandwidth + "
-                    f"{CUSPARSE_SPMV_OVERHEAD_S * 1e6:.0f} us per call")
+        if f.k == 1:
+            t = traffic.csr_spmm_bytes(f) / (device.mem_bandwidth * CUSPARSE_SPMV_EFFICIENCY)
+            return Cost(0.0, t + CUSPARSE_SPMV_OVERHEAD_S,
+                        f"cuSPARSE SpMV via CuPy: ~{CUSPARSE_SPMV_EFFICIENCY:.2f} of bandwidth + "
+                        f"{CUSPARSE_SPMV_OVERHEAD_S * 1e6:.0f} us per call")
+        bw = device.mem_bandwidth
+        dense = traffic.csr_spmm_bytes(f) - traffic.csr_bytes(f)
+        missed = traffic.column_major_gathers_missed(f, device.l2_bytes)
+        t = (CUSPARSE_SPMM_OVERHEAD_S + traffic.csr_bytes(f) / (bw * CUSPARSE_SPMM_A_EFFICIENCY)
+             + dense / (bw * CUSPARSE_SPMM_DENSE_EFFICIENCY) + missed * CUSPARSE_SPMM_GATHER_BYTES / bw)
+        return Cost(0.0, t, f"cuSPARSE SpMM via CuPy on a column-major copy of B: A at ~"
+                            f"{CUSPARSE_SPMM_A_EFFICIENCY:.2f} and B, C at ~{CUSPARSE_SPMM_DENSE_EFFICIENCY:.2f} "
+                            f"of bandwidth, {missed:,.0f} gathers past L2 (column spread {f.col_spread:.2f}) + "
+                            f"{CUSPARSE_SPMM_OVERHEAD_S * 1e6:.0f} us per call")
 
 
 class CusparseSpGEMM(_VendorKernel):

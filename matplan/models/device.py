@@ -32,6 +32,7 @@ class DeviceSpec:
     fma_latency_cycles: int = 4
     clock_hz: float = 1.5e9
     source: str = "table"        # "table" | "measured"
+    l2_bytes: int = 50 * 1024 * 1024  # L2 cache (the H100's where a record predates this field)
 
     def peak_flops(self, dtype) -> float:
         return self.peak_flops_fp64 if _itemsize(dtype) == 8 else self.peak_flops_fp32
@@ -50,23 +51,24 @@ def _itemsize(dtype) -> int:
 
 
 KB = 1024
+MB = 1024 * KB
 # Datasheet figures. FLOP/s are CUDA-core peaks (an FMA counts two), the rates
 # TSM2 can use; bandwidths are the vendor's peak memory bandwidth.
 KNOWN_GPUS = {
     "H100": DeviceSpec("NVIDIA H100 SXM5", "9.0", 132, 227 * KB, 228 * KB, 65536, 2048,
-                       66.9e12, 33.5e12, 3.35e12, 650, 4, 1.98e9),
+                       66.9e12, 33.5e12, 3.35e12, 650, 4, 1.98e9, l2_bytes=50 * MB),
     "H200": DeviceSpec("NVIDIA H200 SXM", "9.0", 132, 227 * KB, 228 * KB, 65536, 2048,
-                       66.9e12, 33.5e12, 4.8e12, 650, 4, 1.98e9),
+                       66.9e12, 33.5e12, 4.8e12, 650, 4, 1.98e9, l2_bytes=50 * MB),
     "A100": DeviceSpec("NVIDIA A100 SXM4 40GB", "8.0", 108, 163 * KB, 164 * KB, 65536, 2048,
-                       19.5e12, 9.7e12, 1.555e12, 600, 4, 1.41e9),
+                       19.5e12, 9.7e12, 1.555e12, 600, 4, 1.41e9, l2_bytes=40 * MB),
     "V100": DeviceSpec("Tesla V100 SXM2", "7.0", 80, 96 * KB, 96 * KB, 65536, 2048,
-                       15.7e12, 7.8e12, 900e9, 500, 4, 1.53e9),
+                       15.7e12, 7.8e12, 900e9, 500, 4, 1.53e9, l2_bytes=6 * MB),
     "P100": DeviceSpec("Tesla P100 PCIe 16GB", "6.0", 56, 48 * KB, 64 * KB, 65536, 2048,
-                       9.3e12, 4.7e12, 732e9, 500, 6, 1.30e9),
+                       9.3e12, 4.7e12, 732e9, 500, 6, 1.30e9, l2_bytes=4 * MB),
     "K40c": DeviceSpec("Tesla K40c", "3.5", 15, 48 * KB, 48 * KB, 65536, 2048,
-                       4.29e12, 1.43e12, 288e9, 450, 9, 0.745e9),
+                       4.29e12, 1.43e12, 288e9, 450, 9, 0.745e9, l2_bytes=int(1.5 * MB)),
     "M40": DeviceSpec("Tesla M40", "5.2", 24, 48 * KB, 96 * KB, 65536, 2048,
-                      6.84e12, 0.213e12, 288e9, 450, 6, 1.11e9),
+                      6.84e12, 0.213e12, 288e9, 450, 6, 1.11e9, l2_bytes=3 * MB),
 }
 
 #: Used when no GPU is present and none is named: the device the project targets.
@@ -119,6 +121,7 @@ def _gpu_spec(device_id: int) -> DeviceSpec:
         smem_per_sm=int(props.get("sharedMemPerMultiprocessor", base.smem_per_sm)),
         regs_per_sm=int(props.get("regsPerMultiprocessor", base.regs_per_sm)),
         max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", base.max_threads_per_sm)),
+        l2_bytes=int(props.get("l2CacheSize", base.l2_bytes)),
         mem_bandwidth=bandwidth,
         source="measured",
     )

@@ -44,7 +44,7 @@ from .._paths import user_folder
 from ..kernels.base import Cost
 
 #: Bumped when the feature vector changes; a model with another schema version is refused.
-FEATURE_SCHEMA_VERSION = 2
+FEATURE_SCHEMA_VERSION = 3
 #: Version of the metadata file layout.
 MODEL_FORMAT = 1
 #: The user's model folder (default ``$XDG_DATA_HOME/matplan/models``).
@@ -116,6 +116,7 @@ def base_features(f, dev) -> dict:
         warp_ratio=f.warp_ratio, log2_nnz_b=_l2(f.nnz_b), log2_products=_l2(f.products),
         log2_rowct_mean=_l2(f.rowct_mean), log2_rowct_max=_l2(f.rowct_max),
         log_rowct_var_over_mean=math.log1p(f.rowct_var_over_mean), log2_compression=_l2(f.compression),
+        col_spread=f.col_spread,
         layout_F=float(f.layout == "F"), k_over_t2=f.k / t2 if t2 > 0 else 0.0,
         # quantised: a per-process bandwidth measurement must not move a model's input
         log2_bandwidth=round(math.log2(dev.mem_bandwidth) * 4) / 4, sms=dev.sms,

@@ -22,10 +22,26 @@ def index_size(f) -> int:
     return np.dtype(f.index_dtype or "int32").itemsize
 
 
-def csr_spmm_bytes(f) -> float:
-    """CSR A (values, indices, indptr) + B (n x k) + C (m x k)."""
+def csr_bytes(f) -> float:
+    """CSR A: values, indices, indptr."""
     v, i = itemsize(f), index_size(f)
-    return f.nnz * (v + i) + (f.m + 1) * i + (f.n + f.m) * f.k * v
+    return f.nnz * (v + i) + (f.m + 1) * i
+
+
+def csr_spmm_bytes(f) -> float:
+    """CSR A + B (n x k) + C (m x k)."""
+    return csr_bytes(f) + (f.n + f.m) * f.k * itemsize(f)
+
+
+def column_major_gathers_missed(f, l2_bytes) -> float:
+    """Expected gathers of a column-major B (n x k, k > 1) that miss L2 in a CSR SpMM: each
+    nonzero reads k elements from k columns; they miss in proportion to how far the columns
+    wander (3 x ``f.col_spread``, 1 for uniformly random columns) and to how much of B outgrows L2."""
+    if f.k <= 1 or l2_bytes <= 0:
+        return 0.0
+    wander = min(1.0, 3.0 * f.col_spread)
+    outgrown = min(1.0, f.n * f.k * itemsize(f) / l2_bytes)
+    return f.nnz * f.k * wander * outgrown
 
 
 def spgemm_nnz_c(f) -> float:

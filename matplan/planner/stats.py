@@ -42,6 +42,7 @@ class Features:
     rowct_var_over_mean: float = 0.0
     rbs_groups: tuple = ()       # rows in each RBSparse group (alpha = nnz_RowCt / pi)
     compression: float = 0.0     # SpGEMM: products / nnz(C), sampled (0: not measured)
+    col_spread: float = 0.0      # mean |j/n - i/m| over (sampled) nonzeros: how far B's gathers wander
     layout: str = ""             # dense A: "C" or "F" (or "strided")
     t2threshold: float = 0.0     # TSM2: device's memory/compute boundary in k
 
@@ -78,8 +79,30 @@ def sparse_features(A, xp=None) -> dict:
     before, after = analytic.warp_lengths(lengths)
     out.update(row_mean=mean, row_std=std, row_min=int(lo), row_max=int(hi), empty_rows=int(empty),
                T=analytic.brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
-               warp_ratio=after / before if before else 1.0)
+               warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp))
     return out
+
+
+#: Nonzeros (evenly spaced in storage order) that col_spread examines.
+SPREAD_SAMPLES = 1 << 16
+
+
+def col_spread(A, xp=None) -> float:
+    """Mean |j/n - i/m| over nonzeros (i, j) of CSR ``A``, from SPREAD_SAMPLES evenly spaced ones.
+
+    About 0 for banded and mesh matrices (row i's columns lie near i n/m: consecutive rows
+    gather the same rows of B, which stay in cache) and about 1/3 for uniformly random
+    columns (every gather may miss). Evenly spaced samples make host and GPU agree.
+    """
+    xp = xp or array_module(A)
+    m, n = A.shape
+    nnz = int(_host(A.indptr[-1])) if m else 0
+    if nnz == 0 or n == 0:
+        return 0.0
+    pos = xp.unique(xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64))
+    rows = xp.searchsorted(A.indptr, pos, side="right") - 1
+    cols = A.indices[pos].astype(xp.float64)
+    return float(_host(xp.abs(cols / n - (rows + 0.5) / m).mean()))
 
 
 def products_per_row(A, B):
@@ -212,5 +235,5 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-__all__ = ["Features", "compute", "sparse_features", "spgemm_features", "products_per_row", "sampled_compression",
+__all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row", "sampled_compression",
            "row_lengths"]
