@@ -37,14 +37,19 @@ def peak(cp, fn):
     return int(mem.peak)
 
 
-def matrices(budget_s, t0):
+def matrices(budget_s, t0, only=None):
     from matplan import corpus
+    wanted = (lambda name: True) if not only else (lambda name: name in only)
     for family in ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded"):
-        yield f"{family}-spgemm", corpus.load(family, "spgemm")
+        if wanted(f"{family}-spgemm"):
+            yield f"{family}-spgemm", corpus.load(family, "spgemm")
     for scale in (17, 18):
-        yield f"rmat-scale{scale}", corpus.rmat(scale=scale, edge_factor=16, seed=0)
+        if wanted(f"rmat-scale{scale}"):
+            yield f"rmat-scale{scale}", corpus.rmat(scale=scale, edge_factor=16, seed=0)
     folder = ".data/matrices" if os.path.isdir(".data/matrices") else None
     for name, A in corpus.real_matrices(folder):
+        if not wanted(name):
+            continue
         if time.time() - t0 > budget_s:
             print(f"# budget spent: skipping {name}", flush=True)
             continue
@@ -178,6 +183,7 @@ def main(argv=None):
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--budget-s", type=float, default=200.0,
                     help="stop adding real matrices after this many seconds")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="only these matrices (names as in the output)")
     args = ap.parse_args(argv)
     from matplan._xp import cupy_module
     cp = cupy_module()
@@ -187,7 +193,7 @@ def main(argv=None):
     dev = device_mod.current()
     t0 = time.time()
     rows = []
-    for name, A in matrices(args.budget_s, t0):
+    for name, A in matrices(args.budget_s, t0, args.only):
         r = run_one(cp, name, A)
         rows.append(r)
         print(json.dumps({k: v for k, v in r.items() if k not in ("planner_why",)}, default=str), flush=True)
