@@ -2,8 +2,8 @@
 
 C = A·A (A·Aᵀ for rectangular A) in float64 over the corpus's 'spgemm' size set, R-MAT scales
 17-18 and the real matrices (``.data/matrices`` or ``../shared/matrices``). Times are CUDA-event
-wall times of whole calls (analysis, symbolic, allocation, numeric), median of the timed runs
-after one warm-up. Correctness of every result: row sums against SciPy's A @ (B @ 1) and, where
+wall times of whole calls (analysis, symbolic, allocation, numeric), median of 20 timed runs
+after 3 warm-ups (5 after 1 past 5e7 products, 1 past 5e8). Correctness of every result: row sums against SciPy's A @ (B @ 1) and, where
 cuSPARSE succeeded, the same nnz. ``vendor_status`` records where cuSPARSE raised, returned a
 wrong result, or was not run because the problem is past its known limits (VENDOR_LIMITS).
 A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory; wordnet A·Aᵀ
@@ -11,7 +11,7 @@ has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
 (``output``/``panels`` in the JSON). SpTRANS: the segmented-merge ``sptrans.transpose`` vs
 CuPy's ``A.T.tocsr()`` (``benchmarks/sptrans.py`` compares them in more detail).
 
-    PYTHONPATH=. python3 benchmarks/spgemm.py [--out benchmarks/results] [--budget-s 200]
+    PYTHONPATH=. python3 benchmarks/spgemm.py [--out benchmarks/results] [--budget-s 200] [--only NAME ...]
 """
 from __future__ import annotations
 
@@ -88,7 +88,9 @@ def run_one(cp, name, A_host):
     A = csp.csr_matrix(A_host)
     B = A if square else csp.csr_matrix(B_host)
     products = int(np.diff(B_host.indptr)[A_host.indices].sum())
-    reps = 1 if products > 5e8 else 5
+    # calls of about a millisecond vary by 20-30% between processes on an H100 (dragon and metis,
+    # 2026-11-24): many repeats after a longer warm-up for them
+    reps, warm = (1, 1) if products > 5e8 else (5, 1) if products > 5e7 else (20, 3)
     row = dict(matrix=name, product="A*A" if square else "A*At", m=A_host.shape[0], n=A_host.shape[1],
                nnz=int(A_host.nnz), products=products, kernel="spgemm.hash")
     ref_rows = A_host @ (B_host @ np.ones(B_host.shape[1]))
@@ -102,7 +104,7 @@ def run_one(cp, name, A_host):
     # ours
     info = {}
     try:
-        ms, C = timed(cp, lambda: hs.spgemm(A, B, info=info), reps)
+        ms, C = timed(cp, lambda: hs.spgemm(A, B, info=info), reps, warm)
         row.update(ms=ms, nnz_c=int(C.nnz), gflops=2 * products / (ms * 1e6), correct_rowsums=rowsum_ok(C),
                    status="ok", balanced=info.get("balanced"), numeric_tables=info.get("numeric_tables"),
                    global_rows_numeric=info.get("global_rows_numeric"),
@@ -130,7 +132,7 @@ def run_one(cp, name, A_host):
         row.update(vendor_ms=None, vendor_status=f"not run: {products:,} products > known limit {limit:,}")
     else:
         try:
-            vms, Cv = timed(cp, lambda: A @ B, reps)
+            vms, Cv = timed(cp, lambda: A @ B, reps, warm)
             status = "ok"
             if nnz_ours is not None and Cv.nnz != nnz_ours:
                 status = f"wrong nnz: {Cv.nnz:,} vs {nnz_ours:,}"

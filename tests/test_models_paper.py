@@ -353,3 +353,16 @@ def test_tsm2_rejects_bad_input():
         tsm2.choose_params(H100, 10, 10, 0, np.float64)
     with pytest.raises(TypeError, match="dtype"):
         tsm2.choose_params(H100, 10, 10, 4, np.int32)
+
+
+def test_planning_bandwidth_snaps_near_the_recorded_copy_bandwidth():
+    """Every process plans an H100 with one bandwidth: measurements within COPY_BW_SNAP of the
+    recorded copy bandwidth give that figure; a GPU far off (another SKU, a MIG slice) keeps its own."""
+    from matplan.models.device import COPY_BW_SNAP, planning_bandwidth
+    nominal = known("H100").copy_bandwidth
+    assert nominal > 0
+    for f in (0.97, 0.99, 1.0, 1.02, 1 + 0.99 * COPY_BW_SNAP):
+        assert planning_bandwidth(nominal * f, nominal) == nominal
+    for f in (0.6, 1 - 2 * COPY_BW_SNAP, 1.2):
+        assert planning_bandwidth(nominal * f, nominal) == nominal * f
+    assert planning_bandwidth(1.5e12, 0.0) == 1.5e12          # no recorded figure: as measured

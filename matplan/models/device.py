@@ -33,6 +33,7 @@ class DeviceSpec:
     clock_hz: float = 1.5e9
     source: str = "table"        # "table" | "measured"
     l2_bytes: int = 50 * 1024 * 1024  # L2 cache (the H100's where a record predates this field)
+    copy_bandwidth: float = 0.0  # bytes/s, this model's measured copy bandwidth (0: none recorded)
 
     def peak_flops(self, dtype) -> float:
         return self.peak_flops_fp64 if _itemsize(dtype) == 8 else self.peak_flops_fp32
@@ -53,12 +54,15 @@ def _itemsize(dtype) -> int:
 KB = 1024
 MB = 1024 * KB
 # Datasheet figures. FLOP/s are CUDA-core peaks (an FMA counts two), the rates
-# TSM2 can use; bandwidths are the vendor's peak memory bandwidth.
+# TSM2 can use; bandwidths are the vendor's peak memory bandwidth. copy_bandwidth: the
+# device-to-device copy bandwidth our tuning runs measured (H100 SXM 2026-11-24, H200 2026-11-22).
 KNOWN_GPUS = {
     "H100": DeviceSpec("NVIDIA H100 SXM5", "9.0", 132, 227 * KB, 228 * KB, 65536, 2048,
-                       66.9e12, 33.5e12, 3.35e12, 650, 4, 1.98e9, l2_bytes=50 * MB),
+                       66.9e12, 33.5e12, 3.35e12, 650, 4, 1.98e9, l2_bytes=50 * MB,
+                       copy_bandwidth=2.874e12),
     "H200": DeviceSpec("NVIDIA H200 SXM", "9.0", 132, 227 * KB, 228 * KB, 65536, 2048,
-                       66.9e12, 33.5e12, 4.8e12, 650, 4, 1.98e9, l2_bytes=50 * MB),
+                       66.9e12, 33.5e12, 4.8e12, 650, 4, 1.98e9, l2_bytes=50 * MB,
+                       copy_bandwidth=3.945e12),
     "A100": DeviceSpec("NVIDIA A100 SXM4 40GB", "8.0", 108, 163 * KB, 164 * KB, 65536, 2048,
                        19.5e12, 9.7e12, 1.555e12, 600, 4, 1.41e9, l2_bytes=40 * MB),
     "V100": DeviceSpec("Tesla V100 SXM2", "7.0", 80, 96 * KB, 96 * KB, 65536, 2048,
@@ -73,6 +77,12 @@ KNOWN_GPUS = {
 
 #: Used when no GPU is present and none is named: the device the project targets.
 DEFAULT_GPU = "H100"
+#: A measured copy bandwidth within this fraction of the table's ``copy_bandwidth`` for the GPU
+#: model is taken as that figure, so that every process plans with the same number: a process's
+#: measurement moves by 1-3%, and the costs of two near-equal candidates with it (metis_copter2's
+#: SpGEMM plan flipped between hash and cuSPARSE between 2.79 and 2.85 TB/s, H100 2026-11-24).
+#: Figures further off (another SKU, a MIG slice, a throttled GPU) are used as measured.
+COPY_BW_SNAP = 0.08
 
 
 def known(name: str) -> DeviceSpec:
@@ -109,9 +119,10 @@ def _gpu_spec(device_id: int) -> DeviceSpec:
     cp = cupy_module()
     props = cp.cuda.runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    base = _match_table(name) or KNOWN_GPUS[DEFAULT_GPU]
+    matched = _match_table(name)
+    base = matched or KNOWN_GPUS[DEFAULT_GPU]
     with cp.cuda.Device(device_id):
-        bandwidth = measure_copy_bandwidth()
+        bandwidth = planning_bandwidth(measure_copy_bandwidth(), matched.copy_bandwidth if matched else 0.0)
     return dataclasses.replace(
         base,
         name=name,
@@ -125,6 +136,14 @@ def _gpu_spec(device_id: int) -> DeviceSpec:
         mem_bandwidth=bandwidth,
         source="measured",
     )
+
+
+def planning_bandwidth(measured: float, nominal: float) -> float:
+    """The bandwidth the planner uses: ``nominal`` (the table's measured figure for this GPU
+    model) when ``measured`` is within COPY_BW_SNAP of it, else ``measured``."""
+    if nominal > 0 and abs(measured / nominal - 1.0) <= COPY_BW_SNAP:
+        return nominal
+    return measured
 
 
 def current(name: str | None = None) -> DeviceSpec:
