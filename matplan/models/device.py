@@ -101,8 +101,14 @@ def _match_table(device_name: str):
     return None
 
 
+#: Untimed copies run at least this long before the timed ones: a process's first copies on an
+#: idle H100 ran at about 2.3 TB/s instead of 2.87 (2026-11-24), which moved the plans made in it.
+BANDWIDTH_WARMUP_S = 0.05
+
+
 def measure_copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10) -> float:
-    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), median of ``repeats``."""
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), median of ``repeats``
+    after BANDWIDTH_WARMUP_S of untimed copies."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("measure_copy_bandwidth needs CuPy and a GPU")
@@ -111,7 +117,12 @@ def measure_copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10) -> float:
 
     def copy():
         dst[...] = src
-    return 2 * src.nbytes / cuda_median_s(copy, repeats, warmup=2)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < BANDWIDTH_WARMUP_S:
+        for _ in range(4):
+            copy()
+        cp.cuda.get_current_stream().synchronize()
+    return 2 * src.nbytes / cuda_median_s(copy, repeats, warmup=0)
 
 
 @functools.lru_cache(maxsize=None)
