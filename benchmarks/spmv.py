@@ -11,7 +11,9 @@ Times are CUDA-event medians of ``--reps`` runs after warm-up; cuSPARSE (cupyx
 x, y once) / time / copy bandwidth. The planner plans with ``reuse=REUSE``
 (an iterative solver's view: conversion of 2-11 ms is amortised over 1000
 applications); planning (first and warm) and each format's conversion (warm,
-``prepare_ms``) are reported separately. The last table times a 10k-nonzero matrix per call
+``prepare_ms``) are reported separately. The oracle is the candidate of the least cost per
+application, ``ms + prepare_ms / REUSE`` (the planner's objective), and ``planner_vs_oracle``
+compares those costs. The last table times a 10k-nonzero matrix per call
 from Python: ``plan.run``, ``bound(x)`` and cupyx.
 
 Two timings per candidate: ``ms`` times one call between two CUDA events (so it
@@ -143,13 +145,16 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
     vendor = next(r for r in timed if r["kernel"] == "spmv.cusparse")
     ours = [r for r in timed if r["kernel"] != "spmv.cusparse"]
     best = min(ours, key=lambda r: r["ms"])
-    oracle = min(timed, key=lambda r: r["ms"])
+    for r in timed:              # what one application costs, the planner's objective
+        r["per_use_ms"] = r["ms"] + r["prepare_ms"] / REUSE
+        r["per_use_ms_b2b"] = r["ms_b2b"] + r["prepare_ms"] / REUSE if r["ms_b2b"] else None
+    oracle = min(timed, key=lambda r: r["per_use_ms"])
     chosen = label(pl.kernel, pl.params)
     chosen_row = next((r for r in rows if r["kernel"] == chosen), {})
     fast = [r for r in timed if r["ms_b2b"]]
     best_b2b = min((r for r in fast if r["kernel"] != "spmv.cusparse"), key=lambda r: r["ms_b2b"],
                    default=dict(kernel=None, ms_b2b=None, frac_of_copy_bw_b2b=float("nan")))
-    oracle_b2b = min(fast, key=lambda r: r["ms_b2b"], default=dict(kernel=None, ms_b2b=None))   # all slow
+    oracle_b2b = min(fast, key=lambda r: r["per_use_ms_b2b"], default=dict(kernel=None, per_use_ms_b2b=None))
     return dict(matrix=name, dtype=np.dtype(dtype).name, nnz=int(A.nnz), m=A.shape[0], n=A.shape[1],
                 row_mean=f.row_mean, row_max=f.row_max, warp_ratio=f.warp_ratio, T=f.T,
                 kernel=best["kernel"], ms=best["ms"], vendor_ms=vendor["ms"],
@@ -158,12 +163,13 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
                 planner_kernel=chosen, planner_ms=chosen_row.get("ms"),
                 planner_speedup_vs_vendor=(vendor["ms"] / chosen_row["ms"]) if "ms" in chosen_row else None,
                 planning_ms=t_plan * 1e3, planning_first_ms=t_plan_first * 1e3, oracle_kernel=oracle["kernel"], oracle_ms=oracle["ms"],
-                planner_vs_oracle=(chosen_row["ms"] / oracle["ms"]) if "ms" in chosen_row else None,
+                planner_vs_oracle=(chosen_row["per_use_ms"] / oracle["per_use_ms"]) if "per_use_ms" in chosen_row else None,
                 kernel_b2b=str(best_b2b["kernel"]), ms_b2b=best_b2b["ms_b2b"], vendor_ms_b2b=vendor["ms_b2b"],
                 frac_of_copy_bw_b2b=best_b2b["frac_of_copy_bw_b2b"],
                 vendor_frac_of_copy_bw_b2b=vendor["frac_of_copy_bw_b2b"],
                 planner_ms_b2b=chosen_row.get("ms_b2b"), oracle_kernel_b2b=oracle_b2b["kernel"],
-                planner_vs_oracle_b2b=(chosen_row["ms_b2b"] / oracle_b2b["ms_b2b"]) if chosen_row.get("ms_b2b") else None,
+                planner_vs_oracle_b2b=(chosen_row["per_use_ms_b2b"] / oracle_b2b["per_use_ms_b2b"])
+                if chosen_row.get("per_use_ms_b2b") else None,
                 all_correct=all(r.get("correct", False) for r in rows), candidates=rows)
 
 
