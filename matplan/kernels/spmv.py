@@ -169,10 +169,6 @@ class _SpMV(Kernel):
     def _sizes(f):
         return traffic.itemsize(f), traffic.index_size(f)
 
-    def _dense_bytes(self, f):
-        v = traffic.itemsize(f)
-        return (f.n + f.m) * f.k * v
-
     def _time(self, nbytes, device, launches=1, straggler_iters=0.0, threads=0.0):
         eff = EFFICIENCY[self.name]
         return (nbytes / (device.mem_bandwidth * eff) + launches * LAUNCH_S
@@ -216,7 +212,7 @@ class CsrScalar(_CSR):
     def cost(self, f, params, device):
         v, i = self._sizes(f)
         slots = f.warp_len_before * f.m   # a warp runs as long as its longest row
-        nbytes = slots * (v + i) * f.k + (f.m + 1) * i + self._dense_bytes(f)
+        nbytes = slots * (v + i) * f.k + (f.m + 1) * i + traffic.dense_bytes(f)
         trips = np.ceil(f.row_max / UNROLL)
         return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * f.k),
                     f"thread per row: warps run {f.warp_len_before:.2f} iterations on average "
@@ -247,7 +243,7 @@ class CsrVector(_CSR):
         v, i = self._sizes(f)
         w = int(params["W"])
         lane_slots = f.m * w * max(1.0, np.ceil(f.row_mean / w))
-        nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + self._dense_bytes(f)
+        nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + traffic.dense_bytes(f)
         trips = np.ceil(f.row_max / (UNROLL * w))
         return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * w * f.k),
                     f"{w} lanes per row (mean row {f.row_mean:.1f}) for each of {f.k} column(s): lanes busy "
@@ -272,7 +268,7 @@ class CsrSpmm(_CSR):
         kk, s = fmt.spmm_columns(f.k), fmt.spmm_slots(params["S"], f.k)
         chunks = -(-f.k // kk)
         trips = int(np.ceil(f.row_max / (SPMM_PER_TRIP * s))) * chunks   # the longest row's lone group
-        nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + self._dense_bytes(f)
+        nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + traffic.dense_bytes(f)
         return Cost(0.0, self._time(nbytes, device, 1, trips, f.m * kk * s),
                     f"{kk} column lanes x {s} slots per row: A read {chunks}x for k={f.k} (once per "
                     f"column in the row kernels), X rows read {min(kk, f.k) * v} B at a time; longest row "
@@ -325,7 +321,7 @@ class Ellr(_SpMV):
         v, i = self._sizes(f)
         sort = bool(params["sorted"])
         wl = f.warp_len_after if sort else f.warp_len_before
-        nbytes = wl * f.m * (v + i) * f.k + f.m * (4 + (i if sort else 0)) + self._dense_bytes(f)
+        nbytes = wl * f.m * (v + i) * f.k + f.m * (4 + (i if sort else 0)) + traffic.dense_bytes(f)
         total = fmt.ellr_padded_slots(f.m, f.row_max)
         conv = self._convert_s(total * (v + i) + f.nnz * (2 * (v + i) + 32), 25 if sort else 15, device)
         return Cost(conv, self._time(nbytes, device, 1, f.row_max, f.m),
@@ -373,7 +369,7 @@ class _Blocked(_SpMV):
     def _cost(self, f, params, device, per_row_bytes, launches, extra_why=""):
         v, i = self._sizes(f)
         slots, rows, longest = self._layout_estimate(f, params)
-        nbytes = slots * (v + i) * f.k + rows * per_row_bytes + self._dense_bytes(f)
+        nbytes = slots * (v + i) * f.k + rows * per_row_bytes + traffic.dense_bytes(f)
         conv = self._convert_s(slots * (v + i) + f.nnz * (2 * (v + i) + 64), 60, device)
         width = (f"T=round(mu+sigma)={f.T}" if params["T"] == f.T
                  else f"width capped at {params['T']} (T=round(mu+sigma)={f.T})")
@@ -499,7 +495,7 @@ class CsrMerge(_SpMV):
         nbytes = (f.nnz * (v + i) * passes + (f.m + 1) * i
                   + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
         run_s = (MERGE_FIXED_S + self._time(nbytes, device, 0) + tiles * f.k * MERGE_TILE_S
-                 + self._dense_bytes(f) / (device.mem_bandwidth * MERGE_DENSE_EFFICIENCY))
+                 + traffic.dense_bytes(f) / (device.mem_bandwidth * MERGE_DENSE_EFFICIENCY))
         return Cost(self._convert_s(f.m * 16 + tiles * 40, 8, device), run_s,
                     f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(np.ceil(tiles)):,} tiles of "
                     f"{fmt.MERGE_NT}x{params['ipt']} items, no straggler (longest row {f.row_max}), "

@@ -79,10 +79,10 @@ class CusparseSpMV(_VendorKernel):
                         f"cuSPARSE SpMV via CuPy: ~{CUSPARSE_SPMV_EFFICIENCY:.2f} of bandwidth + "
                         f"{CUSPARSE_SPMV_OVERHEAD_S * 1e6:.0f} us per call")
         bw = device.mem_bandwidth
-        dense = traffic.csr_spmm_bytes(f) - traffic.csr_bytes(f)
         missed = traffic.column_major_gathers_missed(f, device.l2_bytes)
         t = (CUSPARSE_SPMM_OVERHEAD_S + traffic.csr_bytes(f) / (bw * CUSPARSE_SPMM_A_EFFICIENCY)
-             + dense / (bw * CUSPARSE_SPMM_DENSE_EFFICIENCY) + missed * CUSPARSE_SPMM_GATHER_BYTES / bw)
+             + traffic.dense_bytes(f) / (bw * CUSPARSE_SPMM_DENSE_EFFICIENCY)
+             + missed * CUSPARSE_SPMM_GATHER_BYTES / bw)
         return Cost(0.0, t, f"cuSPARSE SpMM via CuPy on a column-major copy of B: A at ~"
                             f"{CUSPARSE_SPMM_A_EFFICIENCY:.2f} and B, C at ~{CUSPARSE_SPMM_DENSE_EFFICIENCY:.2f} "
                             f"of bandwidth, {missed:,.0f} gathers past L2 (column spread {f.col_spread:.2f}) + "

@@ -28,9 +28,14 @@ def csr_bytes(f) -> float:
     return f.nnz * (v + i) + (f.m + 1) * i
 
 
+def dense_bytes(f) -> float:
+    """Dense B (n x k) read once and C (m x k) written once."""
+    return (f.n + f.m) * f.k * itemsize(f)
+
+
 def csr_spmm_bytes(f) -> float:
     """CSR A + B (n x k) + C (m x k)."""
-    return csr_bytes(f) + (f.n + f.m) * f.k * itemsize(f)
+    return csr_bytes(f) + dense_bytes(f)
 
 
 def column_major_gathers_missed(f, l2_bytes) -> float:
