@@ -1,4 +1,5 @@
 """The tuning database and offline tuning runs, on the host (no GPU needed)."""
+import dataclasses
 import json
 import multiprocessing
 import sqlite3
@@ -316,6 +317,23 @@ def test_unbuildable_unit_is_reported_not_fatal(tmp_path):
     units += tune_mod.corpus_units(["small"], families=["banded"], ops=("spmv",), dtypes=("float64",))
     s = tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="cpu", **FAST)
     assert s.units == 2 and s.timed == 1 and len(s.unit_errors) == 1 and "bad.mtx" in s.unit_errors[0]
+
+
+def test_spgemm_whose_reference_cannot_fit_the_host_is_reported_not_fatal(tmp_path, monkeypatch):
+    """A product whose SciPy reference would exhaust host memory is reported and not timed (it
+    killed a whole tuning run before); the other units still run."""
+    from matplan.kernels import spgemm as spgemm_mod
+    from matplan.planner import stats
+    units = tune_mod.corpus_units(["small"], families=["banded"], ops=("spmv", "spgemm"), dtypes=("float64",))
+    monkeypatch.setattr(spgemm_mod, "host_available_bytes", lambda: 1 << 20)
+    s = tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="cpu", **FAST)
+    assert s.units == 2 and s.timed == 1 and len(s.unit_errors) == 1
+    assert "spgemm" in s.unit_errors[0] and "SciPy reference needs about" in s.unit_errors[0]
+    f = stats.Features(op="spgemm", dtype="float64", backend="cpu", m=10, n=10, k=10, products=100,
+                       compression=2.0)
+    tune_mod.check_reference_fits(f, available=1 << 30)               # 50 nonzeros: fits
+    with pytest.raises(MemoryError, match="GB of host memory"):
+        tune_mod.check_reference_fits(dataclasses.replace(f, m=10**6, k=10**6, products=10**10), available=1 << 30)
 
 
 def test_mtx_folder_units(tmp_path, rng):

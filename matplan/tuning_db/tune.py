@@ -257,6 +257,29 @@ def measure(timer, fn, repeats: int, warmup: int, budget_s: float = BUDGET_S) ->
 
 
 # --- checking ------------------------------------------------------------------------------
+#: SciPy's float64 reference of a SpGEMM holds C about four times at once (the product, its
+#: canonical copy, the error scale |A||B| and the checked result's copy), 12 bytes a nonzero. A
+#: problem whose estimate passes this fraction of the host's available memory is reported and
+#: not timed: wordnet A·Aᵀ (8.8e9 nonzeros) had the host kill a whole tuning run (H200 machine,
+#: 128 GB, 2026-11-24).
+REFERENCE_HOST_FRACTION = 0.5
+REFERENCE_BYTES_PER_NONZERO = 4 * 12
+
+
+def check_reference_fits(features, available=None) -> None:
+    """MemoryError naming the sizes when the host cannot hold the reference of this problem."""
+    if features.op != "spgemm":
+        return
+    from ..kernels.spgemm import host_available_bytes
+    from ..models.traffic import spgemm_nnz_c
+    need = spgemm_nnz_c(features) * REFERENCE_BYTES_PER_NONZERO
+    available = host_available_bytes() if available is None else available
+    if need > REFERENCE_HOST_FRACTION * available:
+        raise MemoryError(f"the SciPy reference needs about {need / 1e9:,.0f} GB of host memory "
+                          f"(~{spgemm_nnz_c(features):,.0f} nonzeros of C expected), more than "
+                          f"{REFERENCE_HOST_FRACTION:.0%} of the {available / 1e9:,.0f} GB available: not timed")
+
+
 def reference(A, B):
     """SciPy/NumPy float64 product and the elementwise error scale |A| @ |B| (host arrays).
 
@@ -465,6 +488,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         problem = normalize(Ad, Bd)
         dev = device_mod.current()
         feats = stats.compute(problem, dev)
+        check_reference_fits(feats)
     except Exception as exc:
         res.error, res.seconds = f"{unit.key}: {_error_text(exc)}", time.perf_counter() - t0
         return res
@@ -539,7 +563,7 @@ class TuneSummary:
         if self.restarts:
             s += f"\n{self.restarts} worker processes were replaced after a device was left unusable"
         if self.unit_errors:
-            s += f"\n{len(self.unit_errors)} problems could not be built:\n  " + "\n  ".join(
+            s += f"\n{len(self.unit_errors)} problems could not be built or checked:\n  " + "\n  ".join(
                 e.splitlines()[0] for e in self.unit_errors)
         return s
 
@@ -634,7 +658,7 @@ def _record(store, res, summary, bar):
     if res.error:
         summary.units += 1
         summary.unit_errors.append(res.error)
-        bar.write(f"matplan tune: could not build {res.error.splitlines()[0]}")
+        bar.write(f"matplan tune: could not build or check {res.error.splitlines()[0]}")
         return
     summary.device_classes.add(res.device.device_class)
     store.put(res.device, res.problem, res.timings, res.calibrations)
