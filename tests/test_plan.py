@@ -98,3 +98,21 @@ def test_deterministic_excludes_nondeterministic(problems):
 def test_same_inputs_same_plan(problems):
     A, x = problems["spmm"]
     assert planner.plan(A, x).to_dict()["candidates"] == planner.plan(A, x).to_dict()["candidates"]
+
+
+def test_ties_go_by_kernel_name_then_parameter_values():
+    """Candidates within TIE_MARGIN of the cheapest are a tie: the first by kernel name wins, then by
+    parameter values as numbers (W=8 before W=16), whatever the order they come in."""
+    from matplan.planner.choose import TIE_MARGIN, pick
+    from matplan.planner.plan import Candidate
+
+    def cand(kernel, params, total):
+        return Candidate(kernel, params, 0.0, total, total, "analytic")
+    tied = 1.0 + TIE_MARGIN / 2
+    for order in (1, -1):
+        c = [cand("spmv.csr_vector", {"W": 16}, 1.0), cand("spmv.csr_vector", {"W": 8}, tied),
+             cand("spmv.csr_vector", {"W": 32}, tied)][::order]
+        assert pick(sorted(c, key=lambda x: x.total_s)).params == {"W": 8}
+    c = [cand("spmv.ellr", {"sorted": False}, 1.0), cand("spmv.csr_scalar", {}, tied),
+         cand("spmv.brc", {"T": 8}, 1.0 + 2 * TIE_MARGIN)]
+    assert pick(sorted(c, key=lambda x: x.total_s)).kernel == "spmv.csr_scalar"   # brc is not tied

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from .. import __version__
 from ..kernels import kernels_for
@@ -18,8 +17,11 @@ from .plan import Candidate, Plan, timer
 TIE_MARGIN = 0.03
 
 
-def _param_key(params: dict) -> str:
-    return json.dumps(params, sort_keys=True)
+def _param_key(params: dict) -> tuple:
+    """Order of a kernel's parameter sets in ties: by name, numbers by value (W=8 before W=16,
+    which the JSON text put after it), other values by their text."""
+    return tuple((name, (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value)))
+                 for name, value in sorted(params.items()))
 
 
 def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
