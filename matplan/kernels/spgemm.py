@@ -198,7 +198,7 @@ def symbolic_index(row_ct, k: int, ladder: tuple):
     xp = array_module(row_ct)
     bound = xp.minimum(row_ct, k)
     idx = table_index(bound, ladder)
-    alpha = xp.minimum(row_ct.astype(xp.float64) / math.pi, k)
+    alpha = xp.minimum(row_ct.astype(xp.float64) / analytic.RBS_COMPRESSION, k)
     risky = (idx == len(ladder)) & (alpha <= ladder[-1])
     return xp.where(risky, len(ladder) - 1, idx)
 
@@ -1072,8 +1072,6 @@ HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
 #: (0.94-0.97 ms measured) below cuSPARSE's (0.49-0.52) and poisson2d-small's (0.25) above it.
 HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "two passes": 0.85e-3}
 LAUNCH_S = 6e-6
-#: The paper's compression estimate, nnz(C row) ~ nnz_RowCt / pi: its group rule (alpha) uses it.
-COMPRESSION = math.pi
 
 
 def _compression_text(f) -> str:
@@ -1086,7 +1084,7 @@ def describe_groups(f, smem_bytes: int) -> tuple:
     itemsize = np.dtype(f.dtype).itemsize
     ladder = table_ladder(smem_bytes, KEY_BYTES + itemsize)
     balanced = analytic.rbsparse_balanced(f.rowct_var_over_mean)
-    alpha_max = f.rowct_max / COMPRESSION
+    alpha_max = f.rowct_max / analytic.RBS_COMPRESSION
     n_global = 0
     if min(alpha_max, f.k) > ladder[-1]:
         n_global = max(1, f.rbs_groups[-1] if f.rbs_groups else 1) if alpha_max > 4 * ladder[-1] else 1

@@ -43,6 +43,8 @@ def ellr_should_sort(before: float, after: float) -> bool:
 # --- RBSparse hash SpGEMM (SEEDS section 1) --------------------------------
 #: variance(nnz_RowCt) / mean(nnz_RowCt) at or under this: one hash-table size for all rows.
 RBS_BALANCED_RATIO = 0.5
+#: The paper's compression estimate, products / nnz(C) of a row (nnz(C_i) ~ nnz_RowCt / pi).
+RBS_COMPRESSION = math.pi
 #: Group lower bounds of alpha = nnz_RowCt / pi, and the paper's table size for each group.
 RBS_GROUP_BOUNDS = (0, 32, 64, 128, 256, 512)
 RBS_GROUP_TABLE = (32, 64, 128, 256, 512, 2048)
@@ -55,7 +57,7 @@ def rbsparse_balanced(var_over_mean: float) -> bool:
 def rbsparse_group_ids(row_ct):
     """Group index (0..5) of each row: alpha = nnz_RowCt / pi binned by RBS_GROUP_BOUNDS."""
     xp = _xp(row_ct)
-    alpha = row_ct.astype(xp.float64) / math.pi
+    alpha = row_ct.astype(xp.float64) / RBS_COMPRESSION
     bounds = xp.asarray(RBS_GROUP_BOUNDS[1:], dtype=xp.float64)
     return xp.searchsorted(bounds, alpha, side="right")
 

@@ -6,12 +6,9 @@ which is what a well-behaved kernel achieves on the matrices we target.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-#: RBSparse's compression estimate (products / nnz(C)) where the planner sampled none.
-DEFAULT_COMPRESSION = math.pi
+from .analytic import RBS_COMPRESSION
 
 
 def itemsize(f) -> int:
@@ -52,7 +49,7 @@ def column_major_gathers_missed(f, l2_bytes) -> float:
 def spgemm_nnz_c(f) -> float:
     """Expected nonzeros of C = A·B: products / the sampled compression ratio
     (``Features.compression``; pi where none was sampled), at most m x k."""
-    ratio = f.compression if f.compression > 0 else DEFAULT_COMPRESSION
+    ratio = f.compression if f.compression > 0 else RBS_COMPRESSION
     return min(f.products / ratio, float(f.m) * f.k)
 
 
