@@ -64,7 +64,7 @@ def row_lengths(A):
 
 
 def sparse_features(A, xp=None) -> dict:
-    """Row-length moments, empty rows, T and the ELL-R warp lengths of CSR ``A``."""
+    """Row-length moments, empty rows, T, the ELL-R warp lengths and the column spread of CSR ``A``."""
     xp = xp or array_module(A)
     m, n = A.shape
     nnz = int(A.indptr[-1]) if m else 0
@@ -79,7 +79,7 @@ def sparse_features(A, xp=None) -> dict:
     before, after = analytic.warp_lengths(lengths)
     out.update(row_mean=mean, row_std=std, row_min=int(lo), row_max=int(hi), empty_rows=int(empty),
                T=analytic.brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
-               warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp))
+               warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp, nnz))
     return out
 
 
@@ -87,16 +87,18 @@ def sparse_features(A, xp=None) -> dict:
 SPREAD_SAMPLES = 1 << 16
 
 
-def col_spread(A, xp=None) -> float:
+def col_spread(A, xp=None, nnz: int | None = None) -> float:
     """Mean |j/n - i/m| over nonzeros (i, j) of CSR ``A``, from SPREAD_SAMPLES evenly spaced ones.
 
     About 0 for banded and mesh matrices (row i's columns lie near i n/m: consecutive rows
     gather the same rows of B, which stay in cache) and about 1/3 for uniformly random
-    columns (every gather may miss). Evenly spaced samples make host and GPU agree.
+    columns (every gather may miss). Evenly spaced samples make host and GPU agree. ``nnz``:
+    A's nonzeros where the caller has them (saves a device-to-host transfer).
     """
     xp = xp or array_module(A)
     m, n = A.shape
-    nnz = int(_host(A.indptr[-1])) if m else 0
+    if nnz is None:
+        nnz = int(_host(A.indptr[-1])) if m else 0
     if nnz == 0 or n == 0:
         return 0.0
     pos = xp.unique(xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64))
@@ -235,5 +237,5 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-__all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row", "sampled_compression",
-           "row_lengths"]
+__all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row",
+           "sampled_compression", "row_lengths"]

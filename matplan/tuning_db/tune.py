@@ -272,11 +272,12 @@ def check_reference_fits(features, available=None) -> None:
         return
     from ..kernels.spgemm import host_available_bytes
     from ..models.traffic import spgemm_nnz_c
-    need = spgemm_nnz_c(features) * REFERENCE_BYTES_PER_NONZERO
+    nnz_c = spgemm_nnz_c(features)
+    need = nnz_c * REFERENCE_BYTES_PER_NONZERO
     available = host_available_bytes() if available is None else available
     if need > REFERENCE_HOST_FRACTION * available:
         raise MemoryError(f"the SciPy reference needs about {need / 1e9:,.0f} GB of host memory "
-                          f"(~{spgemm_nnz_c(features):,.0f} nonzeros of C expected), more than "
+                          f"(~{nnz_c:,.0f} nonzeros of C expected), more than "
                           f"{REFERENCE_HOST_FRACTION:.0%} of the {available / 1e9:,.0f} GB available: not timed")
 
 
