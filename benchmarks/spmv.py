@@ -13,7 +13,10 @@ x, y once) / time / copy bandwidth. The planner plans with ``reuse=REUSE``
 applications); planning (first and warm) and each format's conversion (warm,
 ``prepare_ms``) are reported separately. The oracle is the candidate of the least cost per
 application, ``ms + prepare_ms / REUSE`` (the planner's objective), and ``planner_vs_oracle``
-compares those costs. The last table times a 10k-nonzero matrix per call
+compares those costs. The planner plans by default (``measure="auto"``: at this reuse it times the
+candidates predicted within 15% of the best, ``planner_measured`` of them, inside ``planning_ms``);
+``model_*`` is the models' own choice (``measure="never"``), whose ``predicted_ms`` the
+candidates carry. The last table times a 10k-nonzero matrix per call
 from Python: ``plan.run``, ``bound(x)`` and cupyx.
 
 Two timings per candidate: ``ms`` times one call between two CUDA events (so it
@@ -116,10 +119,11 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
     Ag @ x                                    # warm cupyx/cuSPARSE once before planning
     t_plan_first, pl = sync_time(cp, lambda: make_plan(Ag, x, reuse=REUSE))
     t_plan, pl = sync_time(cp, lambda: make_plan(Ag, x, reuse=REUSE))
+    t_model, pm = sync_time(cp, lambda: make_plan(Ag, x, reuse=REUSE, measure="never"))
     f = pl.features
     min_bytes = traffic.csr_spmm_bytes(f)
     rows = []
-    for kernel_name, params, predicted in candidates_to_time(pl):
+    for kernel_name, params, predicted in candidates_to_time(pm):
         kernel = get(kernel_name)
         try:
             kernel.prepare(Ag, dict(params))                  # first call compiles (NVRTC, CuPy ops)
@@ -151,6 +155,8 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
     oracle = min(timed, key=lambda r: r["per_use_ms"])
     chosen = label(pl.kernel, pl.params)
     chosen_row = next((r for r in rows if r["kernel"] == chosen), {})
+    model = label(pm.kernel, pm.params)
+    model_row = next((r for r in rows if r["kernel"] == model), {})
     fast = [r for r in timed if r["ms_b2b"]]
     best_b2b = min((r for r in fast if r["kernel"] != "spmv.cusparse"), key=lambda r: r["ms_b2b"],
                    default=dict(kernel=None, ms_b2b=None, frac_of_copy_bw_b2b=float("nan")))
@@ -164,6 +170,9 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
                 planner_speedup_vs_vendor=(vendor["ms"] / chosen_row["ms"]) if "ms" in chosen_row else None,
                 planning_ms=t_plan * 1e3, planning_first_ms=t_plan_first * 1e3, oracle_kernel=oracle["kernel"], oracle_ms=oracle["ms"],
                 planner_vs_oracle=(chosen_row["per_use_ms"] / oracle["per_use_ms"]) if "per_use_ms" in chosen_row else None,
+                planner_measured=sum(c.source == "measured" for c in pl.candidates),
+                model_kernel=model, model_ms=model_row.get("ms"), model_planning_ms=t_model * 1e3,
+                model_vs_oracle=(model_row["per_use_ms"] / oracle["per_use_ms"]) if "per_use_ms" in model_row else None,
                 kernel_b2b=str(best_b2b["kernel"]), ms_b2b=best_b2b["ms_b2b"], vendor_ms_b2b=vendor["ms_b2b"],
                 frac_of_copy_bw_b2b=best_b2b["frac_of_copy_bw_b2b"],
                 vendor_frac_of_copy_bw_b2b=vendor["frac_of_copy_bw_b2b"],
@@ -233,6 +242,7 @@ def main(argv=None):
     results = []
     hdr = (f"{'matrix':<26} {'dtype':<7} {'nnz':>9} {'best kernel':<34} {'ms':>7} {'cuSP ms':>7} "
            f"{'x cuSP':>6} {'bw':>5} {'cuSP bw':>7} {'planner':<34} {'pl ms':>7} {'pl/orc':>6} {'plan ms':>7} "
+           f"{'meas':>4} {'mdl/orc':>7} "
            f"| b2b: {'best kernel':<34} {'bw':>5} {'cuSP bw':>7} {'pl/orc':>6}")
     print(hdr)
     for name, load in mats:
@@ -244,7 +254,8 @@ def main(argv=None):
                   f"{r['vendor_ms']:7.3f} {r['speedup_vs_vendor']:6.2f} {r['frac_of_copy_bw']:5.2f} "
                   f"{r['vendor_frac_of_copy_bw']:7.2f} {r['planner_kernel']:<34} "
                   f"{r['planner_ms'] or float('nan'):7.3f} {r['planner_vs_oracle'] or float('nan'):6.2f} "
-                  f"{r['planning_ms']:7.1f} | {r['kernel_b2b']:<34} {r['frac_of_copy_bw_b2b']:5.2f} "
+                  f"{r['planning_ms']:7.1f} {r['planner_measured']:4d} {r['model_vs_oracle'] or float('nan'):7.2f} "
+                  f"| {r['kernel_b2b']:<34} {r['frac_of_copy_bw_b2b']:5.2f} "
                   f"{r['vendor_frac_of_copy_bw_b2b'] or float('nan'):7.2f} "
                   f"{r['planner_vs_oracle_b2b'] or float('nan'):6.2f}"
                   + ("" if r["all_correct"] else "  WRONG/ERROR: see JSON"), flush=True)
@@ -259,6 +270,7 @@ def main(argv=None):
                 planner_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["planner_speedup_vs_vendor"]) for r in rs])),
                 best_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["speedup_vs_vendor"]) for r in rs])),
                 worst_planner_vs_oracle=max(r["planner_vs_oracle"] for r in rs),
+                worst_model_vs_oracle=max((r["model_vs_oracle"] for r in rs if r["model_vs_oracle"]), default=None),
                 min_best_frac_of_copy_bw=min(r["frac_of_copy_bw"] for r in rs),
                 worst_planner_vs_oracle_b2b=max((r["planner_vs_oracle_b2b"] for r in rs
                                                  if r["planner_vs_oracle_b2b"]), default=None),

@@ -9,6 +9,7 @@ from ..models import analytic
 from ..models import device as device_mod
 from ..models import learned
 from ..validation import normalize
+from . import measure as measure_mod
 from . import stats
 from .plan import Candidate, Plan, timer
 
@@ -25,7 +26,7 @@ def _param_key(params: dict) -> tuple:
 
 
 def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
-         kernels=None, per_call=None) -> Plan:
+         kernels=None, per_call=None, measure="auto") -> Plan:
     """Plan C = A @ B.
 
     reuse: how many times the caller will apply the plan to the same A; format
@@ -37,9 +38,14 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
         application pays on top of the kernel, added to its run cost and named in its why
         (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
         from A needs, see ``dispatch.identity.hit_check``).
+    measure: "auto" (default) times the candidates predicted within 15% of the best on (A, B)
+        and chooses by the timings, when that costs at most a fifth of the plan's predicted
+        work (GPU only; :mod:`matplan.planner.measure`); "always" / True whenever there are
+        such finalists; "never" / False keeps the models' choice.
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
         raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
+    mode = measure_mod.check_mode(measure)
     t0 = timer()
     problem = normalize(A, B)
     dev = device_mod.current(device)
@@ -48,8 +54,13 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
     if not scored:
         raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
                            + "; ".join(f"{c.kernel}: {c.why}" for c in rejected))
-    best = pick(scored)
-    reasons = explain(feats, best, scored, reuse, deterministic)
+    best, note = pick(scored), None
+    finals = measure_mod.finalists(scored)
+    if measure_mod.wanted(mode, problem.backend, device is not None, finals, reuse):
+        measured, note = measure_mod.measure(problem, finals, reuse, _per_call_s(per_call, feats, dev))
+        scored = measured + scored[len(finals):]          # the finalists are scored's head
+        best = scored[0]
+    reasons = explain(feats, best, scored, reuse, deterministic) + ([note] if note else [])
     ordered = tuple([best] + [c for c in scored if c is not best] + rejected)
     return Plan(op=problem.op, kernel=best.kernel, params=best.params, features=feats,
                 candidates=ordered, reasons=tuple(reasons), reuse=reuse, deterministic=deterministic,
@@ -93,6 +104,14 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
     return scored, rejected
 
 
+def _per_call_s(per_call, feats, dev):
+    """kernel name -> the seconds ``per_call`` adds to each of its applications (0 without it)."""
+    if per_call is None:
+        return lambda name: 0.0
+    from ..kernels import get
+    return lambda name: per_call(get(name), feats, dev)[0]
+
+
 def pick(scored):
     """The cheapest candidate, ties (within TIE_MARGIN) broken by name for stable plans."""
     limit = scored[0].total_s * (1 + TIE_MARGIN)
@@ -105,16 +124,21 @@ def explain(f, best, scored, reuse, deterministic):
     others = [c for c in scored if c is not best]
     if others:
         nxt = others[0]
-        reasons.append(f"next best {nxt.label()} is predicted {nxt.total_s / best.total_s:.2f}x "
+        reasons.append(f"next best {nxt.label()} is {_how(nxt)} {nxt.total_s / best.total_s:.2f}x "
                        f"the chosen cost ({nxt.total_s * 1e3:.4f} vs {best.total_s * 1e3:.4f} ms)")
     vendor = [c for c in scored if c.kernel.endswith((".cusparse", ".cublas")) and c is not best]
     if vendor:
-        reasons.append(f"vendor path {vendor[0].label()} predicted {vendor[0].total_s / best.total_s:.2f}x the chosen cost")
+        reasons.append(f"vendor path {vendor[0].label()} {_how(vendor[0])} {vendor[0].total_s / best.total_s:.2f}x "
+                       "the chosen cost")
     if reuse > 1 and best.prepare_s > 0:
         reasons.append(f"format conversion ({best.prepare_s * 1e3:.3f} ms) amortised over reuse={reuse}")
     if deterministic:
         reasons.append("deterministic=True: only bitwise-reproducible kernels were admitted")
     return reasons
+
+
+def _how(c) -> str:
+    return "measured" if c.source == "measured" else "predicted"
 
 
 def _rules(f) -> list:

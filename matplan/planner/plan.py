@@ -23,7 +23,7 @@ class Candidate:
     prepare_s: float
     run_s: float
     total_s: float               # run_s + prepare_s / reuse
-    source: str                  # "analytic" | "learned" | "rejected"
+    source: str                  # "analytic" | "learned" | "measured" | "rejected"
     why: str = ""
 
     def label(self) -> str:
@@ -99,7 +99,7 @@ class Plan:
                  f"  (reuse={self.reuse}, deterministic={'required' if self.deterministic else 'not required'})",
                  "  why:"]
         lines += [f"    - {r}" for r in self.reasons]
-        lines.append("  candidates (predicted ms per application = run + prepare/reuse):")
+        lines.append("  candidates (ms per application = run + prepare/reuse; predicted unless measured):")
         for c in self.candidates:
             if c.source == "rejected":
                 lines.append(f"    x {c.label():<40} rejected: {c.why}")

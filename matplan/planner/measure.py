@@ -1,0 +1,118 @@
+"""Measured choice among the finalists the cost models cannot separate.
+
+The models' costs are within 5-15% of the device's times (``learned_report_*.json``), so
+candidates predicted within ``MARGIN`` of the best are equal as far as the model knows: on an
+H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which ran 17% faster
+(``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
+pay (its predicted cost of the finalists' timing is at most ``BUDGET`` of reuse x the predicted
+cost per application), :func:`plan` runs each finalist on the caller's own (A, B): prepare once,
+``WARMUP`` untimed calls, ``REPEATS`` timed ones (CUDA events on the GPU), and chooses by measured
+run + predicted prepare / reuse. The pattern is Triton's autotuner: a performance model prunes,
+timings choose. Plans of near-equal finalists may then differ between processes (by less than
+the measurement noise); ``measure="never"`` keeps the model's deterministic choice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from .._timing import cuda_times_s
+from .plan import Candidate
+
+#: Candidates predicted within this fraction of the best are finalists ...
+MARGIN = 0.15
+#: ... at most this many, cheapest first.
+MAX_FINALISTS = 4
+#: measure="auto" measures when the finalists' timing is predicted to cost at most this fraction
+#: of the plan's predicted work (reuse x the best predicted cost per application).
+BUDGET = 0.2
+WARMUP, REPEATS = 2, 7
+#: Host time of one timed call beyond the kernel (event records, synchronisation, Python).
+CALL_OVERHEAD_S = 40e-6
+MODES = ("auto", "always", "never")
+
+
+def check_mode(measure) -> str:
+    """The measure mode, or ValueError naming the accepted ones (True/False mean always/never)."""
+    if measure is True:
+        return "always"
+    if measure is False:
+        return "never"
+    if measure not in MODES:
+        raise ValueError(f"measure: expected one of {MODES} (or True/False), got {measure!r}")
+    return measure
+
+
+def finalists(scored) -> list:
+    """The candidates predicted within MARGIN of the cheapest, at most MAX_FINALISTS."""
+    limit = scored[0].total_s * (1 + MARGIN)
+    return [c for c in scored if c.total_s <= limit][:MAX_FINALISTS]
+
+
+def predicted_cost_s(finals) -> float:
+    """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + REPEATS times."""
+    calls = WARMUP + REPEATS
+    return sum(c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S) for c in finals)
+
+
+def wanted(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int) -> bool:
+    """Whether to measure ``finals``: never for one finalist or a plan for another device than the
+    one in use (measure="always" raises there); "auto" only on the GPU and within BUDGET."""
+    if mode == "never" or len(finals) < 2:
+        return False
+    if planning_elsewhere:
+        if mode == "always":
+            raise ValueError("measure='always' times the candidates on the device in use; it cannot "
+                             "be combined with device=<another GPU>")
+        return False
+    if mode == "always":
+        return True
+    return backend == "gpu" and predicted_cost_s(finals) <= BUDGET * reuse * finals[0].total_s
+
+
+def measure(problem, finals, reuse: int, extra_s=lambda name: 0.0) -> tuple:
+    """(finalists as measured Candidates, cheapest first; one sentence for the plan's reasons).
+
+    Each finalist runs on (problem.A, problem.B) with its own prepared format, released before the
+    next; ``extra_s(kernel name)`` is the per-call cost the plan adds to the kernel's (``per_call``).
+    A kernel that fails here raises: it would fail in ``plan.run`` too.
+    """
+    from ..kernels import get
+    t0 = time.perf_counter()
+    measured = []
+    for c in finals:
+        kernel = get(c.kernel)
+        try:
+            prepared = kernel.prepare(problem.A, dict(c.params))
+            times = _times_s(problem.backend, lambda: kernel.run(prepared, problem.B))
+        except Exception as exc:
+            raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        del prepared
+        run_s = times[len(times) // 2] + extra_s(c.kernel)
+        measured.append(dataclasses.replace(
+            c, run_s=run_s, total_s=run_s + c.prepare_s / max(reuse, 1), source="measured",
+            why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run here (median of {len(times)}; "
+                f"{c.source} model {c.run_s * 1e3:.4f})"))
+    measured.sort(key=lambda c: c.total_s)
+    note = (f"measured the {len(finals)} candidates predicted within {MARGIN:.0%} of the best "
+            f"({time.perf_counter() - t0:.4f} s): " +
+            ", ".join(f"{c.label()} {c.total_s * 1e3:.4f} ms" for c in measured))
+    return measured, note
+
+
+def _times_s(backend: str, fn) -> list:
+    """Sorted seconds of REPEATS calls after WARMUP: CUDA events on the GPU, the host clock else."""
+    if backend == "gpu":
+        return cuda_times_s(fn, REPEATS, WARMUP)
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return sorted(times)
+
+
+__all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "check_mode", "finalists", "wanted", "measure"]

@@ -1,0 +1,127 @@
+"""The measured choice among finalists (planner.measure): host kernels whose models are wrong on
+purpose, so only a measurement finds the faster one; the GPU test measures the real candidates."""
+import time
+
+import numpy as np
+import pytest
+
+from matplan import planner
+from matplan.kernels import registry
+from matplan.kernels.base import Cost, Kernel, Prepared
+from matplan.planner import measure
+from matplan.planner.plan import Candidate
+from conftest import random_csr
+
+
+class _Sleepy(Kernel):
+    """A host SpMV predicted to take ``predicted_s`` that sleeps ``sleep_s`` a run."""
+    backend, ops = "cpu", ("spmv",)
+
+    def __init__(self, name, predicted_s, sleep_s, fail=False):
+        self.name, self.predicted_s, self.sleep_s, self.fail = name, predicted_s, sleep_s, fail
+
+    def cost(self, f, params, device):
+        return Cost(0.0, self.predicted_s, "test model")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        if self.fail:
+            raise FloatingPointError("simulated kernel failure")
+        time.sleep(self.sleep_s)
+        return prepared.arrays["A"] @ B
+
+
+@pytest.fixture
+def sleepy(monkeypatch):
+    """Three registered test kernels (removed after the test): the model ranks 'model_fast' first,
+    'model_close' 5% behind it and 'model_far' 3x behind; 'model_close' runs fastest."""
+    ks = [_Sleepy("test.model_fast", 1e-3, 4e-3), _Sleepy("test.model_close", 1.05e-3, 0.0),
+          _Sleepy("test.model_far", 3e-3, 0.0)]
+    for k in ks:
+        monkeypatch.setitem(registry._REGISTRY, k.name, k)
+    return [k.name for k in ks]
+
+
+@pytest.fixture
+def spmv(rng):
+    A = random_csr(rng, 120, 90, 0.05)
+    return A, rng.random(90)
+
+
+def test_measured_finalist_beats_the_models_choice(sleepy, spmv):
+    A, x = spmv
+    p = planner.plan(A, x, kernels=sleepy, measure="always")
+    assert p.kernel == "test.model_close"
+    by_name = {c.kernel: c for c in p.candidates}
+    assert by_name["test.model_close"].source == by_name["test.model_fast"].source == "measured"
+    assert by_name["test.model_fast"].run_s >= 4e-3 > by_name["test.model_close"].run_s
+    assert by_name["test.model_far"].source != "measured"         # predicted 3x: not a finalist
+    assert any(r.startswith("measured the 2 candidates predicted within 15%") for r in p.reasons)
+    assert "next best test.model_fast is measured" in str(p)
+    np.testing.assert_allclose(p.run(A, x), A @ x, rtol=1e-12)
+
+
+def test_never_and_auto_on_the_host_keep_the_models_choice(sleepy, spmv):
+    for mode in ("never", False, "auto"):      # "auto" measures on the GPU only
+        p = planner.plan(*spmv, kernels=sleepy, measure=mode)
+        assert p.kernel == "test.model_fast"
+        assert all(c.source != "measured" for c in p.candidates)
+
+
+def test_failing_finalist_raises_naming_it(monkeypatch, spmv):
+    ks = [_Sleepy("test.model_fast", 1e-3, 0.0, fail=True), _Sleepy("test.model_close", 1.05e-3, 0.0)]
+    for k in ks:
+        monkeypatch.setitem(registry._REGISTRY, k.name, k)
+    with pytest.raises(RuntimeError, match=r"measuring candidate test.model_fast .*simulated kernel failure"):
+        planner.plan(*spmv, kernels=[k.name for k in ks], measure=True)
+
+
+@pytest.mark.parametrize("bad", ["sometimes", 1, None])
+def test_bad_measure(spmv, bad):
+    with pytest.raises(ValueError, match="measure: expected one of"):
+        planner.plan(*spmv, measure=bad)
+
+
+def test_always_refuses_another_device(sleepy, spmv):
+    with pytest.raises(ValueError, match="cannot be combined with device"):
+        planner.plan(*spmv, kernels=sleepy, measure="always", device="H100")
+    assert planner.plan(*spmv, kernels=sleepy, device="H100").kernel == "test.model_fast"
+
+
+def _cand(total_s, prepare_s=0.0):
+    return Candidate("k", {}, prepare_s, total_s, total_s, "learned")
+
+
+def test_finalists_and_budget():
+    scored = [_cand(t) for t in (1.0e-4, 1.1e-4, 1.14e-4, 1.16e-4, 5e-4)]
+    finals = measure.finalists(scored)
+    assert [c.total_s for c in finals] == [1.0e-4, 1.1e-4, 1.14e-4]
+    cost = measure.predicted_cost_s(finals)
+    reuse_enough = int(np.ceil(cost / (measure.BUDGET * 1.0e-4)))
+    assert measure.wanted("auto", "gpu", False, finals, reuse_enough)
+    assert not measure.wanted("auto", "gpu", False, finals, reuse_enough - 1)
+    assert not measure.wanted("auto", "cpu", False, finals, 10**9)
+    assert not measure.wanted("always", "gpu", False, finals[:1], 10**9)     # one finalist: nothing to choose
+    # a finalist's conversion counts in full: one costly prepare keeps "auto" from measuring
+    dear = [finals[0], _cand(1.1e-4, prepare_s=1.0)]
+    assert not measure.wanted("auto", "gpu", False, dear, reuse_enough)
+
+
+@pytest.mark.gpu
+def test_gpu_measured_plan_runs_and_is_the_fastest_measured(cp, rng):
+    import cupyx.scipy.sparse as csp
+    m = 200_000
+    A = random_csr(rng, m, m, 11 / m)
+    x = rng.standard_normal(m)
+    Ag, xg = csp.csr_matrix(A), cp.asarray(x)
+    p = planner.plan(Ag, xg, reuse=10**6, measure="always")
+    measured = [c for c in p.candidates if c.source == "measured"]
+    assert len(measured) >= 2, str(p)
+    assert p.candidates[0] is measured[0] and p.kernel == measured[0].kernel
+    assert measured[0].total_s == min(c.total_s for c in measured)
+    assert all(np.isfinite(c.run_s) and c.run_s > 0 for c in measured)
+    y = cp.full(m, np.nan)
+    p.run(Ag, xg, out=y)
+    np.testing.assert_allclose(y.get(), A @ x, rtol=1e-10, atol=1e-10)
