@@ -6,6 +6,8 @@ import subprocess
 
 import numpy as np
 
+from matplan._timing import cuda_queued_s
+
 
 def git_commit() -> str:
     """The tree's commit: $MATPLAN_COMMIT (the device's copy of the tree has no .git), else git's."""
@@ -19,20 +21,9 @@ def git_commit() -> str:
 
 
 def queued_s(cp, fn, calls, rounds, warmup=1):
-    """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn`` queued back to
-    back between two CUDA events (the GPU never waits for the host: throughput, launches included)."""
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
-    for _ in range(rounds):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
-    return float(np.median(times))
+    """Seconds per call of ``fn`` queued back to back (``matplan._timing.cuda_queued_s``; ``cp`` is
+    kept for the scripts' call sites)."""
+    return cuda_queued_s(fn, calls, rounds, warmup)
 
 
 def timed(cp, fn, reps, warmup=1):

@@ -1,4 +1,5 @@
-"""GPU timing for benchmarks, tuning and the TSM2 t1 search: CUDA events around each call, median."""
+"""GPU timing for benchmarks, tuning, the planner's measured choice and the TSM2 t1 search: CUDA
+events around each call (what one call costs) or around calls queued back to back (throughput)."""
 from __future__ import annotations
 
 from ._xp import cupy_module
@@ -29,3 +30,26 @@ def cuda_median_s(fn, repeats: int, warmup: int = 2) -> float:
     """Median seconds of ``fn()`` on the current stream over ``repeats`` calls after ``warmup`` calls."""
     times = cuda_times_s(fn, repeats, warmup)
     return times[len(times) // 2]
+
+
+def cuda_queued_s(fn, calls: int, rounds: int, warmup: int = 1) -> float:
+    """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn()`` queued back to
+    back between two CUDA events: the GPU never waits for the host (throughput, launches included;
+    the host's jitter, 10% of a 20-us call, stays out)."""
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("cuda_queued_s needs CuPy and a GPU")
+    if calls < 1 or rounds < 1:
+        raise ValueError(f"calls and rounds: expected at least 1, got {calls}, {rounds}")
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
+    for _ in range(rounds):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
+    return sorted(times)[len(times) // 2]

@@ -58,7 +58,7 @@ def test_measured_finalist_beats_the_models_choice(sleepy, spmv):
     assert by_name["test.model_close"].source == by_name["test.model_fast"].source == "measured"
     assert by_name["test.model_fast"].run_s >= 4e-3 > by_name["test.model_close"].run_s
     assert by_name["test.model_far"].source != "measured"         # predicted 3x: not a finalist
-    assert any(r.startswith("measured the 2 candidates predicted within 15%") for r in p.reasons)
+    assert any(r.startswith("measured 2 of the candidates predicted within 15%") for r in p.reasons)
     assert "next best test.model_fast is measured" in str(p)
     np.testing.assert_allclose(p.run(A, x), A @ x, rtol=1e-12)
 
@@ -100,13 +100,14 @@ def test_finalists_and_budget():
     assert [c.total_s for c in finals] == [1.0e-4, 1.1e-4, 1.14e-4]
     cost = measure.predicted_cost_s(finals)
     reuse_enough = int(np.ceil(cost / (measure.BUDGET * 1.0e-4)))
-    assert measure.wanted("auto", "gpu", False, finals, reuse_enough)
-    assert not measure.wanted("auto", "gpu", False, finals, reuse_enough - 1)
-    assert not measure.wanted("auto", "cpu", False, finals, 10**9)
-    assert not measure.wanted("always", "gpu", False, finals[:1], 10**9)     # one finalist: nothing to choose
-    # a finalist's conversion counts in full: one costly prepare keeps "auto" from measuring
-    dear = [finals[0], _cand(1.1e-4, prepare_s=1.0)]
-    assert not measure.wanted("auto", "gpu", False, dear, reuse_enough)
+    assert measure.to_measure("auto", "gpu", False, finals, reuse_enough) == finals
+    assert measure.to_measure("auto", "gpu", False, finals, reuse_enough - 1) == finals[:2]
+    assert measure.to_measure("auto", "gpu", False, finals, 1) == []
+    assert measure.to_measure("auto", "cpu", False, finals, 10**9) == []
+    assert measure.to_measure("always", "gpu", False, finals[:1], 10**9) == []   # nothing to choose
+    # a finalist whose conversion does not fit is left out, the others still measured
+    dear = [finals[0], _cand(1.05e-4, prepare_s=1.0), finals[1]]
+    assert measure.to_measure("auto", "gpu", False, dear, reuse_enough) == [finals[0], finals[1]]
 
 
 @pytest.mark.gpu

@@ -39,9 +39,9 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
         (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
         from A needs, see ``dispatch.identity.hit_check``).
     measure: "auto" (default) times the candidates predicted within 15% of the best on (A, B)
-        and chooses by the timings, when that costs at most a fifth of the plan's predicted
-        work (GPU only; :mod:`matplan.planner.measure`); "always" / True whenever there are
-        such finalists; "never" / False keeps the models' choice.
+        and chooses by the timings, those whose timing costs at most a fifth of the plan's
+        predicted work (GPU only; :mod:`matplan.planner.measure`); "always" / True all such
+        finalists; "never" / False keeps the models' choice.
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
         raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
@@ -55,10 +55,10 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
         raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
                            + "; ".join(f"{c.kernel}: {c.why}" for c in rejected))
     best, note = pick(scored), None
-    finals = measure_mod.finalists(scored)
-    if measure_mod.wanted(mode, problem.backend, device is not None, finals, reuse):
-        measured, note = measure_mod.measure(problem, finals, reuse, _per_call_s(per_call, feats, dev))
-        scored = measured + scored[len(finals):]          # the finalists are scored's head
+    chosen = measure_mod.to_measure(mode, problem.backend, device is not None, measure_mod.finalists(scored), reuse)
+    if chosen:
+        measured, note = measure_mod.measure(problem, chosen, reuse, _per_call_s(per_call, feats, dev))
+        scored = measured + [c for c in scored if all(c is not m for m in chosen)]
         best = scored[0]
     reasons = explain(feats, best, scored, reuse, deterministic) + ([note] if note else [])
     ordered = tuple([best] + [c for c in scored if c is not best] + rejected)

@@ -6,17 +6,21 @@ H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which r
 (``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
 pay (its predicted cost of the finalists' timing is at most ``BUDGET`` of reuse x the predicted
 cost per application), :func:`plan` runs each finalist on the caller's own (A, B): prepare once,
-``WARMUP`` untimed calls, ``REPEATS`` timed ones (CUDA events on the GPU), and chooses by measured
-run + predicted prepare / reuse. The pattern is Triton's autotuner: a performance model prunes,
-timings choose. Plans of near-equal finalists may then differ between processes (by less than
-the measurement noise); ``measure="never"`` keeps the model's deterministic choice.
+``WARMUP`` untimed calls, then ``ROUNDS`` rounds of ``CALLS`` calls queued back to back between
+two CUDA events (the throughput a reuse-heavy caller gets; single calls of a 20-us kernel vary by
+10% with the host's jitter, which chose W=16 over W=32 on gene_go where their queued times are
+equal, 2026-11-24), and chooses by measured run + predicted prepare / reuse. A finalist whose
+conversion does not fit the budget is left out (the model's best is always in). The pattern is
+Triton's autotuner: a performance model prunes, timings choose. Plans of near-equal finalists may
+then differ between processes (by less than the measurement noise); ``measure="never"`` keeps the
+model's deterministic choice.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 
-from .._timing import cuda_times_s
+from .._timing import cuda_queued_s
 from .plan import Candidate
 
 #: Candidates predicted within this fraction of the best are finalists ...
@@ -26,7 +30,7 @@ MAX_FINALISTS = 4
 #: measure="auto" measures when the finalists' timing is predicted to cost at most this fraction
 #: of the plan's predicted work (reuse x the best predicted cost per application).
 BUDGET = 0.2
-WARMUP, REPEATS = 2, 7
+WARMUP, CALLS, ROUNDS = 2, 10, 3
 #: Host time of one timed call beyond the kernel (event records, synchronisation, Python).
 CALL_OVERHEAD_S = 40e-6
 MODES = ("auto", "always", "never")
@@ -50,24 +54,33 @@ def finalists(scored) -> list:
 
 
 def predicted_cost_s(finals) -> float:
-    """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + REPEATS times."""
-    calls = WARMUP + REPEATS
+    """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + CALLS x ROUNDS times."""
+    calls = WARMUP + CALLS * ROUNDS
     return sum(c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S) for c in finals)
 
 
-def wanted(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int) -> bool:
-    """Whether to measure ``finals``: never for one finalist or a plan for another device than the
-    one in use (measure="always" raises there); "auto" only on the GPU and within BUDGET."""
+def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int) -> list:
+    """The finalists to measure (none: keep the model's choice). Never for one finalist or a plan
+    for another device than the one in use (measure="always" raises there). "always": all of them;
+    "auto": on the GPU only, the model's best and each next finalist whose measurement keeps the
+    total within BUDGET of the plan's predicted work."""
     if mode == "never" or len(finals) < 2:
-        return False
+        return []
     if planning_elsewhere:
         if mode == "always":
             raise ValueError("measure='always' times the candidates on the device in use; it cannot "
                              "be combined with device=<another GPU>")
-        return False
+        return []
     if mode == "always":
-        return True
-    return backend == "gpu" and predicted_cost_s(finals) <= BUDGET * reuse * finals[0].total_s
+        return list(finals)
+    if backend != "gpu":
+        return []
+    budget = BUDGET * reuse * finals[0].total_s
+    chosen = [finals[0]]
+    for c in finals[1:]:
+        if predicted_cost_s(chosen + [c]) <= budget:
+            chosen.append(c)
+    return chosen if len(chosen) > 1 and predicted_cost_s(chosen) <= budget else []
 
 
 def measure(problem, finals, reuse: int, extra_s=lambda name: 0.0) -> tuple:
@@ -84,35 +97,36 @@ def measure(problem, finals, reuse: int, extra_s=lambda name: 0.0) -> tuple:
         kernel = get(c.kernel)
         try:
             prepared = kernel.prepare(problem.A, dict(c.params))
-            times = _times_s(problem.backend, lambda: kernel.run(prepared, problem.B))
+            run_s = _run_s(problem.backend, lambda: kernel.run(prepared, problem.B)) + extra_s(c.kernel)
         except Exception as exc:
             raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
                                f"{type(exc).__name__}: {exc}") from exc
         del prepared
-        run_s = times[len(times) // 2] + extra_s(c.kernel)
         measured.append(dataclasses.replace(
             c, run_s=run_s, total_s=run_s + c.prepare_s / max(reuse, 1), source="measured",
-            why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run here (median of {len(times)}; "
-                f"{c.source} model {c.run_s * 1e3:.4f})"))
+            why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run here ({CALLS} calls back to back, "
+                f"median of {ROUNDS} rounds; {c.source} model {c.run_s * 1e3:.4f})"))
     measured.sort(key=lambda c: c.total_s)
-    note = (f"measured the {len(finals)} candidates predicted within {MARGIN:.0%} of the best "
+    note = (f"measured {len(finals)} of the candidates predicted within {MARGIN:.0%} of the best "
             f"({time.perf_counter() - t0:.4f} s): " +
             ", ".join(f"{c.label()} {c.total_s * 1e3:.4f} ms" for c in measured))
     return measured, note
 
 
-def _times_s(backend: str, fn) -> list:
-    """Sorted seconds of REPEATS calls after WARMUP: CUDA events on the GPU, the host clock else."""
+def _run_s(backend: str, fn) -> float:
+    """Seconds per call of ``fn`` queued back to back (CUDA events on the GPU, the host clock else),
+    the median of ROUNDS rounds of CALLS calls after WARMUP."""
     if backend == "gpu":
-        return cuda_times_s(fn, REPEATS, WARMUP)
+        return cuda_queued_s(fn, CALLS, ROUNDS, WARMUP)
     for _ in range(WARMUP):
         fn()
     times = []
-    for _ in range(REPEATS):
+    for _ in range(ROUNDS):
         t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return sorted(times)
+        for _ in range(CALLS):
+            fn()
+        times.append((time.perf_counter() - t) / CALLS)
+    return sorted(times)[len(times) // 2]
 
 
-__all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "check_mode", "finalists", "wanted", "measure"]
+__all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "check_mode", "finalists", "to_measure", "measure"]
