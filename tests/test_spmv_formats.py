@@ -269,3 +269,19 @@ def test_deterministic_plan_never_picks_brc_or_cusparse(rng):
     for c in p.candidates:
         if c.kernel in ("spmv.brc", "spmv.cusparse"):
             assert c.source == "rejected"
+
+
+def test_split_chunks_cover_exactly_the_long_rows():
+    from matplan.kernels import spmv_formats as fmt
+    lengths = np.array([0, 3, 129, 128, fmt.SPLIT_CHUNK, fmt.SPLIT_CHUNK + 1, 0, 5 * fmt.SPLIT_CHUNK])
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    sc = fmt.split_chunks(indptr, 128)
+    assert sc["fix_rows"].tolist() == [2, 4, 5, 7]
+    assert sc["nchunks"] == 1 + 1 + 2 + 5
+    for row, lo, hi in zip(sc["fix_rows"], sc["fix_lo"], sc["fix_hi"]):
+        spans = list(zip(sc["chunk_lo"][lo:hi], sc["chunk_hi"][lo:hi]))
+        assert spans[0][0] == indptr[row] and spans[-1][1] == indptr[row + 1]
+        assert all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))          # consecutive
+        assert all(0 < b - a <= fmt.SPLIT_CHUNK for a, b in spans)
+    none = fmt.split_chunks(np.array([0, 2, 4]), 128)
+    assert none["nchunks"] == 0 and none["fix_rows"].size == 0 and none["chunk_lo"].size == 0

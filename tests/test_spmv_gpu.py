@@ -21,6 +21,7 @@ CONFIGS = ([("spmv.csr_scalar", {})]
            + [("spmv.brcp", {"long_factor": lf}) for lf in (64, 8192)]
            + [("spmv.brcp", {"T": 3, "long_factor": 8192})]          # many rows spanning blocks
            + [("spmv.csr_merge", {})]
+           + [("spmv.csr_split", {"W": w}) for w in (2, 8, 32)]
            + [("spmv.csr_spmm", {"S": s}) for s in (1, 2, 4, 8)])
 KS = (1, 2, 7, 64)
 
@@ -102,6 +103,32 @@ def test_merge_spmm_columns_per_block(cp, rng, monkeypatch, blocks_per_sm):
                 check(first, A, X, dtype, f"csr_merge kc={kc} {label} {np.dtype(dtype)} k={k}")
                 again = cp.asnumpy(kernel.run(p, cp.asarray(X)))
                 assert np.array_equal(first, again, equal_nan=True), f"csr_merge kc={kc} {label}: runs differ"
+
+
+def test_split_long_rows_at_the_limit_and_bitwise_reproducible(cp, rng):
+    """csr_split: rows of exactly limit and limit + 1 nonzeros (group vs chunks), a row of many
+    chunks and one of exactly SPLIT_CHUNK; 20 runs give bitwise-identical y."""
+    from matplan.kernels import spmv_formats as fmt
+    kernel = get("spmv.csr_split")
+    w = 4
+    limit = fmt.split_limit(w)
+    lengths = rng.integers(0, 6, 5000)
+    lengths[[10, 11, 12, 13]] = [limit, limit + 1, fmt.SPLIT_CHUNK, 9 * fmt.SPLIT_CHUNK + 17]
+    n = 40_000
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    data = (rng.random(indptr[-1]) + 0.5) * rng.choice([-1.0, 1.0], indptr[-1])
+    A = sp.csr_matrix((data, rng.integers(0, n, indptr[-1]), indptr), shape=(5000, n))
+    for dtype in (np.float32, np.float64):
+        Ad = A.astype(dtype)
+        p = kernel.prepare(to_gpu(cp, Ad, dtype, np.int32), {"W": w})
+        assert cp.asnumpy(p.arrays["fix_rows"]).tolist() == [11, 12, 13]
+        assert int(p.meta["nchunks"]) == 1 + 1 + 10
+        x = rng.standard_normal(n).astype(dtype)
+        xg = cp.asarray(x)
+        first = cp.asnumpy(kernel.run(p, xg, out=cp.full(5000, np.nan, dtype=dtype)))
+        check(first.reshape(-1, 1), Ad, x.reshape(-1, 1), dtype, f"csr_split limit rows {np.dtype(dtype)}")
+        for _ in range(20):
+            assert np.array_equal(cp.asnumpy(kernel.run(p, xg)), first), "csr_split: runs differ"
 
 
 def test_cupyx_input_and_bad_arguments(cp, rng):

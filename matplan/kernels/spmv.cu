@@ -72,6 +72,80 @@ __global__ void csr_vector(const I m, const int k, const I* __restrict__ indptr,
     if (active && lane == 0) y[row * k + j] = s;
 }
 
+// ---------------------------------------------------------------- CSR split: long rows in chunks
+// CSR vector for rows of at most `limit` nonzeros; the longer rows (a web graph's hubs, a few
+// percent of the rows with a fifth of the nonzeros) would hold one lane group for their whole
+// length, so they are cut into chunks of SPLIT_CHUNK nonzeros [chunk_lo[c], chunk_hi[c]), a block
+// each: the first nchunks blocks take the chunks (the longest work starts first), the rest are
+// the row groups, which write 0 for a long row. Each chunk's sum (lanes strided by the block,
+// fixed shuffle trees, warp sums in warp order) goes to carry[c]; merge_fixup then adds each long
+// row's chunk sums in chunk order onto its 0: no atomics, bitwise reproducible.
+#define SPLIT_THREADS 256
+template <typename T, typename I, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restrict__ indices,
+          const T* __restrict__ data, const T* __restrict__ x, T* __restrict__ y, const I limit,
+          const long long nchunks, const long long* __restrict__ chunk_lo,
+          const long long* __restrict__ chunk_hi, T* __restrict__ carry) {
+    const int j = blockIdx.y;
+    if ((long long)blockIdx.x < nchunks) {
+        __shared__ T s_warp[SPLIT_THREADS / 32];
+        const long long c = blockIdx.x;
+        const long long e = chunk_hi[c];
+        long long p = chunk_lo[c] + threadIdx.x;
+        T s = 0;
+        for (; p + (UNROLL - 1) * SPLIT_THREADS < e; p += UNROLL * SPLIT_THREADS) {
+            I cl[UNROLL]; T v[UNROLL], xv[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) { cl[u] = indices[p + u * SPLIT_THREADS]; v[u] = data[p + u * SPLIT_THREADS]; }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)cl[u] * k + j];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
+        }
+        for (; p < e; p += SPLIT_THREADS)
+            s += data[p] * x[(long long)indices[p] * k + j];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            s += __shfl_down_sync(FULL_MASK, s, off);
+        if ((threadIdx.x & 31) == 0) s_warp[threadIdx.x >> 5] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            T t = 0;
+#pragma unroll
+            for (int w = 0; w < SPLIT_THREADS / 32; ++w) t += s_warp[w];
+            carry[c * k + j] = t;
+        }
+        return;   // the whole block returns: no row group shares it
+    }
+    const long long tid = ((long long)blockIdx.x - nchunks) * SPLIT_THREADS + threadIdx.x;
+    const long long row = tid / W;
+    const int lane = threadIdx.x & (W - 1);
+    const bool active = row < m;   // no early return: the shuffles need the whole warp
+    T s = 0;
+    if (active) {
+        I p = indptr[row] + lane;
+        const I e = indptr[row + 1];
+        if (e - indptr[row] <= limit) {
+            for (; p + (UNROLL - 1) * W < e; p += UNROLL * W) {
+                I c[UNROLL]; T v[UNROLL], xv[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) { c[u] = indices[p + u * W]; v[u] = data[p + u * W]; }
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)c[u] * k + j];
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
+            }
+            for (; p < e; p += W)
+                s += data[p] * x[(long long)indices[p] * k + j];
+        }
+    }
+#pragma unroll
+    for (int off = W / 2; off > 0; off /= 2)
+        s += __shfl_down_sync(FULL_MASK, s, off, W);
+    if (active && lane == 0) y[row * k + j] = s;
+}
+
 // ---------------------------------------------------------------- CSR SpMM, rows of X read whole
 // Y = A X with k >= 2: a group of KK * S lanes per row of A (KK, S powers of two, KK * S <= 32).
 // Lane (slot q, column c) of the group adds A[r, p] * X[col_p, c0 + c] over nonzeros p = q, q + S,
@@ -446,6 +520,12 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
     template __global__ void brcp<T, I>(const long long, const int, const I*, const int*,          \
                                         const I*, const I*, const T*, const T*, T*, T*);           \
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
+    template __global__ void csr_split<T, I, 2>(const I, const int, const I*, const I*, const T*,  \
+                                                const T*, T*, const I, const long long,             \
+                                                const long long*, const long long*, T*);            \
+    template __global__ void csr_split<T, I, 32>(const I, const int, const I*, const I*, const T*, \
+                                                 const T*, T*, const I, const long long,            \
+                                                 const long long*, const long long*, T*);           \
     template __global__ void csr_merge<T, I, 7, 1>(const long long, const long long, const int,      \
                                                    const int, const long long*, const I*, const I*,  \
                                                    const T*, const T*, T*, T*);                      \

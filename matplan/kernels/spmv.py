@@ -29,7 +29,7 @@ THREADS = 256
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
               "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.8,
-              "spmv.csr_spmm": 0.7}
+              "spmv.csr_spmm": 0.7, "spmv.csr_split": 0.8}
 #: One kernel launch from Python (CuPy RawKernel), seconds.
 LAUNCH_S = 6e-6
 #: One loop iteration of a lone warp: the longest row or block runs alone at the end. An H100
@@ -88,6 +88,7 @@ def _names(ctype, itype):
             + [f"csr_vector<{ctype},{itype},{w}>" for w in fmt.VECTOR_WIDTHS]
             + [f"{k}<{ctype},{itype}>" for k in ("ellr", "brc", "brcp", "brcp_fixup")]
             + [f"csr_merge<{ctype},{itype},{ipt},{v}>" for ipt in fmt.MERGE_IPT for v in (1, MERGE_V)] + [f"merge_fixup<{ctype}>"]
+            + [f"csr_split<{ctype},{itype},{w}>" for w in fmt.VECTOR_WIDTHS]
             + [f"csr_spmm<{ctype},{itype},{kk},{s}>" for kk in fmt.SPMM_COLUMNS for s in fmt.SPMM_SLOTS
                if kk * s <= 32])
 
@@ -478,11 +479,7 @@ class CsrMerge(_SpMV):
     deterministic = True
 
     def supports(self, f):
-        if f.row_max <= MERGE_MIN_SKEW * max(f.row_mean, 1.0):
-            return (f"rows are balanced (longest {f.row_max} <= {MERGE_MIN_SKEW} x mean {f.row_mean:.1f}): "
-                    f"the row kernels need no load balancing and the merge path's per-tile work costs "
-                    f"1.2-1.6x on such matrices")
-        return None
+        return _balanced(f, "the merge path's per-tile work costs 1.2-1.6x on such matrices")
 
     def candidates(self, f, device):
         for ipt in fmt.MERGE_IPT:
@@ -532,6 +529,77 @@ class CsrMerge(_SpMV):
                         (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
 
 
-KERNELS = (CsrScalar(), CsrVector(), CsrSpmm(), Ellr(), Brc(), Brcp(), CsrMerge())
+def _balanced(f, cost_note):
+    """The reason a load-balancing kernel is not offered when the longest row is within
+    MERGE_MIN_SKEW means (the row kernels need no balancing), else None."""
+    if f.row_max <= MERGE_MIN_SKEW * max(f.row_mean, 1.0):
+        return (f"rows are balanced (longest {f.row_max} <= {MERGE_MIN_SKEW} x mean {f.row_mean:.1f}): "
+                f"the row kernels need no load balancing and {cost_note}")
+    return None
+
+
+class CsrSplit(_SpMV):
+    """CSR vector with the long rows cut into chunks of SPLIT_CHUNK nonzeros, a block each.
+
+    For skewed rows (web graphs, R-MAT): the short rows stream as in CSR vector (W lanes a row),
+    the hub rows, which would keep one lane group busy for their whole length, are summed by
+    whole blocks and their chunk sums added in chunk order (merge_fixup): deterministic. Prepare
+    lists the long rows' chunks (array operations on the GPU); A's own arrays are read at run.
+    """
+    name = "spmv.csr_split"
+    deterministic = True
+    reads_a_at_run = True
+
+    def supports(self, f):
+        return _balanced(f, "cutting long rows only adds a launch")
+
+    def candidates(self, f, device):
+        w = fmt.vector_width(f.row_mean)
+        for cand in sorted({max(2, w // 2), w, min(32, w * 2)}):
+            yield {"W": cand}
+
+    def cost(self, f, params, device):
+        v, i = self._sizes(f)
+        w = int(params["W"])
+        limit = fmt.split_limit(w)
+        trips = np.ceil(min(f.row_max, limit) / (UNROLL * w))
+        long_rows = f.row_max > limit
+        nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + traffic.dense_bytes(f)
+        return Cost(self._convert_s(f.m * 8, 6, device),
+                    self._time(nbytes, device, 2 if long_rows else 1, trips, f.m * w * f.k),
+                    f"{w} lanes per row up to {limit} nonzeros, longer rows in blocks of "
+                    f"{fmt.SPLIT_CHUNK} (longest {f.row_max}): no straggler past {int(trips)} trips")
+
+    def prepare(self, A, params):
+        indptr, indices, data = _csr_arrays(A)
+        w = int(params.get("W", 2))
+        if w not in fmt.VECTOR_WIDTHS:
+            raise ValueError(f"params['W']: expected one of {fmt.VECTOR_WIDTHS}, got {w}")
+        limit = fmt.split_limit(w)
+        sc = fmt.split_chunks(indptr, limit, xp=_cupy())
+        fns = functions(data.dtype, indices.dtype)
+        ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
+        arrays = dict(indptr=indptr, indices=indices, data=data, chunk_lo=sc["chunk_lo"], chunk_hi=sc["chunk_hi"],
+                      fix_rows=sc["fix_rows"], fix_lo=sc["fix_lo"], fix_hi=sc["fix_hi"])
+        itype = np.dtype(indices.dtype).type
+        return self._prepared(dict(params, W=w), arrays, A.shape, data.dtype,
+                              fn=fns[f"csr_split<{ct},{it},{w}>"], fix=fns[f"merge_fixup<{ct}>"],
+                              m=itype(A.shape[0]), limit=itype(limit), nchunks=np.int64(sc["nchunks"]),
+                              grid_x=int(sc["nchunks"]) + _grid(A.shape[0] * w),
+                              nfix=np.int64(sc["fix_rows"].shape[0]))
+
+    def _launch(self, p, B, out, k):
+        a, meta = p.arrays, p.meta
+        nchunks = int(meta["nchunks"])
+        carry = _cupy().empty(max(1, nchunks * k), dtype=out.dtype)
+        meta["fn"]((meta["grid_x"], k), (THREADS,),
+                   (meta["m"], np.int32(k), a["indptr"], a["indices"], a["data"], B, out, meta["limit"],
+                    meta["nchunks"], a["chunk_lo"], a["chunk_hi"], carry))
+        if nchunks:
+            meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
+                        (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
+
+
+KERNELS = (CsrScalar(), CsrVector(), CsrSpmm(), Ellr(), Brc(), Brcp(), CsrMerge(), CsrSplit())
 for _k in KERNELS:
     register(_k)

@@ -228,6 +228,38 @@ def brcp(indptr, indices, data, T: int, long_factor: int = analytic.BRCP_LONG_FA
                 partials=red["partials"], pieces=lay["pieces"])
 
 
+# ---------------------------------------------------------------- CSR split
+#: Nonzeros a block of csr_split sums per chunk of a long row (SPLIT_THREADS = 256 lanes x 16).
+SPLIT_CHUNK = 4096
+#: A row is long (cut into chunks) past this many loop trips of its lane group: W lanes take
+#: UNROLL = 4 entries each a trip, so the longest short row costs at most 16 trips (~6 us at
+#: 0.4 us a trip on an H100) whatever the width.
+SPLIT_TRIPS = 16
+
+
+def split_limit(w: int) -> int:
+    """Longest row csr_split leaves to a group of ``w`` lanes (longer rows go in chunks)."""
+    return SPLIT_TRIPS * 4 * int(w)
+
+
+def split_chunks(indptr, limit: int, xp=np):
+    """The chunks of the rows longer than ``limit``: (chunk_lo, chunk_hi) nonzero ranges of at most
+    SPLIT_CHUNK entries (int64), and ``fix_rows``/``fix_lo``/``fix_hi``: each long row and its
+    chunks [lo, hi), which ``merge_fixup`` adds in order. Array operations only (GPU with CuPy)."""
+    ip = indptr.astype(xp.int64)
+    lens = ip[1:] - ip[:-1]
+    rows = xp.flatnonzero(lens > limit).astype(xp.int64)
+    per_row = (lens[rows] + SPLIT_CHUNK - 1) // SPLIT_CHUNK
+    fix_hi = xp.cumsum(per_row)
+    fix_lo = fix_hi - per_row
+    nchunks = int(fix_hi[-1]) if rows.shape[0] else 0
+    c = xp.arange(nchunks, dtype=xp.int64)
+    owner = xp.searchsorted(fix_hi, c, side="right")          # the long row each chunk belongs to
+    lo = ip[rows[owner]] + (c - fix_lo[owner]) * SPLIT_CHUNK
+    hi = xp.minimum(lo + SPLIT_CHUNK, ip[rows[owner] + 1])
+    return dict(chunk_lo=lo, chunk_hi=hi, fix_rows=rows, fix_lo=fix_lo, fix_hi=fix_hi, nchunks=nchunks)
+
+
 # ---------------------------------------------------------------- CSR merge path
 #: Threads per block of the merge-path kernel (MERGE_NT in spmv.cu) and the items per thread
 #: compiled there (odd: no shared-memory bank conflicts, as in CUB's 7); a tile is
