@@ -117,7 +117,11 @@ def test_split_long_rows_at_the_limit_and_bitwise_reproducible(cp, rng):
     n = 40_000
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     data = (rng.random(indptr[-1]) + 0.5) * rng.choice([-1.0, 1.0], indptr[-1])
-    A = sp.csr_matrix((data, rng.integers(0, n, indptr[-1]), indptr), shape=(5000, n))
+    # distinct columns in each row (7919 is prime to n): SciPy would sum duplicates, changing the lengths
+    pos = np.arange(indptr[-1]) - np.repeat(indptr[:-1], lengths)
+    cols = (np.repeat(rng.integers(0, n, 5000), lengths) + 7919 * pos) % n
+    A = sp.csr_matrix((data, cols, indptr), shape=(5000, n))
+    assert np.diff(A.astype(np.float32).indptr)[10:14].tolist() == lengths[10:14].tolist()
     for dtype in (np.float32, np.float64):
         Ad = A.astype(dtype)
         p = kernel.prepare(to_gpu(cp, Ad, dtype, np.int32), {"W": w})

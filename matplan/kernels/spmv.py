@@ -1,4 +1,4 @@
-"""SpMV / SpMM kernels on the GPU: CSR scalar, vector, merge path and SpMM; ELL-R; BRC; BRCP.
+"""SpMV / SpMM kernels on the GPU: CSR scalar, vector, split, merge path and SpMM; ELL-R; BRC; BRCP.
 
 The CUDA sources are in ``spmv.cu`` (one template over value and index type,
 compiled once per (dtype, index type) with every kernel in it). Formats are
@@ -547,6 +547,10 @@ class CsrSplit(_SpMV):
     lists the long rows' chunks (array operations on the GPU); A's own arrays are read at run.
     """
     name = "spmv.csr_split"
+    #: SpMV only: for k columns it streams A k times, like CSR vector; the SpMM kernels read A once
+    #: per 4-32 columns (on skewed-large float32 k = 16 it took 3.5 ms against csr_merge's 1.07,
+    #: H100 2026-11-24, 6d19572)
+    ops = ("spmv",)
     deterministic = True
     reads_a_at_run = True
 
