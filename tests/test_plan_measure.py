@@ -104,6 +104,9 @@ def test_finalists_and_budget():
     assert measure.to_measure("auto", "gpu", False, finals, reuse_enough - 1) == finals[:2]
     assert measure.to_measure("auto", "gpu", False, finals, 1) == []
     assert measure.to_measure("auto", "cpu", False, finals, 10**9) == []
+    short = [_cand(t * measure.MIN_RUN_S / 2e-4) for t in (1.0e-4, 1.1e-4)]    # runs below MIN_RUN_S
+    assert measure.to_measure("auto", "gpu", False, short, 10**9) == []
+    assert measure.to_measure("always", "gpu", False, short, 1) == short
     assert measure.to_measure("always", "gpu", False, finals[:1], 10**9) == []   # nothing to choose
     # a finalist whose conversion does not fit is left out, the others still measured
     dear = [finals[0], _cand(1.05e-4, prepare_s=1.0), finals[1]]

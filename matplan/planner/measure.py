@@ -5,7 +5,7 @@ candidates predicted within ``MARGIN`` of the best are equal as far as the model
 H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which ran 17% faster
 (``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
 pay (its predicted cost of the finalists' timing is at most ``BUDGET`` of reuse x the predicted
-cost per application), :func:`plan` runs each finalist on the caller's own (A, B): prepare once,
+cost per application, and a run is predicted to take at least ``MIN_RUN_S``), :func:`plan` runs each finalist on the caller's own (A, B): prepare once,
 ``WARMUP`` untimed calls, then ``ROUNDS`` rounds of ``CALLS`` calls queued back to back between
 two CUDA events (the throughput a reuse-heavy caller gets; single calls of a 20-us kernel vary by
 10% with the host's jitter, which chose W=16 over W=32 on gene_go where their queued times are
@@ -31,6 +31,11 @@ MAX_FINALISTS = 4
 #: of the plan's predicted work (reuse x the best predicted cost per application).
 BUDGET = 0.2
 WARMUP, CALLS, ROUNDS = 2, 10, 3
+#: measure="auto" leaves plans whose best predicted run is shorter than this to the model: such a
+#: call's time is the host's as much as the GPU's (~10 us of CuPy launch, ~15 us of run path), so
+#: the timings rank the host's jitter (H100, 2026-11-24, 6d19572: on block_dense-large float32 the
+#: measurement took CSR vector W=32 over W=16, 0.0177 against 0.0139 ms back to back).
+MIN_RUN_S = 30e-6
 #: Host time of one timed call beyond the kernel (event records, synchronisation, Python).
 CALL_OVERHEAD_S = 40e-6
 MODES = ("auto", "always", "never")
@@ -62,8 +67,8 @@ def predicted_cost_s(finals) -> float:
 def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int) -> list:
     """The finalists to measure (none: keep the model's choice). Never for one finalist or a plan
     for another device than the one in use (measure="always" raises there). "always": all of them;
-    "auto": on the GPU only, the model's best and each next finalist whose measurement keeps the
-    total within BUDGET of the plan's predicted work."""
+    "auto": on the GPU only, for runs predicted past MIN_RUN_S, the model's best and each next
+    finalist whose measurement keeps the total within BUDGET of the plan's predicted work."""
     if mode == "never" or len(finals) < 2:
         return []
     if planning_elsewhere:
@@ -73,7 +78,7 @@ def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse:
         return []
     if mode == "always":
         return list(finals)
-    if backend != "gpu":
+    if backend != "gpu" or finals[0].run_s < MIN_RUN_S:
         return []
     budget = BUDGET * reuse * finals[0].total_s
     chosen = [finals[0]]
