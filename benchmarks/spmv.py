@@ -14,7 +14,7 @@ applications); planning (first and warm) and each format's conversion (warm,
 ``prepare_ms``) are reported separately. The oracle is the candidate of the least cost per
 application, ``ms + prepare_ms / REUSE`` (the planner's objective), and ``planner_vs_oracle``
 compares those costs. The planner plans by default (``measure="auto"``: at this reuse it times the
-candidates predicted within 15% of the best, ``planner_measured`` of them, inside ``planning_ms``);
+candidates predicted within 30% of the best, ``planner_measured`` of them, inside ``planning_ms``);
 ``model_*`` is the models' own choice (``measure="never"``), whose ``predicted_ms`` the
 candidates carry. The last table times a 10k-nonzero matrix per call
 from Python: ``plan.run``, ``bound(x)`` and cupyx.

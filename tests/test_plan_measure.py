@@ -58,7 +58,7 @@ def test_measured_finalist_beats_the_models_choice(sleepy, spmv):
     assert by_name["test.model_close"].source == by_name["test.model_fast"].source == "measured"
     assert by_name["test.model_fast"].run_s >= 4e-3 > by_name["test.model_close"].run_s
     assert by_name["test.model_far"].source != "measured"         # predicted 3x: not a finalist
-    assert any(r.startswith("measured 2 of the candidates predicted within 15%") for r in p.reasons)
+    assert any(r.startswith("measured 2 of the candidates predicted within 30%") for r in p.reasons)
     assert "next best test.model_fast is measured" in str(p)
     np.testing.assert_allclose(p.run(A, x), A @ x, rtol=1e-12)
 
@@ -95,9 +95,9 @@ def _cand(total_s, prepare_s=0.0):
 
 
 def test_finalists_and_budget():
-    scored = [_cand(t) for t in (1.0e-4, 1.1e-4, 1.14e-4, 1.16e-4, 5e-4)]
+    scored = [_cand(t) for t in (1.0e-4, 1.2e-4, 1.28e-4, 1.32e-4, 5e-4)]
     finals = measure.finalists(scored)
-    assert [c.total_s for c in finals] == [1.0e-4, 1.1e-4, 1.14e-4]
+    assert [c.total_s for c in finals] == [1.0e-4, 1.2e-4, 1.28e-4]
     cost = measure.predicted_cost_s(finals)
     reuse_enough = int(np.ceil(cost / (measure.BUDGET * 1.0e-4)))
     assert measure.to_measure("auto", "gpu", False, finals, reuse_enough) == finals
@@ -109,7 +109,7 @@ def test_finalists_and_budget():
     assert measure.to_measure("always", "gpu", False, short, 1) == short
     assert measure.to_measure("always", "gpu", False, finals[:1], 10**9) == []   # nothing to choose
     # a finalist whose conversion does not fit is left out, the others still measured
-    dear = [finals[0], _cand(1.05e-4, prepare_s=1.0), finals[1]]
+    dear = [finals[0], _cand(1.1e-4, prepare_s=1.0), finals[1]]
     assert measure.to_measure("auto", "gpu", False, dear, reuse_enough) == [finals[0], finals[1]]
 
 

@@ -38,7 +38,7 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
         application pays on top of the kernel, added to its run cost and named in its why
         (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
         from A needs, see ``dispatch.identity.hit_check``).
-    measure: "auto" (default) times the candidates predicted within 15% of the best on (A, B)
+    measure: "auto" (default) times the candidates predicted within 30% of the best on (A, B)
         and chooses by the timings, those whose timing costs at most a fifth of the plan's
         predicted work (GPU only; :mod:`matplan.planner.measure`); "always" / True all such
         finalists; "never" / False keeps the models' choice.

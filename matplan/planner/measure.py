@@ -1,6 +1,6 @@
 """Measured choice among the finalists the cost models cannot separate.
 
-The models' costs are within 5-15% of the device's times (``learned_report_*.json``), so
+The models' costs are 15% off the device's times at the median (``learned_report_*.json``), so
 candidates predicted within ``MARGIN`` of the best are equal as far as the model knows: on an
 H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which ran 17% faster
 (``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
@@ -23,8 +23,10 @@ import time
 from .._timing import cuda_queued_s
 from .plan import Candidate
 
-#: Candidates predicted within this fraction of the best are finalists ...
-MARGIN = 0.15
+#: Candidates predicted within this fraction of the best are finalists (the H100 model's run
+#: error is x1.15 at the median, x1.7 at the 90th percentile; at 0.15 ice40 float32 kept CSR
+#: vector W=32, predicted 21% behind csr_split and measured 2x faster back to back, out) ...
+MARGIN = 0.3
 #: ... at most this many, cheapest first.
 MAX_FINALISTS = 4
 #: measure="auto" measures when the finalists' timing is predicted to cost at most this fraction
