@@ -107,7 +107,8 @@ def test_merge_spmm_columns_per_block(cp, rng, monkeypatch, blocks_per_sm):
 
 def test_split_long_rows_at_the_limit_and_bitwise_reproducible(cp, rng):
     """csr_split: rows of exactly limit and limit + 1 nonzeros (group vs chunks), a row of many
-    chunks and one of exactly SPLIT_CHUNK; 20 runs give bitwise-identical y."""
+    chunks and one of exactly SPLIT_CHUNK; 20 runs give bitwise-identical y (the row tickets only
+    grow), and so do runs on two streams at once."""
     from matplan.kernels import spmv_formats as fmt
     kernel = get("spmv.csr_split")
     w = 4
@@ -133,6 +134,17 @@ def test_split_long_rows_at_the_limit_and_bitwise_reproducible(cp, rng):
         check(first.reshape(-1, 1), Ad, x.reshape(-1, 1), dtype, f"csr_split limit rows {np.dtype(dtype)}")
         for _ in range(20):
             assert np.array_equal(cp.asnumpy(kernel.run(p, xg)), first), "csr_split: runs differ"
+        # two streams in flight at once: each has its own chunk sums and tickets
+        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        outs = []
+        for _ in range(5):
+            for st in streams:
+                with st:
+                    outs.append(kernel.run(p, xg))
+        for st in streams:
+            st.synchronize()
+        assert all(np.array_equal(cp.asnumpy(o), first) for o in outs), "csr_split: streams interfere"
+        assert len(p.meta["scratch"]) == 3            # the default stream's and the two streams'
 
 
 def test_cupyx_input_and_bad_arguments(cp, rng):

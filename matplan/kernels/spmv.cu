@@ -77,16 +77,20 @@ __global__ void csr_vector(const I m, const int k, const I* __restrict__ indptr,
 // percent of the rows with a fifth of the nonzeros) would hold one lane group for their whole
 // length, so they are cut into chunks of SPLIT_CHUNK nonzeros [chunk_lo[c], chunk_hi[c]), a block
 // each: the first nchunks blocks take the chunks (the longest work starts first), the rest are
-// the row groups, which write 0 for a long row. Each chunk's sum (lanes strided by the block,
-// fixed shuffle trees, warp sums in warp order) goes to carry[c]; merge_fixup then adds each long
-// row's chunk sums in chunk order onto its 0: no atomics, bitwise reproducible.
+// the row groups, which leave the long rows alone. A chunk block sums its chunk (lanes strided by
+// the block, fixed shuffle trees, warp sums in warp order) into carry[c], then takes a ticket on
+// its row's counter: the block that completes the row (ticket + 1 a multiple of the row's chunk
+// count: the counters only grow, so calls on one stream need no reset) adds the row's chunk sums
+// in chunk order into y. One launch, no atomics on values: bitwise reproducible.
 #define SPLIT_THREADS 256
 template <typename T, typename I, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restrict__ indices,
           const T* __restrict__ data, const T* __restrict__ x, T* __restrict__ y, const I limit,
           const long long nchunks, const long long* __restrict__ chunk_lo,
-          const long long* __restrict__ chunk_hi, T* __restrict__ carry) {
+          const long long* __restrict__ chunk_hi, const long long* __restrict__ chunk_row,
+          const long long* __restrict__ fix_rows, const long long* __restrict__ fix_lo,
+          const long long* __restrict__ fix_hi, T* carry, unsigned long long* tickets) {
     const int j = blockIdx.y;
     if ((long long)blockIdx.x < nchunks) {
         __shared__ T s_warp[SPLIT_THREADS / 32];
@@ -115,18 +119,29 @@ csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restr
 #pragma unroll
             for (int w = 0; w < SPLIT_THREADS / 32; ++w) t += s_warp[w];
             carry[c * k + j] = t;
+            __threadfence();                           // the sum is visible before the ticket
+            const long long r = chunk_row[c];          // index among the long rows
+            const long long lo = fix_lo[r], n_r = fix_hi[r] - lo;
+            const unsigned long long ticket = atomicAdd(tickets + r * k + j, 1ull);
+            if ((ticket + 1) % (unsigned long long)n_r == 0) {   // every chunk of the row is in
+                __threadfence();
+                T total = 0;
+                for (long long q = lo; q < lo + n_r; ++q) total += __ldcg(carry + q * k + j);
+                y[fix_rows[r] * k + j] = total;
+            }
         }
         return;   // the whole block returns: no row group shares it
     }
     const long long tid = ((long long)blockIdx.x - nchunks) * SPLIT_THREADS + threadIdx.x;
     const long long row = tid / W;
     const int lane = threadIdx.x & (W - 1);
-    const bool active = row < m;   // no early return: the shuffles need the whole warp
+    bool mine = row < m;   // no early return: the shuffles need the whole warp
     T s = 0;
-    if (active) {
+    if (mine) {
         I p = indptr[row] + lane;
         const I e = indptr[row + 1];
-        if (e - indptr[row] <= limit) {
+        mine = e - indptr[row] <= limit;   // a long row is its chunks' to write
+        if (mine) {
             for (; p + (UNROLL - 1) * W < e; p += UNROLL * W) {
                 I c[UNROLL]; T v[UNROLL], xv[UNROLL];
 #pragma unroll
@@ -143,7 +158,7 @@ csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restr
 #pragma unroll
     for (int off = W / 2; off > 0; off /= 2)
         s += __shfl_down_sync(FULL_MASK, s, off, W);
-    if (active && lane == 0) y[row * k + j] = s;
+    if (mine && lane == 0) y[row * k + j] = s;
 }
 
 // ---------------------------------------------------------------- CSR SpMM, rows of X read whole
@@ -521,11 +536,11 @@ __global__ void merge_fixup(const long long nfix, const int k, const long long* 
                                         const I*, const I*, const T*, const T*, T*, T*);           \
     template __global__ void brcp_fixup<T, I>(const I, const int, const I*, const I*, const T*, T*); \
     template __global__ void csr_split<T, I, 2>(const I, const int, const I*, const I*, const T*,  \
-                                                const T*, T*, const I, const long long,             \
-                                                const long long*, const long long*, T*);            \
+        const T*, T*, const I, const long long, const long long*, const long long*, const long long*, \
+        const long long*, const long long*, const long long*, T*, unsigned long long*);              \
     template __global__ void csr_split<T, I, 32>(const I, const int, const I*, const I*, const T*, \
-                                                 const T*, T*, const I, const long long,            \
-                                                 const long long*, const long long*, T*);           \
+        const T*, T*, const I, const long long, const long long*, const long long*, const long long*, \
+        const long long*, const long long*, const long long*, T*, unsigned long long*);              \
     template __global__ void csr_merge<T, I, 7, 1>(const long long, const long long, const int,      \
                                                    const int, const long long*, const I*, const I*,  \
                                                    const T*, const T*, T*, T*);                      \

@@ -543,8 +543,10 @@ class CsrSplit(_SpMV):
 
     For skewed rows (web graphs, R-MAT): the short rows stream as in CSR vector (W lanes a row),
     the hub rows, which would keep one lane group busy for their whole length, are summed by
-    whole blocks and their chunk sums added in chunk order (merge_fixup): deterministic. Prepare
-    lists the long rows' chunks (array operations on the GPU); A's own arrays are read at run.
+    whole blocks; the block that completes a row adds its chunk sums in chunk order (spmv.cu):
+    one launch, deterministic. Prepare lists the long rows' chunks (array operations on the GPU);
+    A's own arrays are read at run. The chunk sums and the rows' tickets (counters that only grow)
+    are kept per CUDA stream and k, so calls on one stream reuse them and streams never share them.
     """
     name = "spmv.csr_split"
     #: SpMV only: for k columns it streams A k times, like CSR vector; the SpMM kernels read A once
@@ -555,7 +557,7 @@ class CsrSplit(_SpMV):
     reads_a_at_run = True
 
     def supports(self, f):
-        return _balanced(f, "cutting long rows only adds a launch")
+        return _balanced(f, "cutting long rows only adds work")
 
     def candidates(self, f, device):
         w = fmt.vector_width(f.row_mean)
@@ -567,10 +569,8 @@ class CsrSplit(_SpMV):
         w = int(params["W"])
         limit = fmt.split_limit(w)
         trips = np.ceil(min(f.row_max, limit) / (UNROLL * w))
-        long_rows = f.row_max > limit
         nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + traffic.dense_bytes(f)
-        return Cost(self._convert_s(f.m * 8, 6, device),
-                    self._time(nbytes, device, 2 if long_rows else 1, trips, f.m * w * f.k),
+        return Cost(self._convert_s(f.m * 8, 6, device), self._time(nbytes, device, 1, trips, f.m * w * f.k),
                     f"{w} lanes per row up to {limit} nonzeros, longer rows in blocks of "
                     f"{fmt.SPLIT_CHUNK} (longest {f.row_max}): no straggler past {int(trips)} trips")
 
@@ -583,25 +583,26 @@ class CsrSplit(_SpMV):
         sc = fmt.split_chunks(indptr, limit, xp=_cupy())
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
-        arrays = dict(indptr=indptr, indices=indices, data=data, chunk_lo=sc["chunk_lo"], chunk_hi=sc["chunk_hi"],
-                      fix_rows=sc["fix_rows"], fix_lo=sc["fix_lo"], fix_hi=sc["fix_hi"])
+        arrays = dict(indptr=indptr, indices=indices, data=data,
+                      **{name: sc[name] for name in ("chunk_lo", "chunk_hi", "chunk_row", "fix_rows", "fix_lo", "fix_hi")})
         itype = np.dtype(indices.dtype).type
         return self._prepared(dict(params, W=w), arrays, A.shape, data.dtype,
-                              fn=fns[f"csr_split<{ct},{it},{w}>"], fix=fns[f"merge_fixup<{ct}>"],
-                              m=itype(A.shape[0]), limit=itype(limit), nchunks=np.int64(sc["nchunks"]),
-                              grid_x=int(sc["nchunks"]) + _grid(A.shape[0] * w),
-                              nfix=np.int64(sc["fix_rows"].shape[0]))
+                              fn=fns[f"csr_split<{ct},{it},{w}>"], m=itype(A.shape[0]), limit=itype(limit),
+                              nchunks=np.int64(sc["nchunks"]), grid_x=int(sc["nchunks"]) + _grid(A.shape[0] * w),
+                              scratch={})
 
     def _launch(self, p, B, out, k):
+        cp = _cupy()
         a, meta = p.arrays, p.meta
-        nchunks = int(meta["nchunks"])
-        carry = _cupy().empty(max(1, nchunks * k), dtype=out.dtype)
+        key = (cp.cuda.get_current_stream().ptr, k)
+        scratch = meta["scratch"].get(key)
+        if scratch is None:      # chunk sums and tickets of this stream (zeroed once)
+            scratch = meta["scratch"][key] = (cp.empty(max(1, int(meta["nchunks"]) * k), dtype=out.dtype),
+                                              cp.zeros(max(1, a["fix_rows"].shape[0] * k), dtype=cp.uint64))
         meta["fn"]((meta["grid_x"], k), (THREADS,),
                    (meta["m"], np.int32(k), a["indptr"], a["indices"], a["data"], B, out, meta["limit"],
-                    meta["nchunks"], a["chunk_lo"], a["chunk_hi"], carry))
-        if nchunks:
-            meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
-                        (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
+                    meta["nchunks"], a["chunk_lo"], a["chunk_hi"], a["chunk_row"], a["fix_rows"], a["fix_lo"],
+                    a["fix_hi"], *scratch))
 
 
 KERNELS = (CsrScalar(), CsrVector(), CsrSpmm(), Ellr(), Brc(), Brcp(), CsrMerge(), CsrSplit())

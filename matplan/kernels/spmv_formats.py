@@ -244,8 +244,9 @@ def split_limit(w: int) -> int:
 
 def split_chunks(indptr, limit: int, xp=np):
     """The chunks of the rows longer than ``limit``: (chunk_lo, chunk_hi) nonzero ranges of at most
-    SPLIT_CHUNK entries (int64), and ``fix_rows``/``fix_lo``/``fix_hi``: each long row and its
-    chunks [lo, hi), which ``merge_fixup`` adds in order. Array operations only (GPU with CuPy)."""
+    SPLIT_CHUNK entries and ``chunk_row``, the long row (its index in ``fix_rows``) each belongs
+    to; ``fix_rows``/``fix_lo``/``fix_hi``: each long row and its chunks [lo, hi), added in chunk
+    order by the block that completes the row. int64; array operations only (GPU with CuPy)."""
     ip = indptr.astype(xp.int64)
     lens = ip[1:] - ip[:-1]
     rows = xp.flatnonzero(lens > limit).astype(xp.int64)
@@ -257,7 +258,8 @@ def split_chunks(indptr, limit: int, xp=np):
     owner = xp.searchsorted(fix_hi, c, side="right")          # the long row each chunk belongs to
     lo = ip[rows[owner]] + (c - fix_lo[owner]) * SPLIT_CHUNK
     hi = xp.minimum(lo + SPLIT_CHUNK, ip[rows[owner] + 1])
-    return dict(chunk_lo=lo, chunk_hi=hi, fix_rows=rows, fix_lo=fix_lo, fix_hi=fix_hi, nchunks=nchunks)
+    return dict(chunk_lo=lo, chunk_hi=hi, chunk_row=owner.astype(xp.int64), fix_rows=rows, fix_lo=fix_lo,
+                fix_hi=fix_hi, nchunks=nchunks)
 
 
 # ---------------------------------------------------------------- CSR merge path
