@@ -44,7 +44,7 @@ def cmd_plan(args) -> int:
         B = rng.random(A.shape[1]) + 0.5
     gpu = _use_gpu(args)
     p = planner.plan(_to_device(A, gpu), _to_device(B, gpu), reuse=args.reuse,
-                     deterministic=args.deterministic, device=args.device)
+                     deterministic=args.deterministic, device=args.device, measure=args.measure)
     print(p.to_json() if args.json else p)
     return 0
 
@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="B is dense with K columns (random)")
     p.add_argument("--reuse", type=int, default=1)
     p.add_argument("--deterministic", action="store_true")
+    p.add_argument("--measure", choices=["auto", "always", "never"], default="auto",
+                   help="time the finalists on the GPU (planner.plan's measure; default auto)")
     p.add_argument("--device", help="plan for a known GPU (H100, A100, K40c, ...) instead of the one in use")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     where(p)
