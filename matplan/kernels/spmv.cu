@@ -12,6 +12,28 @@
 // Loads of this many entries are issued before their products are added (in order).
 #define UNROLL 4
 
+// sum of data[q] * x[indices[q] * k + j] over q = p, p + S, ... < e: UNROLL loads issued before
+// their products are added, in order (the rounding of a plain loop); the row loop of CSR scalar
+// (S = 1), vector (S = W lanes) and split (also S = the block, over a chunk).
+template <int S, typename T, typename I, typename P>
+__device__ __forceinline__ T strided_sum(P p, const P e, const I* __restrict__ indices,
+                                         const T* __restrict__ data, const T* __restrict__ x,
+                                         const int k, const int j) {
+    T s = 0;
+    for (; p + (UNROLL - 1) * S < e; p += UNROLL * S) {
+        I c[UNROLL]; T v[UNROLL], xv[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) { c[u] = indices[p + u * S]; v[u] = data[p + u * S]; }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)c[u] * k + j];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
+    }
+    for (; p < e; p += S)
+        s += data[p] * x[(long long)indices[p] * k + j];
+    return s;
+}
+
 // ---------------------------------------------------------------- CSR scalar
 // Thread per row: simple, uncoalesced loads of A (each lane walks its own row).
 template <typename T, typename I>
@@ -21,21 +43,7 @@ __global__ void csr_scalar(const I m, const int k, const I* __restrict__ indptr,
     const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= m) return;
     const int j = blockIdx.y;
-    T s = 0;
-    I p = indptr[row];
-    const I e = indptr[row + 1];
-    for (; p + UNROLL <= e; p += UNROLL) {   // loads first, then adds in order: ILP, same rounding
-        I c[UNROLL]; T v[UNROLL], xv[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) { c[u] = indices[p + u]; v[u] = data[p + u]; }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)c[u] * k + j];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
-    }
-    for (; p < e; ++p)
-        s += data[p] * x[(long long)indices[p] * k + j];
-    y[row * k + j] = s;
+    y[row * k + j] = strided_sum<1>(indptr[row], indptr[row + 1], indices, data, x, k, j);
 }
 
 // ---------------------------------------------------------------- CSR vector
@@ -50,22 +58,7 @@ __global__ void csr_vector(const I m, const int k, const I* __restrict__ indptr,
     const int lane = threadIdx.x & (W - 1);
     const int j = blockIdx.y;
     const bool active = row < m;   // no early return: the shuffles need the whole warp
-    T s = 0;
-    if (active) {
-        I p = indptr[row] + lane;
-        const I e = indptr[row + 1];
-        for (; p + (UNROLL - 1) * W < e; p += UNROLL * W) {
-            I c[UNROLL]; T v[UNROLL], xv[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) { c[u] = indices[p + u * W]; v[u] = data[p + u * W]; }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)c[u] * k + j];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
-        }
-        for (; p < e; p += W)
-            s += data[p] * x[(long long)indices[p] * k + j];
-    }
+    T s = active ? strided_sum<W>(indptr[row] + lane, indptr[row + 1], indices, data, x, k, j) : T(0);
 #pragma unroll
     for (int off = W / 2; off > 0; off /= 2)
         s += __shfl_down_sync(FULL_MASK, s, off, W);
@@ -95,20 +88,7 @@ csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restr
     if ((long long)blockIdx.x < nchunks) {
         __shared__ T s_warp[SPLIT_THREADS / 32];
         const long long c = blockIdx.x;
-        const long long e = chunk_hi[c];
-        long long p = chunk_lo[c] + threadIdx.x;
-        T s = 0;
-        for (; p + (UNROLL - 1) * SPLIT_THREADS < e; p += UNROLL * SPLIT_THREADS) {
-            I cl[UNROLL]; T v[UNROLL], xv[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) { cl[u] = indices[p + u * SPLIT_THREADS]; v[u] = data[p + u * SPLIT_THREADS]; }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)cl[u] * k + j];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
-        }
-        for (; p < e; p += SPLIT_THREADS)
-            s += data[p] * x[(long long)indices[p] * k + j];
+        T s = strided_sum<SPLIT_THREADS>(chunk_lo[c] + threadIdx.x, chunk_hi[c], indices, data, x, k, j);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
             s += __shfl_down_sync(FULL_MASK, s, off);
@@ -135,26 +115,9 @@ csr_split(const I m, const int k, const I* __restrict__ indptr, const I* __restr
     const long long tid = ((long long)blockIdx.x - nchunks) * SPLIT_THREADS + threadIdx.x;
     const long long row = tid / W;
     const int lane = threadIdx.x & (W - 1);
-    bool mine = row < m;   // no early return: the shuffles need the whole warp
-    T s = 0;
-    if (mine) {
-        I p = indptr[row] + lane;
-        const I e = indptr[row + 1];
-        mine = e - indptr[row] <= limit;   // a long row is its chunks' to write
-        if (mine) {
-            for (; p + (UNROLL - 1) * W < e; p += UNROLL * W) {
-                I c[UNROLL]; T v[UNROLL], xv[UNROLL];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) { c[u] = indices[p + u * W]; v[u] = data[p + u * W]; }
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) xv[u] = x[(long long)c[u] * k + j];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) s += v[u] * xv[u];
-            }
-            for (; p < e; p += W)
-                s += data[p] * x[(long long)indices[p] * k + j];
-        }
-    }
+    // no early return: the shuffles need the whole warp; a long row is its chunks' to write
+    const bool mine = row < m && indptr[row + 1] - indptr[row] <= limit;
+    T s = mine ? strided_sum<W>(indptr[row] + lane, indptr[row + 1], indices, data, x, k, j) : T(0);
 #pragma unroll
     for (int off = W / 2; off > 0; off /= 2)
         s += __shfl_down_sync(FULL_MASK, s, off, W);

@@ -131,6 +131,14 @@ def _csr_arrays(A):
     return indptr, indices, data
 
 
+def _choice(params: dict, name: str, default: int, allowed) -> int:
+    """params[name] (``default`` when absent) as an int, or ValueError naming the allowed values."""
+    value = int(params.get(name, default))
+    if value not in allowed:
+        raise ValueError(f"params[{name!r}]: expected one of {tuple(allowed)}, got {value}")
+    return value
+
+
 def _grid(nthreads: int) -> int:
     return max(1, -(-int(nthreads) // THREADS))
 
@@ -199,6 +207,12 @@ class _CSR(_SpMV):
                    (meta["m"], np.int32(k), a["indptr"], a["indices"], a["data"], B, out))
 
 
+def _width_candidates(f):
+    """Lanes per row to try: the width for the mean row length and its neighbours."""
+    w = fmt.vector_width(f.row_mean)
+    return [{"W": cand} for cand in sorted({max(2, w // 2), w, min(32, w * 2)})]
+
+
 class CsrScalar(_CSR):
     """Thread per row: good for very short rows; loads of A do not coalesce."""
     name = "spmv.csr_scalar"
@@ -227,14 +241,10 @@ class CsrVector(_CSR):
     reads_a_at_run = True
 
     def candidates(self, f, device):
-        w = fmt.vector_width(f.row_mean)
-        for cand in sorted({max(2, w // 2), w, min(32, w * 2)}):
-            yield {"W": cand}
+        return _width_candidates(f)
 
     def _fn_name(self, dt, it, params):
-        w = int(params.get("W", 32))
-        if w not in fmt.VECTOR_WIDTHS:
-            raise ValueError(f"params['W']: expected one of {fmt.VECTOR_WIDTHS}, got {w}")
+        w = _choice(params, "W", 32, fmt.VECTOR_WIDTHS)
         return f"csr_vector<{_cuda.ctype(dt)},{_cuda.ctype(it)},{w}>"
 
     def _threads(self, m, params):
@@ -277,9 +287,7 @@ class CsrSpmm(_CSR):
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)
-        s = int(params.get("S", 1))
-        if s not in fmt.SPMM_SLOTS:
-            raise ValueError(f"params['S']: expected one of {fmt.SPMM_SLOTS}, got {s}")
+        s = _choice(params, "S", 1, fmt.SPMM_SLOTS)
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
         by_columns = {kk: fns[f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>"] for kk in fmt.SPMM_COLUMNS}
@@ -501,9 +509,7 @@ class CsrMerge(_SpMV):
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)
-        ipt = int(params.get("ipt", fmt.MERGE_IPT[0]))
-        if ipt not in fmt.MERGE_IPT:
-            raise ValueError(f"params['ipt']: expected one of {fmt.MERGE_IPT}, got {ipt}")
+        ipt = _choice(params, "ipt", fmt.MERGE_IPT[0], fmt.MERGE_IPT)
         mp = fmt.merge_path(indptr, ipt, xp=_cupy())
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
@@ -560,9 +566,7 @@ class CsrSplit(_SpMV):
         return _balanced(f, "cutting long rows only adds work")
 
     def candidates(self, f, device):
-        w = fmt.vector_width(f.row_mean)
-        for cand in sorted({max(2, w // 2), w, min(32, w * 2)}):
-            yield {"W": cand}
+        return _width_candidates(f)
 
     def cost(self, f, params, device):
         v, i = self._sizes(f)
@@ -576,9 +580,7 @@ class CsrSplit(_SpMV):
 
     def prepare(self, A, params):
         indptr, indices, data = _csr_arrays(A)
-        w = int(params.get("W", 2))
-        if w not in fmt.VECTOR_WIDTHS:
-            raise ValueError(f"params['W']: expected one of {fmt.VECTOR_WIDTHS}, got {w}")
+        w = _choice(params, "W", 2, fmt.VECTOR_WIDTHS)
         limit = fmt.split_limit(w)
         sc = fmt.split_chunks(indptr, limit, xp=_cupy())
         fns = functions(data.dtype, indices.dtype)
