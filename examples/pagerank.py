@@ -41,11 +41,11 @@ def transition(A):
 def pagerank(cp, spmv, n, dangling):
     """Iterate with ``spmv(r) -> M r``; returns (ranks, iterations, seconds)."""
     r = cp.full(n, 1.0 / n)
-    dmask = cp.asarray(dangling)
+    dmask = cp.asarray(dangling, dtype=cp.float64)   # a dot product, not boolean indexing (no sync)
     cp.cuda.Device().synchronize()
     t = time.perf_counter()
     for it in range(1, MAX_ITER + 1):
-        leak = ALPHA * r[dmask].sum() + (1.0 - ALPHA)
+        leak = ALPHA * (dmask @ r) + (1.0 - ALPHA)
         r_new = ALPHA * spmv(r) + leak / n
         delta = float(cp.abs(r_new - r).sum())
         r = r_new
