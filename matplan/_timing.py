@@ -34,8 +34,8 @@ def cuda_median_s(fn, repeats: int, warmup: int = 2) -> float:
 
 def cuda_queued_s(fn, calls: int, rounds: int, warmup: int = 1) -> float:
     """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn()`` queued back to
-    back between two CUDA events: the GPU never waits for the host (throughput, launches included;
-    the host's jitter, 10% of a 20-us call, stays out)."""
+    back between two CUDA events: throughput, the host's work of a call overlapping the GPU's
+    (as long as it is the shorter; the host's jitter, 10% of a single 20-us call, averages out)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("cuda_queued_s needs CuPy and a GPU")

@@ -4,16 +4,17 @@ The models' costs are 15% off the device's times at the median (``learned_report
 candidates predicted within ``MARGIN`` of the best are equal as far as the model knows: on an
 H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which ran 17% faster
 (``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
-pay (its predicted cost of the finalists' timing is at most ``BUDGET`` of reuse x the predicted
-cost per application, and a run is predicted to take at least ``MIN_RUN_S``), :func:`plan` runs each finalist on the caller's own (A, B): prepare once,
-``WARMUP`` untimed calls, then ``ROUNDS`` rounds of ``CALLS`` calls queued back to back between
-two CUDA events (the throughput a reuse-heavy caller gets; single calls of a 20-us kernel vary by
-10% with the host's jitter, which chose W=16 over W=32 on gene_go where their queued times are
-equal, 2026-11-24), and chooses by measured run + predicted prepare / reuse. A finalist whose
-conversion does not fit the budget is left out (the model's best is always in). The pattern is
-Triton's autotuner: a performance model prunes, timings choose. Plans of near-equal finalists may
-then differ between processes (by less than the measurement noise); ``measure="never"`` keeps the
-model's deterministic choice.
+pay (timing the finalists is predicted to cost at most ``BUDGET`` of reuse x the predicted cost
+per application) and a run is predicted to take at least ``MIN_RUN_S``, :func:`plan` runs each
+finalist on the caller's own (A, B): prepare once, ``WARMUP`` untimed calls, then ``ROUNDS``
+rounds of ``CALLS`` calls queued back to back between two CUDA events (the throughput a
+reuse-heavy caller gets; single calls of a 20-us kernel vary by 10% with the host's jitter,
+which chose W=16 over W=32 on gene_go where their queued times are equal, 2026-11-24), and
+chooses by measured run + predicted prepare / reuse. A finalist whose conversion does not fit
+the budget is left out (the model's best is always in). The pattern is Triton's autotuner: a
+performance model prunes, timings choose. Plans of near-equal finalists may then differ between
+processes (by less than the measurement noise); ``measure="never"`` keeps the model's
+deterministic choice.
 """
 from __future__ import annotations
 
