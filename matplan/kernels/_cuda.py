@@ -7,8 +7,10 @@ and NVRTC's output is cached on disk by CuPy.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import threading
 
 import numpy as np
 
@@ -105,6 +107,63 @@ def resident_blocks(fn, threads: int, smem: int = 0) -> int:
     """Blocks of ``fn`` (a kernel handle) one SM holds at once: the driver's occupancy query."""
     from cupy_backends.cuda.api import driver
     return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(driver_function(fn).ptr, threads, smem))
+
+
+#: ctypes of the letters of a :class:`Launcher` signature: p a pointer (a CuPy array, an int
+#: address or None), i int32, q int64, Q uint64, f float, d double.
+PARAM_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "q": ctypes.c_int64, "Q": ctypes.c_uint64,
+               "f": ctypes.c_float, "d": ctypes.c_double}
+
+
+class Launcher:
+    """``fn`` (a kernel handle) launched through the driver with its parameters packed in one
+    ctypes structure.
+
+    CuPy's launch converts every argument on each call (a NumPy scalar ~0.5 us): a kernel of 15
+    parameters took 11-16 us of host time a launch on an H100 host, a packed launch 5.4
+    (2026-11-24, ``benchmarks/results/launch-path-h100-2026-11-24.log``); launch paths of several
+    kernels (SpTRANS: four to six a call) are host-bound by it. ``signature`` has one letter a
+    parameter (:data:`PARAM_TYPES`); a call checks the count, not the types. Each thread packs into
+    its own structure; the driver copies the parameters at the launch, so it is reused at once.
+    """
+
+    def __init__(self, fn, signature: str):
+        bad = set(signature) - set(PARAM_TYPES)
+        if bad:
+            raise ValueError(f"signature {signature!r}: unknown letters {sorted(bad)}; expected {sorted(PARAM_TYPES)}")
+        self.ptr = driver_function(fn).ptr
+        self.signature = signature
+        self._names = [f"a{i}" for i in range(len(signature))]
+        self._struct = type("Params", (ctypes.Structure,),
+                            {"_fields_": [(name, PARAM_TYPES[c]) for name, c in zip(self._names, signature)]})
+        self._local = threading.local()
+
+    def _buffers(self):
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            params = self._struct()
+            base = ctypes.addressof(params)
+            ptrs = (ctypes.c_void_p * len(self._names))(*[base + getattr(self._struct, n).offset for n in self._names])
+            buf = self._local.buf = (params, ptrs, ctypes.addressof(ptrs))
+        return buf
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        if len(args) != len(self.signature):
+            raise TypeError(f"kernel of signature {self.signature!r}: {len(self.signature)} arguments, got {len(args)}")
+        params, _, ptrs = self._buffers()
+        for name, kind, a in zip(self._names, self.signature, args):
+            if kind == "p":
+                a = a.data.ptr if hasattr(a, "data") and hasattr(a.data, "ptr") else (None if a is None else int(a))
+            elif kind in "fd":
+                a = float(a)
+            else:
+                a = int(a)
+            setattr(params, name, a)
+        cp = cupy_module()
+        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        bx, by, bz = (tuple(block) + (1, 1))[:3]
+        cp.cuda.driver.launchKernel(self.ptr, gx, gy, gz, bx, by, bz, int(shared_mem),
+                                    cp.cuda.get_current_stream().ptr, ptrs, 0)
 
 
 def ctype(dtype) -> str:

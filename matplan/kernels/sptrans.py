@@ -67,7 +67,7 @@ import numpy as np
 
 from .._xp import cupy_module
 from . import _cuda
-from .spgemm import NULL_PTR as _NULL, check_csr, csr_from_parts, sparse_module
+from .spgemm import check_csr, csr_from_parts, sparse_module
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
@@ -114,9 +114,20 @@ class _Kernels:
         def typed(name):
             return {ct: fn(f"{name}<{ct}>") for ct in ("float", "double")}
         self.place, self.sort = fn("spt_place"), typed("spt_sort")
-        self.count, self.scan, self.scatter = fn("spt_count"), fn("spt_scan"), fn("spt_scatter")
-        self.sort_short, self.sort_big = typed("spt_sort_short"), typed("spt_sort_big")
-        self.merge_long, self.radix_pass = typed("spt_merge_long"), typed("spt_radix_pass")
+
+        # the plain launches go through the driver with packed parameters (_cuda.Launcher: a
+        # call's four to six launches were most of its ~170-200 us of host time through CuPy)
+        def packed(name, signature):
+            return _cuda.Launcher(fn(name), signature)
+
+        def packed_typed(name, signature):
+            return {ct: _cuda.Launcher(f, signature) for ct, f in typed(name).items()}
+        self.count, self.scan = packed("spt_count", "pqippp"), packed("spt_scan", "pippppiiipii")
+        self.scatter = packed("spt_scatter", "ppiqppip")
+        self.sort_short = packed_typed("spt_sort_short", "pippppi")
+        self.sort_big = packed_typed("spt_sort_big", "pipppppppi")
+        self.merge_long = packed_typed("spt_merge_long", "ppppppppi")
+        self.radix_pass = packed_typed("spt_radix_pass", "pippppqpiiippppppp")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
         self.sort_cap = {ct: sms * _cuda.resident_blocks(f, BLOCK) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
@@ -268,25 +279,24 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     look_off = ticket_off + (passes if rdx else 0)
     ws = cp.zeros(look_off + (passes * tiles * 256 if rdx else 0), dtype=cp.int32)
     p_ws = ws.data.ptr
-    p_ctrl, p_status, p_list, p_huge, p_hist = (np.uintp(p_ws + 4 * o) for o in
-                                                (0, status_off, list_off, huge_off, hist_off))
+    # device addresses as plain ints (the launches pack them: _cuda.Launcher)
+    p_ctrl, p_status, p_list, p_huge, p_hist = (p_ws + 4 * o for o in (0, status_off, list_off, huge_off, hist_off))
     if not seg:
-        p_list = p_huge = _NULL
+        p_list = p_huge = 0
         short_max = warp_max = cap = INT32_MAX   # no column is binned
     if not rdx:
-        p_hist = _NULL
-    n32, nnz64 = np.int32(n), np.int64(nnz)
+        p_hist = 0
     # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge columns' scratch
     keys = cp.empty(2 * nnz, dtype=cp.uint64) if seg else None
-    p_second = np.uintp(keys.data.ptr + 8 * nnz) if seg else _NULL
+    p_second = keys.data.ptr + 8 * nnz if seg else 0
 
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz64, n32, counts, p_second, p_ctrl))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, counts, p_second, p_ctrl))
     done("count")
-    ks.scan((scan_tiles,), (BLOCK,), (counts, n32, p_status, p_ctrl, p_list, p_huge, np.int32(short_max),
-                                      np.int32(warp_max), np.int32(cap), p_hist, np.int32(passes), np.int32(bits)))
+    ks.scan((scan_tiles,), (BLOCK,), (counts, n, p_status, p_ctrl, p_list, p_huge, short_max, warp_max, cap,
+                                      p_hist, passes, bits))
     done("scan")
     out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
@@ -296,14 +306,14 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
         for name, fn, grid, block, args in (
                 ("scatter", ks.scatter, (m + nnz + TILE - 1) // TILE, BLOCK,
-                 (indptr_a, indices, np.int32(m), nnz64, counts, p_second, n32, keys)),
+                 (indptr_a, indices, m, nnz, counts, p_second, n, keys)),
                 ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
-                 (counts, n32, keys, A.data, out_idx, out_val, np.int32(short_max))),
+                 (counts, n, keys, A.data, out_idx, out_val, short_max)),
                 ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
-                 (counts, n32, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, np.int32(cap))),
+                 (counts, n, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, cap)),
                 # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
                 ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
-                 (counts, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, np.int32(cap)))):
+                 (counts, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, cap))):
             fn((grid,), (block,), args)
             done(name)
     if rdx:
@@ -325,18 +335,17 @@ def _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs,
     # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
     between, item = min(2, passes - 1), A.dtype.itemsize
     buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
-    bufs = [(np.uintp(buf.data.ptr + 8 * nnz * i), np.uintp(buf.data.ptr + 8 * nnz * between + item * nnz * i))
+    bufs = [(buf.data.ptr + 8 * nnz * i, buf.data.ptr + 8 * nnz * between + item * nnz * i)
             for i in range(between)]   # the keys first: every buffer aligned to its element
-    first, src, p_live = (indices, A.data), (_NULL, _NULL), _NULL
+    first, src, p_live = (indices, A.data), (0, 0), 0
     for p in range(passes):   # the last pass writes A.T
-        dst = (_NULL, _NULL) if p == passes - 1 else bufs[p % 2]
+        dst = (0, 0) if p == passes - 1 else bufs[p % 2]
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (indptr_a, np.int32(m), *first, *src, np.int64(nnz), p_live, np.int32(n),
-                           np.int32(p * bits), np.int32(bits), np.uintp(hist + 4 * 256 * p),
-                           np.uintp(look + 4 * p * tiles * 256), np.uintp(ticket + 4 * p), *dst, out_idx, out_val))
+                          (indptr_a, m, *first, *src, nnz, p_live, n, p * bits, bits, hist + 4 * 256 * p,
+                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only: A.T's indptr[n] of them
-        first, src, p_live = (_NULL, _NULL), dst, np.uintp(n_live)
+        first, src, p_live = (0, 0), dst, n_live
 
 
 def _launch(kernel, mark):
