@@ -166,6 +166,22 @@ class Launcher:
                                     cp.cuda.get_current_stream().ptr, ptrs, 0)
 
 
+def launcher(fn, signature: str) -> Launcher:
+    """The :class:`Launcher` of ``fn`` (a kernel handle) and ``signature``, built once per kernel:
+    its parameter structure is a ctypes type of its own."""
+    return _launcher(driver_function(fn), signature)
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher(function, signature):
+    return Launcher(function, signature)
+
+
+def index_letter(dtype) -> str:
+    """The :class:`Launcher` letter of a kernel parameter of this integer dtype (int32 / int64)."""
+    return {np.dtype(np.int32): "i", np.dtype(np.int64): "q"}[np.dtype(dtype)]
+
+
 def ctype(dtype) -> str:
     """The CUDA C type of a NumPy dtype (float/double/int/long long)."""
     return {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
