@@ -285,3 +285,18 @@ def test_split_chunks_cover_exactly_the_long_rows():
         assert all(0 < b - a <= fmt.SPLIT_CHUNK for a, b in spans)
     none = fmt.split_chunks(np.array([0, 2, 4]), 128)
     assert none["nchunks"] == 0 and none["fix_rows"].size == 0 and none["chunk_lo"].size == 0
+
+
+def test_launcher_checks_its_signature_and_argument_count():
+    """_cuda.Launcher (packed driver launches): unknown signature letters and a wrong number of
+    arguments are errors before anything reaches the driver (no GPU needed)."""
+    import types
+    from matplan.kernels import _cuda
+    fake = types.SimpleNamespace(ptr=0)
+    with pytest.raises(ValueError, match="unknown letters"):
+        _cuda.Launcher(fake, "pz")
+    launch = _cuda.Launcher(fake, "piq")
+    with pytest.raises(TypeError, match="3 arguments, got 2"):
+        launch((1,), (32,), (None, 1))
+    assert [name for name, _ in launch._struct._fields_] == ["a0", "a1", "a2"]
+    assert _cuda.index_letter(np.int32) == "i" and _cuda.index_letter(np.int64) == "q"

@@ -118,10 +118,10 @@ class _Kernels:
         # the plain launches go through the driver with packed parameters (_cuda.Launcher: a
         # call's four to six launches were most of its ~170-200 us of host time through CuPy)
         def packed(name, signature):
-            return _cuda.Launcher(fn(name), signature)
+            return _cuda.launcher(fn(name), signature)
 
         def packed_typed(name, signature):
-            return {ct: _cuda.Launcher(f, signature) for ct, f in typed(name).items()}
+            return {ct: _cuda.launcher(f, signature) for ct, f in typed(name).items()}
         self.count, self.scan = packed("spt_count", "pqippp"), packed("spt_scan", "pippppiiipii")
         self.scatter = packed("spt_scatter", "ppiqppip")
         self.sort_short = packed_typed("spt_sort_short", "pippppi")
