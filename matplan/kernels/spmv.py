@@ -293,16 +293,18 @@ class CsrSpmm(_CSR):
         s = _choice(params, "S", 1, fmt.SPMM_SLOTS)
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
-        by_columns = {kk: fns[f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>"] for kk in fmt.SPMM_COLUMNS}
+        sig = f"{_cuda.index_letter(indices.dtype)}ippppp"
+        by_columns = {kk: _cuda.launcher(fns[f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>"], sig)
+                      for kk in fmt.SPMM_COLUMNS}
         return self._prepared(dict(params, S=s), dict(indptr=indptr, indices=indices, data=data), A.shape,
-                              data.dtype, fns=by_columns, m=np.dtype(indices.dtype).type(A.shape[0]))
+                              data.dtype, launches=by_columns, m=A.shape[0])
 
     def _launch(self, p, B, out, k):
         a, meta = p.arrays, p.meta
         kk = fmt.spmm_columns(k)
         group = kk * fmt.spmm_slots(p.params["S"], k)
-        meta["fns"][kk]((_grid(int(meta["m"]) * group),), (THREADS,),
-                        (meta["m"], np.int32(k), a["indptr"], a["indices"], a["data"], B, out))
+        meta["launches"][kk]((_grid(meta["m"] * group),), (THREADS,),
+                             (meta["m"], k, a["indptr"], a["indices"], a["data"], B, out))
 
 
 # ------------------------------------------------------------------ ELL-R
@@ -349,16 +351,16 @@ class Ellr(_SpMV):
             arrays["perm"] = e["perm"]
         it = np.dtype(e["cols"].dtype)
         fn = functions(data.dtype, it)[f"ellr<{_cuda.ctype(data.dtype)},{_cuda.ctype(it)}>"]
-        return self._prepared(params, arrays, A.shape, data.dtype, fn=fn, m=it.type(A.shape[0]),
-                              grid_x=_grid(A.shape[0]), stride=np.int64(e["stride"]),
-                              row_max=e["row_max"], has_perm=np.int32(sort))
+        return self._prepared(params, arrays, A.shape, data.dtype,
+                              launch=_cuda.launcher(fn, f"{_cuda.index_letter(it)}iqppppipp"), m=A.shape[0],
+                              grid_x=_grid(A.shape[0]), stride=int(e["stride"]),
+                              row_max=e["row_max"], has_perm=int(sort))
 
     def _launch(self, p, B, out, k):
         a, meta = p.arrays, p.meta
         perm = a.get("perm", a["cols"])   # not read when has_perm == 0
-        meta["fn"]((meta["grid_x"], k), (THREADS,),
-                   (meta["m"], np.int32(k), meta["stride"], a["rl"], a["cols"], a["vals"],
-                    perm, meta["has_perm"], B, out))
+        meta["launch"]((meta["grid_x"], k), (THREADS,),
+                       (meta["m"], k, meta["stride"], a["rl"], a["cols"], a["vals"], perm, meta["has_perm"], B, out))
 
 
 # ------------------------------------------------------------------ BRC / BRCP
@@ -420,16 +422,15 @@ class Brc(_Blocked):
     def prepare(self, A, params):
         params, b, fns, ct, itn, it = self._build(A, params)
         arrays = {k: b[k] for k in ("vals", "cols", "block_ptr", "row_perm")}
-        return self._prepared(params, arrays, A.shape, b["vals"].dtype, fn=fns[f"brc<{ct},{itn}>"],
-                              nblocks=np.int64(b["nblocks"]))
+        return self._prepared(params, arrays, A.shape, b["vals"].dtype,
+                              launch=_cuda.launcher(fns[f"brc<{ct},{itn}>"], "qipppppp"), nblocks=int(b["nblocks"]))
 
     def _launch(self, p, B, out, k):
         a = p.arrays
         out.fill(0)
-        if int(p.meta["nblocks"]):
-            p.meta["fn"]((_grid(int(p.meta["nblocks"]) * 32), k), (THREADS,),
-                         (p.meta["nblocks"], np.int32(k), a["block_ptr"], a["row_perm"], a["cols"],
-                          a["vals"], B, out))
+        if p.meta["nblocks"]:
+            p.meta["launch"]((_grid(p.meta["nblocks"] * 32), k), (THREADS,),
+                             (p.meta["nblocks"], k, a["block_ptr"], a["row_perm"], a["cols"], a["vals"], B, out))
 
 
 class Brcp(_Blocked):
@@ -453,22 +454,23 @@ class Brcp(_Blocked):
         arrays = {k: b[k] for k in ("vals", "cols", "block_ptr", "row_seg_len", "dest", "fix_rows",
                                     "fix_ptr")}
         nfix = int(b["fix_rows"].shape[0])
-        return self._prepared(params, arrays, A.shape, b["vals"].dtype, fn=fns[f"brcp<{ct},{itn}>"],
-                              fix=fns[f"brcp_fixup<{ct},{itn}>"], nblocks=np.int64(b["nblocks"]),
-                              nfix=it.type(nfix), partials=int(b["partials"]))
+        return self._prepared(params, arrays, A.shape, b["vals"].dtype,
+                              launch=_cuda.launcher(fns[f"brcp<{ct},{itn}>"], "qipppppppp"),
+                              fix=_cuda.launcher(fns[f"brcp_fixup<{ct},{itn}>"], f"{_cuda.index_letter(it)}ipppp"),
+                              nblocks=int(b["nblocks"]), nfix=nfix, partials=int(b["partials"]))
 
     def _launch(self, p, B, out, k):
         cp = _cupy()
         a, meta = p.arrays, p.meta
         npart = meta["partials"]
         partials = cp.empty(npart * k, dtype=out.dtype) if npart else out
-        if int(meta["nblocks"]):
-            meta["fn"]((_grid(int(meta["nblocks"]) * 32), k), (THREADS,),
-                       (meta["nblocks"], np.int32(k), a["block_ptr"], a["row_seg_len"], a["dest"],
-                        a["cols"], a["vals"], B, out, partials))
-        if int(meta["nfix"]):
-            meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
-                        (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_ptr"], partials, out))
+        if meta["nblocks"]:
+            meta["launch"]((_grid(meta["nblocks"] * 32), k), (THREADS,),
+                           (meta["nblocks"], k, a["block_ptr"], a["row_seg_len"], a["dest"], a["cols"], a["vals"],
+                            B, out, partials))
+        if meta["nfix"]:
+            meta["fix"]((_grid(meta["nfix"] * 32), k), (THREADS,),
+                        (meta["nfix"], k, a["fix_rows"], a["fix_ptr"], partials, out))
 
 
 # ------------------------------------------------------------------ CSR merge path
@@ -518,24 +520,25 @@ class CsrMerge(_SpMV):
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
         arrays = dict(indptr=indptr, indices=indices, data=data, tile_row=mp["tile_row"],
                       fix_rows=mp["fix_rows"], fix_lo=mp["fix_lo"], fix_hi=mp["fix_hi"])
+        sig = "qqiippppppp"
         return self._prepared(dict(params, ipt=ipt), arrays, A.shape, data.dtype,
-                              fn=fns[f"csr_merge<{ct},{it},{ipt},1>"], fn_v=fns[f"csr_merge<{ct},{it},{ipt},{MERGE_V}>"],
-                              fix=fns[f"merge_fixup<{ct}>"],
-                              m=np.int64(A.shape[0]), nnz=np.int64(mp["nnz"]),
-                              ntiles=int(mp["ntiles"]), nfix=np.int64(mp["fix_rows"].shape[0]))
+                              launch=_cuda.launcher(fns[f"csr_merge<{ct},{it},{ipt},1>"], sig),
+                              launch_v=_cuda.launcher(fns[f"csr_merge<{ct},{it},{ipt},{MERGE_V}>"], sig),
+                              fix=_cuda.launcher(fns[f"merge_fixup<{ct}>"], "qippppp"),
+                              m=A.shape[0], nnz=int(mp["nnz"]), ntiles=int(mp["ntiles"]),
+                              nfix=int(mp["fix_rows"].shape[0]))
 
     def _launch(self, p, B, out, k):
         cp = _cupy()
         a, meta = p.arrays, p.meta
         carry = cp.empty(meta["ntiles"] * k, dtype=out.dtype)
         kc = merge_columns(meta["ntiles"], k, _cuda.device_attribute("MultiProcessorCount", cp.cuda.Device().id))
-        fn = meta["fn_v"] if kc >= MERGE_V else meta["fn"]
-        fn((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
-           (meta["m"], meta["nnz"], np.int32(k), np.int32(kc), a["tile_row"], a["indptr"], a["indices"],
-            a["data"], B, out, carry))
-        if int(meta["nfix"]):
-            meta["fix"]((_grid(int(meta["nfix"]) * 32), k), (THREADS,),
-                        (meta["nfix"], np.int32(k), a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
+        launch = meta["launch_v"] if kc >= MERGE_V else meta["launch"]
+        launch((meta["ntiles"], -(-k // kc)), (fmt.MERGE_NT,),
+               (meta["m"], meta["nnz"], k, kc, a["tile_row"], a["indptr"], a["indices"], a["data"], B, out, carry))
+        if meta["nfix"]:
+            meta["fix"]((_grid(meta["nfix"] * 32), k), (THREADS,),
+                        (meta["nfix"], k, a["fix_rows"], a["fix_lo"], a["fix_hi"], carry, out))
 
 
 def _balanced(f, cost_note):
