@@ -30,7 +30,8 @@ THREADS = 256
 EFFICIENCY = {"spmv.csr_scalar": 0.65, "spmv.csr_vector": 0.8, "spmv.ellr": 0.8,
               "spmv.brc": 0.75, "spmv.brcp": 0.75, "spmv.csr_merge": 0.8,
               "spmv.csr_spmm": 0.7, "spmv.csr_split": 0.8}
-#: One kernel launch from Python (CuPy RawKernel), seconds.
+#: One kernel launch from Python, seconds (fitted when the kernels launched through CuPy's
+#: RawKernel; they launch through _cuda.launcher since 2026-11-24, ~5 us).
 LAUNCH_S = 6e-6
 #: One loop iteration of a lone warp: the longest row or block runs alone at the end. An H100
 #: took 0.35-0.5 us per iteration (CSR vector on R-MAT, BRCP with the paper's widths on skewed),
