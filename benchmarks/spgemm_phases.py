@@ -13,6 +13,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
         [--set MIN_TPR=32 ...]   # override spgemm's numeric tuning constants (variants, same run)
         [--define SUBWARP_MIN_BLOCKS=6 ...]   # compile spgemm.cu with -D (its #ifndef constants)
+        [--no-esc]   # short rows in hash tables (spgemm(..., esc=False)), for comparison
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from _common import git_commit, timed  # noqa: E402
 from spgemm import matrices  # noqa: E402
 
 
-def instrumented(cp, hs, A, B, reps):
+def instrumented(cp, hs, A, B, reps, **kw):
     """(median kernel_us by name, median wall us) over ``reps`` calls with every launch timed."""
     real = hs._launch
     per_call = []
@@ -52,7 +53,7 @@ def instrumented(cp, hs, A, B, reps):
             per_call.append(collections.Counter())
             cp.cuda.Device().synchronize()
             t = time.perf_counter()
-            C = hs.spgemm(A, B)
+            C = hs.spgemm(A, B, **kw)
             cp.cuda.Device().synchronize()
             walls.append((time.perf_counter() - t) * 1e6)
             del C
@@ -70,6 +71,8 @@ def main(argv=None):
     ap.add_argument("--max-products", type=float, default=5e8, help="skip larger products")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a numeric constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
+    ap.add_argument("--no-esc", action="store_true",
+                    help="spgemm(..., esc=False): short rows in hash tables, not numeric_esc")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                     help="compile spgemm.cu with -DNAME=VALUE (e.g. SUBWARP_MIN_BLOCKS=6)")
     args = ap.parse_args(argv)
@@ -93,6 +96,8 @@ def main(argv=None):
             sys.exit(f"--define {item}: spgemm.cu has no overridable {name}")
         overrides[name] = value
         hs.NVRTC_DEFINES = hs.NVRTC_DEFINES + (f"-D{name}={value}",)
+    if args.no_esc:
+        overrides["esc"] = False
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     rows = []
@@ -106,10 +111,11 @@ def main(argv=None):
         A = csp.csr_matrix(H)
         B = A if Bh is H else csp.csr_matrix(Bh)
         info = {}
-        total, C = timed(cp, lambda: hs.spgemm(A, B, info=info), args.reps)
+        kw = {"esc": False} if args.no_esc else {}
+        total, C = timed(cp, lambda: hs.spgemm(A, B, info=info, **kw), args.reps)
         nnz_c = int(C.nnz)
         del C
-        kern, wall = instrumented(cp, hs, A, B, args.reps)
+        kern, wall = instrumented(cp, hs, A, B, args.reps, **kw)
         vendor, Cv = timed(cp, lambda: A @ B, args.reps)
         del Cv
         rows.append(dict(matrix=name, nnz=int(H.nnz), products=products, nnz_c=nnz_c,

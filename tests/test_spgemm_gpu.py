@@ -363,7 +363,8 @@ def test_one_pass_path(cp, hs, rng, dtype, sort):
         _check(cp, hs, A, A, dtype, sort, grouping=grouping)
         g = {}
         _check_one(cp, hs, A, A, dtype, sort, g, grouping=grouping)
-        assert g["one_pass"] and (len(g["numeric_tables"]) == 1) == (grouping == "balanced")
+        classes = len(g["numeric_tables"]) + len(g["esc_rows"])
+        assert g["one_pass"] and (classes == 1) == (grouping == "balanced")
     big = A.tolil()
     big[9, :] = 1.0                                # a row of m products: past every one-pass table
     big = big.tocsr()
@@ -379,3 +380,67 @@ def test_one_pass_off_and_bad_passes(cp, hs, rng):
     assert info["one_pass"] is False
     with pytest.raises(ValueError, match="passes"):
         hs.spgemm(A, A, passes="one")
+
+
+def _rows_of_products(rng, counts, n=400, long_a=()):
+    """(A, B): row i of A has exactly counts[i] products with B, whose rows 0..199 hold one entry in
+    columns 0..19 (runs of equal columns to sum) and rows 200..399 none; rows listed in ``long_a``
+    also get 3x as many nonzeros over B's empty rows (more A nonzeros than a group has lanes)."""
+    rows, cols = [], []
+    for i, c in enumerate(counts):
+        picks = list(rng.choice(200, c, replace=False))     # c products: one per B row
+        if i in long_a:
+            picks += list(rng.integers(200, 400, 3 * max(c, 12)))
+        rng.shuffle(picks)
+        rows += [i] * len(picks)
+        cols += picks
+    vals = (rng.random(len(rows)) + 0.5) * rng.choice([-1.0, 1.0], len(rows))
+    A = sp.csr_matrix((vals, (rows, cols)), shape=(len(counts), n))
+    A.sum_duplicates()   # the picks over B's empty rows may repeat
+    bv = (rng.random(200) + 0.5) * rng.choice([-1.0, 1.0], 200)
+    B = sp.csr_matrix((bv, (np.arange(200), rng.integers(0, 20, 200))), shape=(n, 30))
+    return A, B
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sort_based_rows_at_every_class_limit(cp, hs, rng, dtype):
+    """numeric_esc (the one-pass path's rows of <= ESC_CAPS[-1] products): rows at each class's
+    limit and one past it, rows with more A nonzeros than lanes (the binary-search branch), empty
+    rows, runs of equal columns; == SciPy, == the hash kernels, sorted, and bitwise the same on a
+    second run (the sums do not depend on timing)."""
+    caps = hs.ESC_CAPS
+    counts = [0, 1, 2] + [c + d for c in caps for d in (-1, 0, 1)] + [5, 0, 40, 100]
+    A, B = _rows_of_products(rng, counts, long_a={len(counts) - 2, len(counts) - 1, 4})
+    per_row = np.array([np.diff(B.indptr)[A.indices[A.indptr[i]:A.indptr[i + 1]]].sum()
+                        for i in range(A.shape[0])])
+    assert list(per_row) == counts   # the products the test meant
+    assert np.diff(A.indptr)[-1] > 32   # more A nonzeros than the widest group's lanes
+    info = {}
+    C = _check_one(cp, hs, A, B, dtype, True, info, grouping="grouped")
+    assert info["one_pass"] and set(info["esc_rows"]) == set(caps)
+    assert sum(info["esc_rows"].values()) == int(((per_row > 0) & (per_row <= caps[-1])).sum())
+    assert sum(info["numeric_tables"].values()) == int((per_row > caps[-1]).sum())
+    again = hs.spgemm(_dev(cp, A, dtype), _dev(cp, B, dtype)).get()
+    assert np.array_equal(again.indptr, C.indptr) and np.array_equal(again.indices, C.indices)
+    assert np.array_equal(again.data.view(np.uint8), C.data.view(np.uint8))
+    hashed = {}
+    H = _check_one(cp, hs, A, B, dtype, True, hashed, grouping="grouped", esc=False)
+    assert not hashed["esc_rows"] and np.array_equal(H.indices, C.indices)
+
+
+@pytest.mark.parametrize("top", [16, 17, 128])
+def test_sort_based_balanced_single_launch(cp, hs, rng, top):
+    """Under the balanced rule every row runs in the class of the largest row, in row order (rows
+    null): rows far below the class's limit and empty rows included."""
+    counts = [top] * 30 + [top - 1] * 10 + [0, 3]
+    A, B = _rows_of_products(rng, counts)
+    info = {}
+    _check_one(cp, hs, A, B, np.float64, True, info, grouping="balanced")
+    cap = next(c for c in hs.ESC_CAPS if c >= top)
+    assert info["one_pass"] and info["esc_rows"] == {cap: len(counts)} and not info["numeric_tables"]
+
+
+def test_esc_flag_is_checked(cp, hs, rng):
+    A = _dev(cp, random_csr(rng, 50, 50, 0.05))
+    with pytest.raises(TypeError, match="esc"):
+        hs.spgemm(A, A, esc="yes")

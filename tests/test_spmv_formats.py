@@ -300,3 +300,22 @@ def test_launcher_checks_its_signature_and_argument_count():
         launch((1,), (32,), (None, 1))
     assert [name for name, _ in launch._struct._fields_] == ["a0", "a1", "a2"]
     assert _cuda.index_letter(np.int32) == "i" and _cuda.index_letter(np.int64) == "q"
+
+
+def test_launcher_signatures_read_from_the_kernel_declarations():
+    """_cuda.signature reads a kernel's parameter letters from its .cu declaration (spgemm and the
+    async TSM2 launch by it); it agrees with the signatures written by hand for other kernels, and
+    a kernel not declared once or a type without a letter is an error, not a guess."""
+    from matplan.kernels import _cuda
+    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppip"
+    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqppp"
+    assert _cuda.signature("spgemm.cu", "classify_rows") == "pppiqpiqiipp"
+    assert _cuda.signature("tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
+    assert _cuda.signature("tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
+    assert _cuda.signature("tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
+    assert _cuda.signature("spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
+    assert _cuda.signature("sptrans.cu", "spt_radix_pass") == "pippppqpiiippppppp"  # sptrans.py's
+    with pytest.raises(ValueError, match="declared 0 times"):
+        _cuda.signature("spgemm.cu", "no_such_kernel")
+    with pytest.raises(ValueError, match="type 'I' has no letter"):
+        _cuda.signature("spmv.cu", "csr_split")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import threading
 
 import numpy as np
@@ -175,6 +176,38 @@ def launcher(fn, signature: str) -> Launcher:
 @functools.lru_cache(maxsize=None)
 def _launcher(function, signature):
     return Launcher(function, signature)
+
+
+#: Letters of the by-value parameter types a kernel declaration may use (:func:`signature`).
+_TYPE_LETTERS = {"int": "i", "long long": "q", "unsigned long long": "Q", "float": "f", "double": "d"}
+
+
+@functools.lru_cache(maxsize=None)
+def signature(filename: str, kernel: str, **template_letters) -> str:
+    """The :class:`Launcher` signature of ``kernel`` read from its declaration in ``filename``: a
+    pointer is ``p``, a scalar the letter of its type (:data:`PARAM_TYPES`); ``template_letters``
+    give the letter of a template parameter passed by value (``I="q"``). Raises ValueError when the
+    kernel is not declared once there or a parameter type is not known: a launch path never packs
+    arguments by a signature guessed from them."""
+    text = re.sub(r"//[^\n]*", "", source(filename))
+    decl = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^()]*\)\s*|[A-Z_][A-Z0-9_]*\s+)*"
+                      + re.escape(kernel) + r"\s*\(([^)]*)\)")
+    found = decl.findall(text)
+    if len(found) != 1:
+        raise ValueError(f"{filename}: kernel {kernel!r} is declared {len(found)} times; expected once")
+    letters = []
+    for param in found[0].split(","):
+        words = [w for w in re.sub(r"\b(const|__restrict__|volatile)\b", " ", param).split()]
+        if "*" in param:
+            letters.append("p")
+            continue
+        kind = " ".join(words[:-1])
+        letter = template_letters.get(kind, _TYPE_LETTERS.get(kind))
+        if letter is None:
+            raise ValueError(f"{filename}: {kernel} parameter {param.strip()!r}: type {kind!r} has no letter; "
+                             f"known {sorted(_TYPE_LETTERS)} and the template letters {sorted(template_letters)}")
+        letters.append(letter)
+    return "".join(letters)
 
 
 def index_letter(dtype) -> str:

@@ -277,6 +277,143 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
     }
 }
 
+// ------------------------------------------------------------------ numeric, sort-based (ESC)
+// Rows of at most W * P products (the one-pass path's short rows): a group of W lanes expands the
+// row's products into registers (P a lane, EMPTY_KEY padding), bitonic-sorts the W * P (column,
+// value) pairs by column (exchanges within a lane where the partner is in the same lane, else
+// __shfl_xor_sync of width W), sums runs of equal columns by a segmented scan (within each lane,
+// then across lanes by the columns themselves: runs are contiguous) and writes each run's sum at
+// its rank (ballot-free: a shuffle scan of the lanes' run counts), so the row comes out sorted with
+// its count in row_nnz. No shared memory, no atomics, no block barrier; the sums are deterministic
+// (the network's order does not depend on timing). Element i of the sorted sequence is register j of
+// lane i / P (i = lane * P + j); products are loaded coalesced (product j * W + lane) into any slot,
+// since the sort does not care where they start.
+template <typename T, int W, int P>
+__global__ void __launch_bounds__(256) numeric_esc(
+        const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
+        const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
+        const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
+        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
+        T* __restrict__ Cx, long long* __restrict__ row_nnz) {
+    constexpr int N = W * P;
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
+    if (r >= nrows) return;   // a whole group: r is the same on its W lanes
+    const int lw = threadIdx.x & (W - 1);
+    const int gbase = threadIdx.x & 31 & ~(W - 1);
+    const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
+    const int row = rows ? rows[r] : (int)r;
+    const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
+    const long long first = na ? csum[a0] : 0;
+    const long long np = na ? csum[a1] - first : 0;
+    if (np > N) __trap();   // the grouping (classify_rows' caps) keeps rows past N out: never silent
+    // A's row in the group's lanes when it has at most W nonzeros (each product's nonzero is then
+    // found by a shuffle search), else a binary search over csum in global memory
+    long long cs = 0x7fffffffffffffffLL;
+    int bs = 0;
+    T ax = T(0);
+    if (na <= W && lw < na) { cs = csum[a0 + lw] - first; bs = Bp[Aj[a0 + lw]]; ax = Ax[a0 + lw]; }
+    int key[P];
+    T val[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        const int p = j * W + lw;
+        key[j] = EMPTY_KEY;
+        val[j] = T(0);
+        if (na <= W) {
+            int t = 0;
+#pragma unroll
+            for (int step = W / 2; step > 0; step >>= 1) {
+                const long long v = __shfl_sync(mask, cs, t + step, W);
+                if (v <= p) t += step;
+            }
+            const long long off = p - __shfl_sync(mask, cs, t, W);
+            const int b = __shfl_sync(mask, bs, t, W) + (int)off;
+            const T a = __shfl_sync(mask, ax, t, W);
+            if (p < np) { key[j] = Bj[b]; val[j] = a * Bx[b]; }
+        } else if (p < np) {
+            int lo = a0, hi = a1;   // csum[lo] - first <= p < csum[hi] - first
+            while (hi - lo > 1) {
+                const int mid = (lo + hi) >> 1;
+                if (csum[mid] - first <= p) lo = mid; else hi = mid;
+            }
+            const int b = Bp[Aj[lo]] + (int)(p - (csum[lo] - first));
+            key[j] = Bj[b];
+            val[j] = Ax[lo] * Bx[b];
+        }
+    }
+    // bitonic sort of the N elements, ascending by column (EMPTY_KEY last)
+#pragma unroll
+    for (int k = 2; k <= N; k <<= 1) {
+#pragma unroll
+        for (int s = k >> 1; s > 0; s >>= 1) {
+            if (s >= P) {
+                const int lm = s / P;   // the partner's lane offset; same register
+                const bool lower = (lw & lm) == 0;
+#pragma unroll
+                for (int j = 0; j < P; ++j) {
+                    const bool up = ((lw * P + j) & k) == 0;
+                    const int ok = __shfl_xor_sync(mask, key[j], lm, W);
+                    const T ov = __shfl_xor_sync(mask, val[j], lm, W);
+                    if (lower == up ? ok < key[j] : ok > key[j]) { key[j] = ok; val[j] = ov; }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < P; ++j) {
+                    if (j & s) continue;
+                    const int jj = j | s;
+                    const bool up = ((lw * P + j) & k) == 0;
+                    if ((key[j] > key[jj]) == up) {
+                        const int tk = key[j]; key[j] = key[jj]; key[jj] = tk;
+                        const T tv = val[j]; val[j] = val[jj]; val[jj] = tv;
+                    }
+                }
+            }
+        }
+    }
+    // runs of equal columns: sums within the lane, then the lanes' last runs across lanes
+    T run[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) run[j] = val[j] + (j > 0 && key[j - 1] == key[j] ? run[j - 1] : T(0));
+    const int last = key[P - 1];
+    T x = run[P - 1];
+#pragma unroll
+    for (int d = 1; d < W; d <<= 1) {
+        const T y = __shfl_up_sync(mask, x, d, W);
+        const int ky = __shfl_up_sync(mask, last, d, W);
+        if (lw >= d && ky == last) x += y;
+    }
+    const T cin = __shfl_up_sync(mask, x, 1, W);
+    const int kin = __shfl_up_sync(mask, last, 1, W);
+    const T carry = lw > 0 && kin == key[0] ? cin : T(0);
+    const int next = __shfl_down_sync(mask, key[0], 1, W);
+    bool end[P];
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        const bool final_ = j + 1 == P && lw + 1 == W;   // the row's last element ends its run
+        end[j] = key[j] != EMPTY_KEY && (final_ || key[j] != (j + 1 < P ? key[j + 1] : next));
+        count += end[j];
+    }
+    int before = count;   // inclusive scan of the lanes' run counts
+#pragma unroll
+    for (int d = 1; d < W; d <<= 1) {
+        const int y = __shfl_up_sync(mask, before, d, W);
+        if (lw >= d) before += y;
+    }
+    const int total = __shfl_sync(mask, before, W - 1, W);
+    before -= count;
+    const long long base = Cp ? Cp[row] - c_base : first;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        if (end[j]) {
+            Cj[base + before] = key[j];
+            Cx[base + before] = run[j] + (key[j] == key[0] ? carry : T(0));
+            ++before;
+        }
+    }
+    if (lw == 0 && row_nnz) row_nnz[row] = total;
+}
+
 // Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
 // shared words). Three block barriers: every thread of the block must call it.
 template <typename V>
@@ -394,6 +531,8 @@ extern "C" __global__ void scan_rows(const long long* __restrict__ row_nnz, cons
 // idx[i] = -1 when need == 0, else the smallest t < T with need <= caps[t], else T (global path);
 // mode 0: a row at T whose paper estimate min(row_ct / pi, k) <= top (the largest table) takes
 // T - 1 instead and counts as risky (it may overflow and is then redone globally).
+// n_esc (mode 0, the one-pass path): the first n_esc caps are numeric_esc's product limits, which
+// compare with row_ct itself, not min(row_ct, k).
 // acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
 // count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
 // Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
@@ -401,7 +540,7 @@ extern "C" __global__ void classify_rows(
         const int* __restrict__ Ap, const long long* __restrict__ csum,
         const long long* __restrict__ vals, const int m, const long long k,
         const long long* __restrict__ caps, const int T, const long long top, const int mode,
-        int* __restrict__ idx, unsigned long long* __restrict__ acc) {
+        const int n_esc, int* __restrict__ idx, unsigned long long* __restrict__ acc) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     long long fig = 0;
@@ -412,7 +551,7 @@ extern "C" __global__ void classify_rows(
         int t = -1;
         if (need > 0) {
             t = 0;
-            while (t < T && need > caps[t]) ++t;
+            while (t < T && (t < n_esc ? fig : need) > caps[t]) ++t;   // sort classes take products
             if (mode == 0 && t == T && min((double)fig / 3.141592653589793, (double)k) <= (double)top) {
                 t = T - 1;
                 risky = 1;
@@ -643,6 +782,18 @@ INSTANTIATE_NUMERIC_SHARED(float, 32)
 INSTANTIATE_NUMERIC_SHARED(double, 8)
 INSTANTIATE_NUMERIC_SHARED(double, 16)
 INSTANTIATE_NUMERIC_SHARED(double, 32)
+#define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
+    template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
+        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*);
+// spgemm.ESC_CLASSES
+INSTANTIATE_NUMERIC_ESC(float, 8, 2)
+INSTANTIATE_NUMERIC_ESC(float, 8, 4)
+INSTANTIATE_NUMERIC_ESC(float, 16, 4)
+INSTANTIATE_NUMERIC_ESC(float, 32, 4)
+INSTANTIATE_NUMERIC_ESC(double, 8, 2)
+INSTANTIATE_NUMERIC_ESC(double, 8, 4)
+INSTANTIATE_NUMERIC_ESC(double, 16, 4)
+INSTANTIATE_NUMERIC_ESC(double, 32, 4)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

@@ -84,7 +84,14 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + tuple(f"symbolic_shared<{w}>" for w in GROUP_WIDTHS)
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
-             "compact_rows<float>", "compact_rows<double>"))
+             "compact_rows<float>", "compact_rows<double>")
+          + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double") for w, p in ((8, 2), (8, 4), (16, 4), (32, 4))))
+#: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
+#: W * P products is expanded into registers (P a lane of a W-lane group), bitonic-sorted by column
+#: and its runs summed; (W, P) by class, the smallest that holds the row. It replaces the hash
+#: table and its rank sort for short rows (``spgemm(..., esc=False)`` keeps the hash).
+ESC_CLASSES = ((8, 2), (8, 4), (16, 4), (32, 4))
+ESC_CAPS = tuple(w * p for w, p in ESC_CLASSES)
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -261,10 +268,12 @@ class _Classes:
     var: float
 
 
-def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None, caps=None) -> _Classes:
+def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None, caps=None,
+              n_esc: int = 0) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
-    caps: each table's most rows (default table_caps(ladder); the one-pass path: the sizes)."""
+    caps: each table's most rows (default table_caps(ladder); the one-pass path: the sizes);
+    n_esc: the first n_esc entries are numeric_esc classes, which compare nnz_RowCt itself."""
     cp = cupy_module()
     T = len(ladder)
     mode = 0 if row_nnz is None else 1
@@ -276,7 +285,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder) if caps is None else tuple(caps), cp.cuda.Device().id),
              np.int32(T), np.int64(ladder[-1]),
-             np.int32(mode), idx, acc))
+             np.int32(mode), np.int32(n_esc), idx, acc))
     host = acc[:T + 6].get()
     total = int(host[T + 2])
     mean = total / m
@@ -304,24 +313,29 @@ NVRTC_DEFINES: tuple = ()
 
 
 _STREAMS: dict = {}
-_FUNCTIONS: dict = {}
+_LAUNCHERS: dict = {}
 
 
 def _compiled(kernel_name: str, device_id: int):
-    """The cuda Function of a kernel for a device (_cuda.compiled), memoised under the kernel's
-    name: the launch path skips _cuda.function's argument normalisation."""
+    """(cuda Function, packed Launcher) of a kernel for a device, memoised under the kernel's name:
+    the launch path skips _cuda.function's argument normalisation, and the Launcher's signature is
+    read from the kernel's declaration in spgemm.cu (_cuda.signature)."""
     key = (kernel_name, device_id, NVRTC_DEFINES)
-    fn = _FUNCTIONS.get(key)
-    if fn is None:
-        fn = _FUNCTIONS[key] = _cuda.compiled(_CU, kernel_name, _NAMES, options=NVRTC_DEFINES)
-    return fn
+    got = _LAUNCHERS.get(key)
+    if got is None:
+        fn = _cuda.compiled(_CU, kernel_name, _NAMES, options=NVRTC_DEFINES)
+        got = _LAUNCHERS[key] = (fn, _cuda.launcher(fn, _cuda.signature(_CU, kernel_name.split("<")[0])))
+    return got
 
 
 def _launch(kernel_name, grid, block, args, smem=0):
-    fn = _compiled(kernel_name, cupy_module().cuda.Device().id)
+    """Launch through the driver with packed parameters (_cuda.Launcher): CuPy's launch took 11-16 us
+    of host time for kernels of this many parameters, a packed one ~5 (SpMV, 2026-11-24), and a
+    call launches six to a dozen of them."""
+    fn, launch = _compiled(kernel_name, cupy_module().cuda.Device().id)
     if smem > 32 * 1024:  # past the 48 KB default once static shared memory is added: opt in
         _cuda.allow_dynamic_smem(fn, smem)
-    fn(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
+    launch(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
 
 
 @functools.lru_cache(maxsize=None)
@@ -671,7 +685,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)), 1, _scan_words(m),
-                    _classify_words(len(num_ladder))])
+                    _classify_words(len(ESC_CLASSES) + len(num_ladder))])   # the one-pass classes too
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
     sym = _classify(m, k, sym_ladder, A=A, csum=csum, acc=zeros.take(_classify_words(len(sym_ladder))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
@@ -808,10 +822,11 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     return C
 
 
-def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz):
-    """numeric_shared for every shared table with rows (counts, starts: host, per table index + 1;
-    order: the rows grouped), each on its fork stream; Cp null (_NULL): the one-pass layout."""
-    for t, size in enumerate(s.num_ladder):
+def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz, first: int = 0):
+    """numeric_shared for every shared table with rows (counts, starts: host, per class index + 1;
+    order: the rows grouped; table t is class first + t and launches on that fork stream); Cp null
+    (_NULL): the one-pass layout."""
+    for t, size in enumerate(s.num_ladder, start=first):
         n = int(counts[t + 1])
         if n:
             with fork.stream(t):
@@ -830,6 +845,16 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
             smem=table_smem(size, num_slot, rpb))
 
 
+def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
+    """One numeric_esc launch of class ESC_CLASSES[c] over n rows (rows null: rows 0 .. n - 1), in
+    the one-pass layout (each row at its products' offset, its count in row_nnz)."""
+    A, B = s.A, s.B
+    w, p = ESC_CLASSES[c]
+    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // BLOCK_THREADS), BLOCK_THREADS,
+            (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
+             _NULL, np.int64(0), Uj, Ux, row_nnz))
+
+
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int) -> bool:
     """Whether C = A @ B takes the one-pass path: every row's bound min(nnz_RowCt, k) fits a table
     of ONE_PASS_MAX_TABLE slots (and the largest numeric table, ``top``) and the upper-bound
@@ -839,35 +864,51 @@ def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, to
             and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
 
 
-def _one_pass(s: _Symbolic, bal: bool, zeros):
+def _one_pass(s: _Symbolic, bal: bool, zeros, esc: bool = True):
     """Steps 2-4 for rows of short bounds (one_pass_table): no symbolic pass. Each row's table is
     sized from its bound min(nnz_RowCt, k) at full load (it cannot overflow); the numeric pass
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
     count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
     compact_rows copies the rows to C. One host round trip after the analysis instead of two,
-    and the symbolic pass's launch is saved. Under the balanced rule (one table for every row)
-    the rows are not classified at all: they run in row order in the table of the largest bound."""
+    and the symbolic pass's launch is saved. Rows of at most ESC_CAPS[-1] products take the
+    sort-based numeric_esc instead of a table (``esc``). Under the balanced rule (one class for
+    every row) the rows are not classified at all: they run in row order in the class of the
+    largest row."""
     cp = cupy_module()
     A, dtype, ladder = s.A, s.dtype, s.num_ladder
     m, k = s.shape
     products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
     Ux = cp.empty(products, dtype=dtype)
+    esc_caps = ESC_CAPS if esc else ()
     if bal:
-        size = next(t for t in ladder if t >= min(s.rowct_max, k))
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
-        _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
-        tables = {size: m}
+        if s.rowct_max <= (esc_caps or (0,))[-1]:
+            c = next(i for i, cap in enumerate(esc_caps) if cap >= s.rowct_max)
+            _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
+            tables, escs = {}, {esc_caps[c]: m}
+        else:
+            size = next(t for t in ladder if t >= min(s.rowct_max, k))
+            _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
+            tables, escs = {size: m}, {}
     else:
-        one = _classify(m, k, ladder, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(ladder))),
-                        caps=ladder)
-        order, counts = _group(one, len(ladder), False)
+        classes = esc_caps + ladder
+        one = _classify(m, k, classes, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(classes))),
+                        caps=classes, n_esc=len(esc_caps))
+        order, counts = _group(one, len(classes), False)
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = np.concatenate([[0], np.cumsum(counts)])
         fork = _Fork(counts[1:])
-        _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz)
+        for c in range(len(esc_caps)):
+            n = int(counts[c + 1])
+            if n:
+                with fork.stream(c):
+                    _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
+        e = len(esc_caps)   # the tables are the classes after the sort classes
+        _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         fork.join()
-        tables = {size: int(c) for size, c in zip(ladder, counts[1:-1]) if c}
+        escs = {cap: int(c) for cap, c in zip(esc_caps, counts[1:e + 1]) if c}
+        tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
@@ -876,7 +917,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros):
     _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // rows_per_block), 64 * _global_target_blocks())),
             BLOCK_THREADS, (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables)
+                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
@@ -908,7 +949,8 @@ def _finish_info(s: _Symbolic):
 
 def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
            grouping: str = "auto", out: str = "device", max_panel_nnz: int | None = None,
-           max_panel_bytes: int | None = None, passes: str = "auto", info: dict | None = None):
+           max_panel_bytes: int | None = None, passes: str = "auto", esc: bool = True,
+           info: dict | None = None):
     """C = A @ B with the RBSparse hash kernels (see the module docstring for the output forms).
 
     sort: write each row sorted by column (SciPy's canonical order); False skips the sort.
@@ -921,10 +963,14 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         nonzeros; PANEL_MEM_FRACTION of free device memory), e.g. to force many panels in tests.
     passes: "auto" (the one-pass path of _one_pass where one_pass_table allows, out='device'
         only) or "two" (always the symbolic pass, then the numeric pass).
+    esc: in the one-pass path, rows of at most ESC_CAPS[-1] products take the sort-based
+        numeric_esc (deterministic sums); False keeps them in hash tables.
     info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass).
     """
     if passes not in ("auto", "two"):
         raise ValueError(f"passes: expected 'auto' or 'two', got {passes!r}")
+    if not isinstance(esc, (bool, np.bool_)):
+        raise TypeError(f"esc: expected True or False, got {esc!r}")
     if out not in ("device", "host"):
         raise ValueError(f"out: expected 'device' or 'host', got {out!r} (spgemm_panels streams panels)")
     max_panel_nnz = _positive_limit("max_panel_nnz", max_panel_nnz, INT32_MAX)
@@ -937,7 +983,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     m, k = s.shape
     if s.one_pass is not None:
         t0 = time.perf_counter()
-        C = _one_pass(s, *s.one_pass)
+        C = _one_pass(s, *s.one_pass, esc=esc)
         s.host_ms["one_pass"] = (time.perf_counter() - t0) * 1e3
         info.update(panels=1)
         _finish_info(s)

@@ -290,15 +290,18 @@ class AsyncLaunch:
                              f"device allows {limit}; lower stages, tj or the rows per block")
         bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
         self.fn = _function(kernel_name(A.dtype, cfg, bv, col), sh["smem_bytes"])
+        # packed driver launch (_cuda.Launcher): CuPy's launch converts the 11 arguments each call
+        self.launch = _cuda.launcher(self.fn, _cuda.signature(
+            SOURCE, "tsm2_colmajor_async" if col else "tsm2_rowmajor_async"))
         passes = math.ceil(k / sh["kp"])
         self.grid, self.block, self.smem = (math.ceil(m / sh["rows"]) * passes,), (sh["threads"],), sh["smem_bytes"]
         ldc_r, ldc_c = (s // item for s in C.strides)
-        self.head = (np.int64(lda),)
-        self.mid = (np.int64(k),)
-        self.tail = (np.int64(ldc_r), np.int64(ldc_c), np.int32(m), np.int32(n), np.int32(k), np.int32(passes))
+        self.head = (int(lda),)
+        self.mid = (int(k),)
+        self.tail = (int(ldc_r), int(ldc_c), int(m), int(n), int(k), int(passes))
 
     def __call__(self, A, B, C) -> None:
-        self.fn(self.grid, self.block, (A, *self.head, B, *self.mid, C, *self.tail), shared_mem=self.smem)
+        self.launch(self.grid, self.block, (A, *self.head, B, *self.mid, C, *self.tail), shared_mem=self.smem)
 
 
 def kernel_info(dtype, k: int, config: dict | None = None, B=None) -> dict:
