@@ -244,6 +244,15 @@ def test_fused_classification_matches_the_xp_rules(cp, hs, rng, balanced):
     num = hs._classify(m, k, ladder, row_nnz=nnz)
     assert np.array_equal(num.idx.get(), hs.table_index(np.minimum(row_ct, 2 * top), ladder))
     assert num.total == int(np.minimum(row_ct, 2 * top).sum())
+    # the one-pass classes in the analysis's launch: numeric_esc limits (products), then tables
+    classes = hs.ESC_CAPS + ladder[:4]
+    both = hs._classify(m, 100, ladder, A=_A, csum=csum, second=(classes, len(hs.ESC_CAPS)))
+    want = hs.one_pass_index(row_ct, 100, classes, len(hs.ESC_CAPS))
+    assert np.array_equal(both.second.idx.get(), want)
+    assert np.array_equal(both.second.counts, np.bincount(want + 1, minlength=len(classes) + 2))
+    assert np.array_equal(both.idx.get(), hs.symbolic_index(row_ct, 100, ladder))
+    order, counts = hs._group(both.second, len(classes), False)
+    assert np.all(np.diff(want[order.get()]) >= 0)
 
 def test_unsorted_output_has_the_same_entries(cp, hs, rng):
     A = random_csr(rng, 500, 500, 0.03)

@@ -463,12 +463,24 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     if (threadIdx.x == 0) s_bid = (int)atomicAdd(status, 1ULL);
     __syncthreads();
     const int bid = s_bid, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const long long base = ((long long)bid * blockDim.x + threadIdx.x) * SCAN_ITEMS;
-    long long v[SCAN_ITEMS], sum = 0;
+    // warp-striped: warp w of the block takes SCAN_ITEMS * 32 consecutive values, item j of lane
+    // l at base + 32 j + l (loads and stores coalesced; the blocked layout, 8 consecutive values a
+    // thread, made every warp access touch 32 sectors); v[j]: the inclusive scan within the warp
+    const long long base = ((long long)bid * blockDim.x + warp * 32) * SCAN_ITEMS + lane;
+    long long v[SCAN_ITEMS], run = 0;
 #pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) { v[j] = base + j < n ? load(base + j) : 0; sum += v[j]; }
-    long long total;
-    const long long excl = block_exclusive_sum(sum, s_warp, &total);   // within the block
+    for (int j = 0; j < SCAN_ITEMS; ++j) {
+        long long x = base + 32 * j < n ? load(base + 32 * j) : 0;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const long long y = __shfl_up_sync(FULL_MASK, x, off);
+            if (lane >= off) x += y;
+        }
+        v[j] = run + x;
+        run += __shfl_sync(FULL_MASK, x, 31);
+    }
+    long long total;   // the warps' offsets within the block: lane 0 carries its warp's sum
+    const long long excl = __shfl_sync(FULL_MASK, block_exclusive_sum(lane == 0 ? run : 0LL, s_warp, &total), 0);
     if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
         volatile unsigned long long* st = status + 1;
         long long before = 0;
@@ -498,13 +510,13 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
         }
     }
     __syncthreads();
-    long long run = s_prefix + excl;
+    const long long before = s_prefix + excl;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) {
-        if (base + j < n) {
-            run += v[j];
-            out[base + j + 1] = run;
-            if (out32) out32[base + j + 1] = (int)run;
+        const long long e = base + 32 * j;
+        if (e < n) {
+            out[e + 1] = before + v[j];
+            if (out32) out32[e + 1] = (int)(before + v[j]);
         }
     }
 }
@@ -531,8 +543,10 @@ extern "C" __global__ void scan_rows(const long long* __restrict__ row_nnz, cons
 // idx[i] = -1 when need == 0, else the smallest t < T with need <= caps[t], else T (global path);
 // mode 0: a row at T whose paper estimate min(row_ct / pi, k) <= top (the largest table) takes
 // T - 1 instead and counts as risky (it may overflow and is then redone globally).
-// n_esc (mode 0, the one-pass path): the first n_esc caps are numeric_esc's product limits, which
-// compare with row_ct itself, not min(row_ct, k).
+// T2 > 0 (mode 0): also the one-pass path's class of every row in idx2, from caps[T .. T + T2)
+// (the first n_esc are numeric_esc's product limits, compared with row_ct itself, not
+// min(row_ct, k)); T2 when none holds the row; its counts go to acc[2T + 8 + idx2 + 1]: the
+// analysis classifies for both paths in one launch and one transfer.
 // acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
 // count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
 // Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
@@ -540,37 +554,47 @@ extern "C" __global__ void classify_rows(
         const int* __restrict__ Ap, const long long* __restrict__ csum,
         const long long* __restrict__ vals, const int m, const long long k,
         const long long* __restrict__ caps, const int T, const long long top, const int mode,
-        const int n_esc, int* __restrict__ idx, unsigned long long* __restrict__ acc) {
+        const int T2, const int n_esc, int* __restrict__ idx, int* __restrict__ idx2,
+        unsigned long long* __restrict__ acc) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     long long fig = 0;
-    int risky = 0, g = 0;
+    int risky = 0, g = 0, g2 = 0;
     if (i < m) {
         fig = mode == 0 ? csum[Ap[i + 1]] - csum[Ap[i]] : vals[i];
         const long long need = mode == 0 ? min(fig, k) : fig;
-        int t = -1;
+        int t = -1, t2 = -1;
         if (need > 0) {
             t = 0;
-            while (t < T && (t < n_esc ? fig : need) > caps[t]) ++t;   // sort classes take products
+            while (t < T && need > caps[t]) ++t;
             if (mode == 0 && t == T && min((double)fig / 3.141592653589793, (double)k) <= (double)top) {
                 t = T - 1;
                 risky = 1;
             }
+            t2 = 0;   // the one-pass classes; the first n_esc (numeric_esc) compare products
+            while (t2 < T2 && (t2 < n_esc ? fig : need) > caps[T + t2]) ++t2;
         }
         idx[i] = t;
         g = t + 1;
+        if (T2 > 0) idx2[i] = t2;
+        g2 = t2 + 1;
     }
     // block-level totals in shared memory first: one global atomic per figure and block (a warp
     // per atomic serialised ~8k warps on the same words: ~100 us for 262k rows)
-    __shared__ unsigned long long s_acc[MAX_GROUPS + 4];
+    __shared__ unsigned long long s_acc[MAX_GROUPS + 4], s_acc2[MAX_GROUPS];
     __shared__ double s_sq;
     for (int t = threadIdx.x; t < MAX_GROUPS + 4; t += blockDim.x) s_acc[t] = 0;
+    for (int t = threadIdx.x; t < MAX_GROUPS; t += blockDim.x) s_acc2[t] = 0;
     if (threadIdx.x == 0) s_sq = 0.0;
     __syncthreads();
     const unsigned live = __ballot_sync(FULL_MASK, i < m);
     if (i < m) {
         const unsigned peers = __match_any_sync(live, g);
         if (lane == __ffs(peers) - 1) atomicAdd(&s_acc[g], (unsigned long long)__popc(peers));
+        if (T2 > 0) {
+            const unsigned peers2 = __match_any_sync(live, g2);
+            if (lane == __ffs(peers2) - 1) atomicAdd(&s_acc2[g2], (unsigned long long)__popc(peers2));
+        }
     }
     unsigned long long sum = (unsigned long long)fig, mx = (unsigned long long)fig, nr = risky;
     double sq = (double)fig * (double)fig;
@@ -597,6 +621,7 @@ extern "C" __global__ void classify_rows(
     } else if (t == T + 5 && s_sq != 0.0) {
         atomicAdd(reinterpret_cast<double*>(&acc[T + 5]), s_sq);
     }
+    if (t < T2 + 2 && s_acc2[t]) atomicAdd(&acc[2 * T + 8 + t], s_acc2[t]);
 }
 
 // Counting sort of rows by table index (idx in -1..T). counts[g] is the number of rows of group

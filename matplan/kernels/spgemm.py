@@ -210,6 +210,18 @@ def symbolic_index(row_ct, k: int, ladder: tuple):
     return xp.where(risky, len(ladder) - 1, idx)
 
 
+def one_pass_index(row_ct, k: int, classes: tuple, n_esc: int):
+    """One-pass class of each row (classify_rows' idx2): the first class whose limit holds it,
+    nnz_RowCt for the n_esc numeric_esc classes, min(nnz_RowCt, k) for the tables after them;
+    len(classes) when none does, -1 for a row of no products."""
+    xp = array_module(row_ct)
+    row_ct = row_ct.astype(xp.int64)
+    fig = xp.stack([row_ct if c < n_esc else xp.minimum(row_ct, k) for c in range(len(classes))])
+    fits = fig <= xp.asarray(classes, dtype=xp.int64)[:, None]
+    idx = xp.where(fits.any(axis=0), fits.argmax(axis=0), len(classes))
+    return xp.where(row_ct > 0, idx, -1)
+
+
 def balance(idx, balanced, n_tables: int):
     """The balanced rule: every shared-memory row takes the largest table any of them needs.
 
@@ -257,7 +269,7 @@ def _device_caps(caps: tuple, device_id: int):
 @dataclasses.dataclass
 class _Classes:
     """classify_rows' result: table index per row and its totals (GPU), and the host figures of one
-    transfer."""
+    transfer; ``second``: the one-pass classes of the same launch (mode 0 with ``second``)."""
     idx: object
     acc: object             # classify_rows' totals, then bucket_rows' fill counters (uint64, GPU)
     counts: np.ndarray      # rows per index -1 .. n_tables
@@ -266,32 +278,42 @@ class _Classes:
     risky: int              # rows sent to the largest table on the paper's estimate (mode 0)
     mean: float
     var: float
+    second: "_Classes | None" = None
 
 
-def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None, caps=None,
-              n_esc: int = 0) -> _Classes:
+def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None,
+              second: tuple = ()) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
-    caps: each table's most rows (default table_caps(ladder); the one-pass path: the sizes);
-    n_esc: the first n_esc entries are numeric_esc classes, which compare nnz_RowCt itself."""
+    ``second`` (mode 0): (caps, n_esc) of the one-pass classes, classified in the same launch (the
+    first n_esc are numeric_esc's product limits, compared with nnz_RowCt itself; a row none
+    holds gets len(caps)); acc must then hold _classify_words of both."""
     cp = cupy_module()
     T = len(ladder)
+    caps2, n_esc = second or ((), 0)
+    T2 = len(caps2)
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
-    if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket
-        acc = cp.zeros(_classify_words(T), dtype=cp.uint64)
+    idx2 = cp.empty(m, dtype=cp.int32) if T2 else None
+    words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
+    if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
+        acc = cp.zeros(words, dtype=cp.uint64)
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(table_caps(ladder) if caps is None else tuple(caps), cp.cuda.Device().id),
-             np.int32(T), np.int64(ladder[-1]),
-             np.int32(mode), np.int32(n_esc), idx, acc))
-    host = acc[:T + 6].get()
+             _device_caps(table_caps(ladder) + tuple(caps2), cp.cuda.Device().id),
+             np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc),
+             idx, idx2, acc))
+    host = acc[:words].get()
     total = int(host[T + 2])
     mean = total / m
     var = max(0.0, float(host[T + 5:T + 6].view(np.float64)[0]) / m - mean * mean)
-    return _Classes(idx, acc, host[:T + 2].astype(np.int64), total, int(host[T + 3]), int(host[T + 4]),
-                    mean, var)
+    two = None
+    if T2:
+        w = _classify_words(T)
+        two = _Classes(idx2, acc[w:], host[w:w + T2 + 2].astype(np.int64), total, int(host[T + 3]), 0, mean, var)
+    return _Classes(idx, acc[:_classify_words(T)], host[:T + 2].astype(np.int64), total, int(host[T + 3]),
+                    int(host[T + 4]), mean, var, two)
 
 
 def _group(c: _Classes, n_tables: int, balanced: bool):
@@ -643,7 +665,7 @@ class _Symbolic:
     whole: tuple = None        # (order, host counts) of num_idx over all rows: the one-panel case
     nnz_c: int = 0
     rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
-    one_pass: tuple = None     # (balanced, zeros) when the one-pass path takes over after the analysis
+    one_pass: tuple = None     # (balanced, zeros, classes, caps) when the one-pass path takes over
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -656,7 +678,7 @@ class _Symbolic:
         return self.Cp is None
 
 
-def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic:
+def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) -> _Symbolic:
     """Checks, analysis (step 1), symbolic pass (2) and scan (3): C's exact int64 row offsets;
     passes="auto" stops after the analysis (s.one_pass set) where one_pass_table allows."""
     cp = cupy_module()
@@ -684,26 +706,29 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two") -> _Symbolic
 
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
-    zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)), 1, _scan_words(m),
-                    _classify_words(len(ESC_CLASSES) + len(num_ladder))])   # the one-pass classes too
+    #    (with passes="auto" the same launch also gives every row's one-pass class)
+    classes = ((ESC_CAPS if esc else ()) + num_ladder) if passes == "auto" else ()
+    zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
+                    _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
-    sym = _classify(m, k, sym_ladder, A=A, csum=csum, acc=zeros.take(_classify_words(len(sym_ladder))))
+    sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, len(classes) - len(num_ladder)),
+                    acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
-    sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
-    risky = sym.risky
     s.rowct_max = sym.peak
     info.update(products=sym.total, rowct_max=sym.peak,
-                rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal,
-                symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
-    del sym
+                rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal)
     s.csum = csum
     info["one_pass"] = False
     if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
                                            _device_total_bytes()):
-        s.one_pass = (bal, zeros)
+        s.one_pass = (bal, zeros, sym.second, classes)
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
         return s
+    sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
+    risky = sym.risky
+    info.update(symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
+    del sym
 
     clock.append(time.perf_counter())
 
@@ -864,23 +889,23 @@ def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, to
             and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
 
 
-def _one_pass(s: _Symbolic, bal: bool, zeros, esc: bool = True):
+def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     """Steps 2-4 for rows of short bounds (one_pass_table): no symbolic pass. Each row's table is
     sized from its bound min(nnz_RowCt, k) at full load (it cannot overflow); the numeric pass
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
     count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
     compact_rows copies the rows to C. One host round trip after the analysis instead of two,
-    and the symbolic pass's launch is saved. Rows of at most ESC_CAPS[-1] products take the
-    sort-based numeric_esc instead of a table (``esc``). Under the balanced rule (one class for
-    every row) the rows are not classified at all: they run in row order in the class of the
-    largest row."""
+    and the symbolic pass's launch is saved. Each row's class (``one``, from the analysis's
+    launch) is one of ``classes``: numeric_esc's product limits (ESC_CAPS, when spgemm's ``esc``),
+    then the tables. Under the balanced rule (one class for every row) the rows run in row order
+    in the class of the largest row."""
     cp = cupy_module()
     A, dtype, ladder = s.A, s.dtype, s.num_ladder
     m, k = s.shape
     products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
     Ux = cp.empty(products, dtype=dtype)
-    esc_caps = ESC_CAPS if esc else ()
+    esc_caps = classes[:len(classes) - len(ladder)]
     if bal:
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
         if s.rowct_max <= (esc_caps or (0,))[-1]:
@@ -892,9 +917,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, esc: bool = True):
             _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
             tables, escs = {size: m}, {}
     else:
-        classes = esc_caps + ladder
-        one = _classify(m, k, classes, A=A, csum=s.csum, acc=zeros.take(_classify_words(len(classes))),
-                        caps=classes, n_esc=len(esc_caps))
         order, counts = _group(one, len(classes), False)
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = np.concatenate([[0], np.cumsum(counts)])
@@ -979,11 +1001,11 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         raise ValueError("max_panel_nnz / max_panel_bytes: only with out='host' or spgemm_panels "
                          "(out='device' returns C in one piece)")
     info = info if info is not None else {}
-    s = _symbolic(A, B, sort, smem_limit, grouping, info, passes if out == "device" else "two")
+    s = _symbolic(A, B, sort, smem_limit, grouping, info, passes if out == "device" else "two", esc)
     m, k = s.shape
     if s.one_pass is not None:
         t0 = time.perf_counter()
-        C = _one_pass(s, *s.one_pass, esc=esc)
+        C = _one_pass(s, *s.one_pass)
         s.host_ms["one_pass"] = (time.perf_counter() - t0) * 1e3
         info.update(panels=1)
         _finish_info(s)
@@ -1220,5 +1242,5 @@ class HashSpGEMM(Kernel):
 register(HashSpGEMM())
 
 __all__ = ["spgemm", "check_csr", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
-           "table_index", "symbolic_index", "balance", "groups_of", "describe_groups", "hash_path", "panel_bounds",
+           "table_index", "symbolic_index", "one_pass_index", "balance", "groups_of", "describe_groups", "hash_path", "panel_bounds",
            "panel_bytes", "predict_panels", "int32_operand", "host_available_bytes"]
