@@ -449,6 +449,18 @@ def test_sort_based_balanced_single_launch(cp, hs, rng, top):
     assert info["one_pass"] and info["esc_rows"] == {cap: len(counts)} and not info["numeric_tables"]
 
 
+def test_sort_based_rows_need_b_narrower_than_2_24_columns(cp, hs, rng):
+    """numeric_esc packs column << 7 | slot into an int: a B of more than ESC_MAX_COLUMNS columns
+    keeps its short rows in hash tables (and is right); at the limit the sort takes them."""
+    for k, sort_based in ((hs.ESC_MAX_COLUMNS, True), (hs.ESC_MAX_COLUMNS + 1, False)):
+        A = random_csr(rng, 300, 200, 0.02)
+        cols = rng.integers(k - 1000, k, 600)
+        B = sp.csr_matrix((rng.random(600) + 0.5, (rng.integers(0, 200, 600), cols)), shape=(200, k))
+        info = {}
+        _check_one(cp, hs, A, B, np.float64, True, info)
+        assert info["one_pass"] and bool(info["esc_rows"]) == sort_based
+
+
 def test_esc_flag_is_checked(cp, hs, rng):
     A = _dev(cp, random_csr(rng, 50, 50, 0.05))
     with pytest.raises(TypeError, match="esc"):

@@ -278,16 +278,18 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 }
 
 // ------------------------------------------------------------------ numeric, sort-based (ESC)
-// Rows of at most W * P products (the one-pass path's short rows): a group of W lanes expands the
-// row's products into registers (P a lane, EMPTY_KEY padding), bitonic-sorts the W * P (column,
-// value) pairs by column (exchanges within a lane where the partner is in the same lane, else
-// __shfl_xor_sync of width W), sums runs of equal columns by a segmented scan (within each lane,
-// then across lanes by the columns themselves: runs are contiguous) and writes each run's sum at
-// its rank (ballot-free: a shuffle scan of the lanes' run counts), so the row comes out sorted with
-// its count in row_nnz. No shared memory, no atomics, no block barrier; the sums are deterministic
-// (the network's order does not depend on timing). Element i of the sorted sequence is register j of
-// lane i / P (i = lane * P + j); products are loaded coalesced (product j * W + lane) into any slot,
-// since the sort does not care where they start.
+// Rows of at most W * P products (the one-pass path's short rows; B of fewer than 2^ESC_COL_BITS
+// columns): a group of W lanes expands the row's products into registers, P a lane, and
+// bitonic-sorts them by column; each product travels as one int, column << ESC_SLOT_BITS | slot,
+// its value waiting in shared memory at its slot (one shuffle an exchange across lanes instead of
+// three for a double beside its key); runs of equal columns are summed by a segmented scan (within
+// each lane, then across lanes by the columns themselves: runs are contiguous) and each run's sum
+// is written at its rank (a shuffle scan of the lanes' run counts), so the row comes out sorted,
+// its count in row_nnz. No atomics, no block barrier; the sums are deterministic (the network's
+// order does not depend on timing). Element i of the sorted sequence is register j of lane
+// i / P (i = lane * P + j); product j * W + lane is loaded (coalesced) into register j of lane.
+#define ESC_SLOT_BITS 7    // slots of a row: W * P <= 128
+#define ESC_COL_BITS 24    // spgemm.ESC_MAX_COLUMNS = 2^24: column << 7 stays below EMPTY_KEY
 template <typename T, int W, int P>
 __global__ void __launch_bounds__(256) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
@@ -296,52 +298,52 @@ __global__ void __launch_bounds__(256) numeric_esc(
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
         T* __restrict__ Cx, long long* __restrict__ row_nnz) {
     constexpr int N = W * P;
+    static_assert(N <= (1 << ESC_SLOT_BITS), "a row's slots must fit ESC_SLOT_BITS");
+    __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot
     const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
     if (r >= nrows) return;   // a whole group: r is the same on its W lanes
     const int lw = threadIdx.x & (W - 1);
     const int gbase = threadIdx.x & 31 & ~(W - 1);
     const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
+    T* vals = s_val[threadIdx.x / W];
     const int row = rows ? rows[r] : (int)r;
     const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
     const long long first = na ? csum[a0] : 0;
     const long long np = na ? csum[a1] - first : 0;
     if (np > N) __trap();   // the grouping (classify_rows' caps) keeps rows past N out: never silent
     // A's row in the group's lanes when it has at most W nonzeros (each product's nonzero is then
-    // found by a shuffle search), else a binary search over csum in global memory
-    long long cs = 0x7fffffffffffffffLL;
-    int bs = 0;
-    T ax = T(0);
-    if (na <= W && lw < na) { cs = csum[a0 + lw] - first; bs = Bp[Aj[a0 + lw]]; ax = Ax[a0 + lw]; }
+    // found by a shuffle search over the row's product offsets), else a binary search over csum
+    int cs = 0x7fffffff, bs = 0;
+    if (na <= W && lw < na) { cs = (int)(csum[a0 + lw] - first); bs = Bp[Aj[a0 + lw]]; }
     int key[P];
-    T val[P];
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         const int p = j * W + lw;
         key[j] = EMPTY_KEY;
-        val[j] = T(0);
+        int e = 0, b = 0;
         if (na <= W) {
             int t = 0;
 #pragma unroll
-            for (int step = W / 2; step > 0; step >>= 1) {
-                const long long v = __shfl_sync(mask, cs, t + step, W);
-                if (v <= p) t += step;
-            }
-            const long long off = p - __shfl_sync(mask, cs, t, W);
-            const int b = __shfl_sync(mask, bs, t, W) + (int)off;
-            const T a = __shfl_sync(mask, ax, t, W);
-            if (p < np) { key[j] = Bj[b]; val[j] = a * Bx[b]; }
+            for (int step = W / 2; step > 0; step >>= 1)
+                if (__shfl_sync(mask, cs, t + step, W) <= p) t += step;
+            b = __shfl_sync(mask, bs, t, W) + p - __shfl_sync(mask, cs, t, W);
+            e = a0 + t;
         } else if (p < np) {
             int lo = a0, hi = a1;   // csum[lo] - first <= p < csum[hi] - first
             while (hi - lo > 1) {
                 const int mid = (lo + hi) >> 1;
                 if (csum[mid] - first <= p) lo = mid; else hi = mid;
             }
-            const int b = Bp[Aj[lo]] + (int)(p - (csum[lo] - first));
-            key[j] = Bj[b];
-            val[j] = Ax[lo] * Bx[b];
+            b = Bp[Aj[lo]] + (int)(p - (csum[lo] - first));
+            e = lo;
+        }
+        if (p < np) {
+            key[j] = (Bj[b] << ESC_SLOT_BITS) | p;
+            vals[p] = Ax[e] * Bx[b];
         }
     }
-    // bitonic sort of the N elements, ascending by column (EMPTY_KEY last)
+    __syncwarp(mask);
+    // bitonic sort of the N packed products, ascending (EMPTY_KEY last)
 #pragma unroll
     for (int k = 2; k <= N; k <<= 1) {
 #pragma unroll
@@ -353,8 +355,7 @@ __global__ void __launch_bounds__(256) numeric_esc(
                 for (int j = 0; j < P; ++j) {
                     const bool up = ((lw * P + j) & k) == 0;
                     const int ok = __shfl_xor_sync(mask, key[j], lm, W);
-                    const T ov = __shfl_xor_sync(mask, val[j], lm, W);
-                    if (lower == up ? ok < key[j] : ok > key[j]) { key[j] = ok; val[j] = ov; }
+                    key[j] = lower == up ? min(key[j], ok) : max(key[j], ok);
                 }
             } else {
 #pragma unroll
@@ -362,19 +363,24 @@ __global__ void __launch_bounds__(256) numeric_esc(
                     if (j & s) continue;
                     const int jj = j | s;
                     const bool up = ((lw * P + j) & k) == 0;
-                    if ((key[j] > key[jj]) == up) {
-                        const int tk = key[j]; key[j] = key[jj]; key[jj] = tk;
-                        const T tv = val[j]; val[j] = val[jj]; val[jj] = tv;
-                    }
+                    const int lo = min(key[j], key[jj]), hi = max(key[j], key[jj]);
+                    key[j] = up ? lo : hi;
+                    key[jj] = up ? hi : lo;
                 }
             }
         }
     }
-    // runs of equal columns: sums within the lane, then the lanes' last runs across lanes
+    // columns and values back; runs of equal columns: sums within the lane, then the lanes' last
+    // runs across lanes
+    int col[P];
     T run[P];
 #pragma unroll
-    for (int j = 0; j < P; ++j) run[j] = val[j] + (j > 0 && key[j - 1] == key[j] ? run[j - 1] : T(0));
-    const int last = key[P - 1];
+    for (int j = 0; j < P; ++j) {
+        col[j] = key[j] == EMPTY_KEY ? EMPTY_KEY : key[j] >> ESC_SLOT_BITS;
+        const T v = key[j] == EMPTY_KEY ? T(0) : vals[key[j] & ((1 << ESC_SLOT_BITS) - 1)];
+        run[j] = v + (j > 0 && col[j - 1] == col[j] ? run[j - 1] : T(0));
+    }
+    const int last = col[P - 1];
     T x = run[P - 1];
 #pragma unroll
     for (int d = 1; d < W; d <<= 1) {
@@ -384,14 +390,14 @@ __global__ void __launch_bounds__(256) numeric_esc(
     }
     const T cin = __shfl_up_sync(mask, x, 1, W);
     const int kin = __shfl_up_sync(mask, last, 1, W);
-    const T carry = lw > 0 && kin == key[0] ? cin : T(0);
-    const int next = __shfl_down_sync(mask, key[0], 1, W);
+    const T carry = lw > 0 && kin == col[0] ? cin : T(0);
+    const int next = __shfl_down_sync(mask, col[0], 1, W);
     bool end[P];
     int count = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         const bool final_ = j + 1 == P && lw + 1 == W;   // the row's last element ends its run
-        end[j] = key[j] != EMPTY_KEY && (final_ || key[j] != (j + 1 < P ? key[j + 1] : next));
+        end[j] = col[j] != EMPTY_KEY && (final_ || col[j] != (j + 1 < P ? col[j + 1] : next));
         count += end[j];
     }
     int before = count;   // inclusive scan of the lanes' run counts
@@ -406,8 +412,8 @@ __global__ void __launch_bounds__(256) numeric_esc(
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         if (end[j]) {
-            Cj[base + before] = key[j];
-            Cx[base + before] = run[j] + (key[j] == key[0] ? carry : T(0));
+            Cj[base + before] = col[j];
+            Cx[base + before] = run[j] + (col[j] == col[0] ? carry : T(0));
             ++before;
         }
     }

@@ -92,6 +92,11 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
 #: table and its rank sort for short rows (``spgemm(..., esc=False)`` keeps the hash).
 ESC_CLASSES = ((8, 2), (8, 4), (16, 4), (32, 4))
 ESC_CAPS = tuple(w * p for w, p in ESC_CLASSES)
+#: numeric_esc packs column << 7 | slot into an int (spgemm.cu ESC_COL_BITS): B may have at most
+#: this many columns (wider products keep the hash tables); its values sit in shared memory sized
+#: for blocks of ESC_BLOCK threads.
+ESC_MAX_COLUMNS = 1 << 24
+ESC_BLOCK = 256
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -707,7 +712,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
     #    (with passes="auto" the same launch also gives every row's one-pass class)
-    classes = ((ESC_CAPS if esc else ()) + num_ladder) if passes == "auto" else ()
+    classes = ((ESC_CAPS if esc and k <= ESC_MAX_COLUMNS else ()) + num_ladder) if passes == "auto" else ()
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
                     _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
@@ -875,7 +880,7 @@ def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
     the one-pass layout (each row at its products' offset, its count in row_nnz)."""
     A, B = s.A, s.B
     w, p = ESC_CLASSES[c]
-    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // BLOCK_THREADS), BLOCK_THREADS,
+    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // ESC_BLOCK), ESC_BLOCK,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
              _NULL, np.int64(0), Uj, Ux, row_nnz))
 
@@ -986,7 +991,8 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     passes: "auto" (the one-pass path of _one_pass where one_pass_table allows, out='device'
         only) or "two" (always the symbolic pass, then the numeric pass).
     esc: in the one-pass path, rows of at most ESC_CAPS[-1] products take the sort-based
-        numeric_esc (deterministic sums); False keeps them in hash tables.
+        numeric_esc (deterministic sums) when B has at most ESC_MAX_COLUMNS columns; False keeps
+        them in hash tables.
     info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass).
     """
     if passes not in ("auto", "two"):
