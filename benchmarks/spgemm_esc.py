@@ -29,11 +29,9 @@ def problems():
     for size in ("small", "medium"):
         for fam in ("poisson2d", "poisson3d", "uniform", "banded", "block_dense", "skewed"):
             yield f"{fam}-{size}", corpus.load(fam, size)
-    folder = os.environ.get("MATPLAN_MATRICES") or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "matrices")
-    for name in ("world_highways", "dragon_mesh_laplacian", "metis_copter2"):
-        path = os.path.join(folder, name + ".npz")
-        if os.path.exists(path):
-            yield name, sp.load_npz(path)
+    for name, A in corpus.real_matrices(None):   # MATPLAN_MATRICES or ../shared/matrices
+        if name in ("world_highways", "dragon_mesh_laplacian", "metis_copter2"):
+            yield name, A
 
 
 def main(argv=None):

@@ -391,23 +391,23 @@ def test_one_pass_off_and_bad_passes(cp, hs, rng):
         hs.spgemm(A, A, passes="one")
 
 
-def _rows_of_products(rng, counts, n=400, long_a=()):
-    """(A, B): row i of A has exactly counts[i] products with B, whose rows 0..199 hold one entry in
-    columns 0..19 (runs of equal columns to sum) and rows 200..399 none; rows listed in ``long_a``
+def _rows_of_products(rng, counts, n=1000, long_a=()):
+    """(A, B): row i of A has exactly counts[i] products with B, whose rows 0..599 hold one entry in
+    columns 0..19 (runs of equal columns to sum) and rows 600..n-1 none; rows listed in ``long_a``
     also get 3x as many nonzeros over B's empty rows (more A nonzeros than a group has lanes)."""
     rows, cols = [], []
     for i, c in enumerate(counts):
-        picks = list(rng.choice(200, c, replace=False))     # c products: one per B row
+        picks = list(rng.choice(600, c, replace=False))     # c products: one per B row
         if i in long_a:
-            picks += list(rng.integers(200, 400, 3 * max(c, 12)))
+            picks += list(rng.integers(600, n, 3 * max(c, 12)))
         rng.shuffle(picks)
         rows += [i] * len(picks)
         cols += picks
     vals = (rng.random(len(rows)) + 0.5) * rng.choice([-1.0, 1.0], len(rows))
     A = sp.csr_matrix((vals, (rows, cols)), shape=(len(counts), n))
     A.sum_duplicates()   # the picks over B's empty rows may repeat
-    bv = (rng.random(200) + 0.5) * rng.choice([-1.0, 1.0], 200)
-    B = sp.csr_matrix((bv, (np.arange(200), rng.integers(0, 20, 200))), shape=(n, 30))
+    bv = (rng.random(600) + 0.5) * rng.choice([-1.0, 1.0], 600)
+    B = sp.csr_matrix((bv, (np.arange(600), rng.integers(0, 20, 600))), shape=(n, 30))
     return A, B
 
 
@@ -449,16 +449,21 @@ def test_sort_based_balanced_single_launch(cp, hs, rng, top):
     assert info["one_pass"] and info["esc_rows"] == {cap: len(counts)} and not info["numeric_tables"]
 
 
-def test_sort_based_rows_need_b_narrower_than_2_24_columns(cp, hs, rng):
-    """numeric_esc packs column << 7 | slot into an int: a B of more than ESC_MAX_COLUMNS columns
-    keeps its short rows in hash tables (and is right); at the limit the sort takes them."""
-    for k, sort_based in ((hs.ESC_MAX_COLUMNS, True), (hs.ESC_MAX_COLUMNS + 1, False)):
-        A = random_csr(rng, 300, 200, 0.02)
-        cols = rng.integers(k - 1000, k, 600)
-        B = sp.csr_matrix((rng.random(600) + 0.5, (rng.integers(0, 200, 600), cols)), shape=(200, k))
+def test_sort_based_rows_need_b_narrow_enough_to_pack(cp, hs, rng):
+    """numeric_esc packs column << log2(slots) | slot into an int below EMPTY_KEY: rows of 100
+    products (the 128-slot class) take it while B has at most esc_max_columns(128) = 2^24 - 1
+    columns (the last column used), and keep a hash table one column past that."""
+    limit = hs.esc_max_columns(128)
+    assert limit == (1 << 24) - 1 and hs.esc_caps(limit)[-1] == 128 and 128 not in hs.esc_caps(limit + 1)
+    rows = np.repeat(np.arange(40), 100)
+    A = sp.csr_matrix((rng.random(rows.size) + 0.5, (rows, np.concatenate([rng.choice(200, 100, replace=False)
+                                                                          for _ in range(40)]))), shape=(40, 200))
+    for k, sort_based in ((limit, True), (limit + 1, False)):
+        cols = np.concatenate([[k - 1], rng.integers(k - 300, k, 199)])   # the last column included
+        B = sp.csr_matrix((rng.random(200) + 0.5, (np.arange(200), cols)), shape=(200, k))
         info = {}
-        _check_one(cp, hs, A, B, np.float64, True, info)
-        assert info["one_pass"] and bool(info["esc_rows"]) == sort_based
+        _check_one(cp, hs, A, B, np.float64, True, info, grouping="grouped")
+        assert info["one_pass"] and (128 in info["esc_rows"]) == sort_based
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

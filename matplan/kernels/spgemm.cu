@@ -278,18 +278,17 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 }
 
 // ------------------------------------------------------------------ numeric, sort-based (ESC)
-// Rows of at most W * P products (the one-pass path's short rows; B of fewer than 2^ESC_COL_BITS
-// columns): a group of W lanes expands the row's products into registers, P a lane, and
+// Rows of at most W * P products (the one-pass path's short rows): a group of W lanes expands the row's products into registers, P a lane, and
 // bitonic-sorts them by column; each product travels as one int, column << ESC_SLOT_BITS | slot,
 // its value waiting in shared memory at its slot (one shuffle an exchange across lanes instead of
 // three for a double beside its key); runs of equal columns are summed by a segmented scan (within
 // each lane, then across lanes by the columns themselves: runs are contiguous) and each run's sum
-// is written at its rank (a shuffle scan of the lanes' run counts), so the row comes out sorted,
-// its count in row_nnz. No atomics, no block barrier; the sums are deterministic (the network's
+// is placed at its rank (a shuffle scan of the lanes' run counts) in shared memory, from where the
+// group writes the row out coalesced, sorted, its count in row_nnz. No atomics, no block barrier; the sums are deterministic (the network's
 // order does not depend on timing). Element i of the sorted sequence is register j of lane
 // i / P (i = lane * P + j); product j * W + lane is loaded (coalesced) into register j of lane.
-#define ESC_SLOT_BITS 7    // slots of a row: W * P <= 128
-#define ESC_COL_BITS 24    // spgemm.ESC_MAX_COLUMNS = 2^24: column << 7 stays below EMPTY_KEY
+// The slot takes log2(W * P) bits, the column the rest of 31: B's columns must be fewer than
+// 2^(31 - log2(W * P)) - 1 (spgemm.esc_max_columns), so no packed product equals EMPTY_KEY.
 template <typename T, int W, int P>
 __global__ void __launch_bounds__(256) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
@@ -298,14 +297,17 @@ __global__ void __launch_bounds__(256) numeric_esc(
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
         T* __restrict__ Cx, long long* __restrict__ row_nnz) {
     constexpr int N = W * P;
-    static_assert(N <= (1 << ESC_SLOT_BITS), "a row's slots must fit ESC_SLOT_BITS");
-    __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot
+    constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
+    static_assert(N == (1 << ESC_SLOT_BITS), "W * P: a power of two from 16 to 512");
+    __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot,
+    __shared__ int s_col[256 / W][N];  // then its output row (staged: the row is written coalesced)
     const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
     if (r >= nrows) return;   // a whole group: r is the same on its W lanes
     const int lw = threadIdx.x & (W - 1);
     const int gbase = threadIdx.x & 31 & ~(W - 1);
     const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
     T* vals = s_val[threadIdx.x / W];
+    int* cols = s_col[threadIdx.x / W];
     const int row = rows ? rows[r] : (int)r;
     const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
     const long long first = na ? csum[a0] : 0;
@@ -408,15 +410,18 @@ __global__ void __launch_bounds__(256) numeric_esc(
     }
     const int total = __shfl_sync(mask, before, W - 1, W);
     before -= count;
-    const long long base = Cp ? Cp[row] - c_base : first;
+    __syncwarp(mask);   // every lane has read its values: the slots take the output row
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         if (end[j]) {
-            Cj[base + before] = col[j];
-            Cx[base + before] = run[j] + (col[j] == col[0] ? carry : T(0));
+            cols[before] = col[j];
+            vals[before] = run[j] + (col[j] == col[0] ? carry : T(0));
             ++before;
         }
     }
+    __syncwarp(mask);
+    const long long base = Cp ? Cp[row] - c_base : first;
+    for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
     if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
 
@@ -821,10 +826,14 @@ INSTANTIATE_NUMERIC_ESC(float, 8, 2)
 INSTANTIATE_NUMERIC_ESC(float, 8, 4)
 INSTANTIATE_NUMERIC_ESC(float, 16, 4)
 INSTANTIATE_NUMERIC_ESC(float, 32, 4)
+INSTANTIATE_NUMERIC_ESC(float, 32, 8)
+INSTANTIATE_NUMERIC_ESC(float, 32, 16)
 INSTANTIATE_NUMERIC_ESC(double, 8, 2)
 INSTANTIATE_NUMERIC_ESC(double, 8, 4)
 INSTANTIATE_NUMERIC_ESC(double, 16, 4)
 INSTANTIATE_NUMERIC_ESC(double, 32, 4)
+INSTANTIATE_NUMERIC_ESC(double, 32, 8)
+INSTANTIATE_NUMERIC_ESC(double, 32, 16)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

@@ -20,13 +20,16 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
 
 One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
-min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots and an upper-bound buffer of
-``products`` entries is small (one_pass_table), steps 2-3 are skipped: rows are grouped by their
-bound at full table load (no overflow possible), the numeric pass writes each sorted row at its
-products' offset of that buffer with its count, the counts' scan gives C's indptr, one host
-transfer its nnz, and ``compact_rows`` copies the rows into C allocated exactly. Short-row
-products (Poisson, uniform, road networks) spend a third of their GPU time in the symbolic pass
-and the host round trip after it.
+min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots, or every row's products fit the largest
+numeric_esc class (512), and an upper-bound buffer of ``products`` entries is small
+(one_pass_table), steps 2-3 are skipped: the analysis's launch also gives every row's one-pass
+class; rows of at most 512 products take ``numeric_esc`` (the products expanded into registers,
+bitonic-sorted by column a W-lane group a row, runs summed by a segmented scan: no table, no
+atomics, deterministic sums), the others a table sized from their bound at full load (no overflow
+possible); each sorted row goes to its products' offset of that buffer with its count, the
+counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
+into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
+their GPU time in the symbolic pass and the host round trip after it.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
@@ -85,18 +88,27 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
              "compact_rows<float>", "compact_rows<double>")
-          + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double") for w, p in ((8, 2), (8, 4), (16, 4), (32, 4))))
+          + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
+                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
 #: W * P products is expanded into registers (P a lane of a W-lane group), bitonic-sorted by column
 #: and its runs summed; (W, P) by class, the smallest that holds the row. It replaces the hash
 #: table and its rank sort for short rows (``spgemm(..., esc=False)`` keeps the hash).
-ESC_CLASSES = ((8, 2), (8, 4), (16, 4), (32, 4))
+ESC_CLASSES = ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))
 ESC_CAPS = tuple(w * p for w, p in ESC_CLASSES)
-#: numeric_esc packs column << 7 | slot into an int (spgemm.cu ESC_COL_BITS): B may have at most
-#: this many columns (wider products keep the hash tables); its values sit in shared memory sized
-#: for blocks of ESC_BLOCK threads.
-ESC_MAX_COLUMNS = 1 << 24
+#: numeric_esc's values sit in shared memory sized for blocks of ESC_BLOCK threads.
 ESC_BLOCK = 256
+
+
+def esc_max_columns(cap: int) -> int:
+    """Most columns B may have for the numeric_esc class of ``cap`` slots: a product travels as
+    column << log2(cap) | slot in an int below EMPTY_KEY (2^31 - 1); wider B keep the hash tables."""
+    return (1 << (32 - cap.bit_length())) - 1
+
+
+def esc_caps(k: int) -> tuple:
+    """The numeric_esc classes a product with B of ``k`` columns may use (a prefix of ESC_CAPS)."""
+    return tuple(cap for cap in ESC_CAPS if k <= esc_max_columns(cap))
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -712,7 +724,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
     #    (with passes="auto" the same launch also gives every row's one-pass class)
-    classes = ((ESC_CAPS if esc and k <= ESC_MAX_COLUMNS else ()) + num_ladder) if passes == "auto" else ()
+    classes = ((esc_caps(k) if esc else ()) + num_ladder) if passes == "auto" else ()
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
                     _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
@@ -725,7 +737,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     s.csum = csum
     info["one_pass"] = False
     if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
-                                           _device_total_bytes()):
+                                           _device_total_bytes(), (esc_caps(k) or (0,))[-1] if esc else 0):
         s.one_pass = (bal, zeros, sym.second, classes)
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
@@ -885,13 +897,14 @@ def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
              _NULL, np.int64(0), Uj, Ux, row_nnz))
 
 
-def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int) -> bool:
+def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int,
+                   esc_cap: int = 0) -> bool:
     """Whether C = A @ B takes the one-pass path: every row's bound min(nnz_RowCt, k) fits a table
-    of ONE_PASS_MAX_TABLE slots (and the largest numeric table, ``top``) and the upper-bound
-    buffer (products entries) is at most ONE_PASS_MEM_FRACTION of the device's memory and below
-    2^31 entries."""
-    return (min(int(peak), int(k)) <= min(ONE_PASS_MAX_TABLE, int(top)) and products <= INT32_MAX
-            and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
+    of ONE_PASS_MAX_TABLE slots (and the largest numeric table, ``top``), or every row's products
+    fit numeric_esc's largest class (``esc_cap``), and the upper-bound buffer (products entries) is
+    at most ONE_PASS_MEM_FRACTION of the device's memory and below 2^31 entries."""
+    return ((min(int(peak), int(k)) <= min(ONE_PASS_MAX_TABLE, int(top)) or int(peak) <= esc_cap)
+            and products <= INT32_MAX and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
 
 
 def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
@@ -991,7 +1004,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     passes: "auto" (the one-pass path of _one_pass where one_pass_table allows, out='device'
         only) or "two" (always the symbolic pass, then the numeric pass).
     esc: in the one-pass path, rows of at most ESC_CAPS[-1] products take the sort-based
-        numeric_esc (deterministic sums) when B has at most ESC_MAX_COLUMNS columns; False keeps
+        numeric_esc (deterministic sums) where B's columns allow (esc_max_columns); False keeps
         them in hash tables.
     info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass).
     """
@@ -1182,7 +1195,8 @@ def hash_path(f, smem_bytes: int) -> str:
     rule; else two passes."""
     itemsize = np.dtype(f.dtype).itemsize
     top = table_ladder(smem_bytes, KEY_BYTES + itemsize)[-1]
-    if one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf):
+    if one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf,
+                      esc_cap=(esc_caps(f.k) or (0,))[-1]):
         return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
     return "two passes"
 
