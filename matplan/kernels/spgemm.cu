@@ -789,18 +789,36 @@ __global__ void numeric_global_out(
 }
 
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
-// C's exact offsets Cp[i]; COMPACT_LANES lanes a row, grid-stride. H100 (9643a20), 8 lanes (4
-// rows a warp) against a warp a row: Poisson 140 against 102 us, uniform 235 against 144.
-#define COMPACT_LANES 32
+// C's exact offsets Cp[i]. A block takes COMPACT_ROWS consecutive rows, whose output is one
+// contiguous range of C: thread t writes entries t, t + blockDim.x, ... of it (coalesced whatever
+// the row lengths) and finds each entry's row by a binary search over the rows' offsets in shared
+// memory. Lanes a row (before: 32, grid-stride; H100 9643a20: 8 lanes lost, Poisson 140 against
+// 102 us) left most of a warp idle on rows of a few entries (road networks: ~7).
+#define COMPACT_ROWS 256
 template <typename T>
-__global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
-                             const long long* __restrict__ Cp, const int* __restrict__ Uj,
-                             const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx) {
-    const int lane = threadIdx.x & (COMPACT_LANES - 1);
-    const long long stride = (long long)gridDim.x * blockDim.x / COMPACT_LANES;
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; i < m; i += stride) {
-        const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
-        for (long long q = lane; q < len; q += COMPACT_LANES) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
+__global__ void __launch_bounds__(256) compact_rows(
+        const int* __restrict__ Ap, const long long* __restrict__ csum, const long long* __restrict__ Cp,
+        const int* __restrict__ Uj, const T* __restrict__ Ux, const int m, int* __restrict__ Cj,
+        T* __restrict__ Cx) {
+    __shared__ long long s_dst[COMPACT_ROWS + 1], s_src[COMPACT_ROWS];
+    const long long r0 = (long long)blockIdx.x * COMPACT_ROWS;
+    const int nr = (int)min((long long)COMPACT_ROWS, m - r0);
+    for (int t = threadIdx.x; t <= nr; t += blockDim.x) {
+        s_dst[t] = Cp[r0 + t];
+        if (t < nr) s_src[t] = csum[Ap[r0 + t]];
+    }
+    __syncthreads();
+    const long long q1 = s_dst[nr];
+    int lo = 0;   // the entries a thread visits only move forward: each search starts at the last row
+    for (long long q = s_dst[0] + threadIdx.x; q < q1; q += blockDim.x) {
+        int hi = nr;   // s_dst[lo] <= q < s_dst[hi]: the row of entry q is the last such lo
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) >> 1;
+            if (s_dst[mid] <= q) lo = mid; else hi = mid;
+        }
+        const long long src = s_src[lo] + (q - s_dst[lo]);
+        Cj[q] = Uj[src];
+        Cx[q] = Ux[src];
     }
 }
 

@@ -599,8 +599,8 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 #: buffer of at most this fraction of the device's memory.
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
-#: Lanes of compact_rows per row (spgemm.cu COMPACT_LANES).
-COMPACT_LANES = 32
+#: Rows of a compact_rows block (spgemm.cu COMPACT_ROWS; 256 threads).
+COMPACT_ROWS = 256
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -953,9 +953,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    rows_per_block = BLOCK_THREADS // COMPACT_LANES
-    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // rows_per_block), 64 * _global_target_blocks())),
-            BLOCK_THREADS, (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
+    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", -(-m // COMPACT_ROWS), 256,
+            (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
