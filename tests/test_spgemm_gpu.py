@@ -382,6 +382,18 @@ def test_one_pass_path(cp, hs, rng, dtype, sort):
     assert not wide["one_pass"]
 
 
+@pytest.mark.parametrize("range_below", [0, 10 ** 9])
+def test_one_pass_copies_by_rows_and_by_ranges(cp, hs, rng, monkeypatch, range_below):
+    """compact_rows (a warp a row) and compact_ranges (a block a range of rows, an entry a thread)
+    give the same C: empty rows, rows of one entry and a long row included."""
+    monkeypatch.setattr(hs, "COMPACT_RANGE_BELOW", range_below)
+    A, B = _rows_of_products(rng, [0, 1, 3, 0, 200, 7] * 300 + [511, 0], long_a={5, 1799})
+    info = {}
+    _check_one(cp, hs, A, B, np.float64, True, info)
+    _check_one(cp, hs, A, B, np.float32, True, {}, esc=False)
+    assert info["one_pass"]
+
+
 def test_one_pass_off_and_bad_passes(cp, hs, rng):
     A = _dev(cp, random_csr(rng, 500, 500, 0.004))
     info = {}

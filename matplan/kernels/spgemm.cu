@@ -789,14 +789,30 @@ __global__ void numeric_global_out(
 }
 
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
-// C's exact offsets Cp[i]. A block takes COMPACT_ROWS consecutive rows, whose output is one
-// contiguous range of C: thread t writes entries t, t + blockDim.x, ... of it (coalesced whatever
-// the row lengths) and finds each entry's row by a binary search over the rows' offsets in shared
-// memory. Lanes a row (before: 32, grid-stride; H100 9643a20: 8 lanes lost, Poisson 140 against
-// 102 us) left most of a warp idle on rows of a few entries (road networks: ~7).
+// C's exact offsets Cp[i]; two mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
+// * compact_rows: COMPACT_LANES lanes a row, grid-stride. H100 (9643a20), 8 lanes (4 rows a
+//   warp) against a warp a row: Poisson 140 against 102 us, uniform 235 against 144.
+// * compact_ranges: a block takes COMPACT_ROWS consecutive rows, whose output is one contiguous
+//   range of C: thread t writes entries t, t + blockDim.x, ... of it (coalesced whatever the row
+//   lengths) and finds each entry's row by a search over the rows' offsets in shared memory.
+//   H100 (018dcda): world_highways (~7 entries a row, where a warp a row leaves most lanes idle)
+//   116 -> 65 us; Poisson (24) 102 -> 106, uniform (64) 133 -> 158.
+#define COMPACT_LANES 32
+template <typename T>
+__global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
+                             const long long* __restrict__ Cp, const int* __restrict__ Uj,
+                             const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx) {
+    const int lane = threadIdx.x & (COMPACT_LANES - 1);
+    const long long stride = (long long)gridDim.x * blockDim.x / COMPACT_LANES;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; i < m; i += stride) {
+        const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
+        for (long long q = lane; q < len; q += COMPACT_LANES) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
+    }
+}
+
 #define COMPACT_ROWS 256
 template <typename T>
-__global__ void __launch_bounds__(256) compact_rows(
+__global__ void __launch_bounds__(256) compact_ranges(
         const int* __restrict__ Ap, const long long* __restrict__ csum, const long long* __restrict__ Cp,
         const int* __restrict__ Uj, const T* __restrict__ Ux, const int m, int* __restrict__ Cj,
         T* __restrict__ Cx) {
@@ -822,6 +838,10 @@ __global__ void __launch_bounds__(256) compact_rows(
     }
 }
 
+template __global__ void compact_ranges<float>(const int*, const long long*, const long long*, const int*,
+                                               const float*, int, int*, float*);
+template __global__ void compact_ranges<double>(const int*, const long long*, const long long*, const int*,
+                                                const double*, int, int*, double*);
 template __global__ void compact_rows<float>(const int*, const long long*, const long long*, const int*,
                                              const float*, int, int*, float*);
 template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,

@@ -87,7 +87,7 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + tuple(f"symbolic_shared<{w}>" for w in GROUP_WIDTHS)
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
-             "compact_rows<float>", "compact_rows<double>")
+             "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
                   for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
@@ -599,8 +599,11 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 #: buffer of at most this fraction of the device's memory.
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
-#: Rows of a compact_rows block (spgemm.cu COMPACT_ROWS; 256 threads).
+#: compact_rows: lanes a row (spgemm.cu COMPACT_LANES); compact_ranges: rows a block of 256
+#: threads (COMPACT_ROWS), taken when C's rows hold fewer than COMPACT_RANGE_BELOW entries on average.
+COMPACT_LANES = 32
 COMPACT_ROWS = 256
+COMPACT_RANGE_BELOW = 16
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -953,8 +956,12 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    _launch(f"compact_rows<{_cuda.ctype(dtype)}>", -(-m // COMPACT_ROWS), 256,
-            (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx))
+    args = (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
+    if nnz_c < COMPACT_RANGE_BELOW * m:
+        _launch(f"compact_ranges<{_cuda.ctype(dtype)}>", -(-m // COMPACT_ROWS), 256, args)
+    else:
+        _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // (BLOCK_THREADS // COMPACT_LANES)),
+                                                                  64 * _global_target_blocks())), BLOCK_THREADS, args)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
