@@ -403,10 +403,11 @@ def test_one_pass_off_and_bad_passes(cp, hs, rng):
         hs.spgemm(A, A, passes="one")
 
 
-def _rows_of_products(rng, counts, n=1000, long_a=()):
+def _rows_of_products(rng, counts, n=1000, long_a=(), cols=20):
     """(A, B): row i of A has exactly counts[i] products with B, whose rows 0..599 hold one entry in
-    columns 0..19 (runs of equal columns to sum) and rows 600..n-1 none; rows listed in ``long_a``
-    also get 3x as many nonzeros over B's empty rows (more A nonzeros than a group has lanes)."""
+    columns 0..cols-1 (few columns: runs of equal columns to sum) and rows 600..n-1 none; rows
+    listed in ``long_a`` also get 3x as many nonzeros over B's empty rows (more A nonzeros than a
+    group has lanes). B has max(30, cols) columns."""
     rows, cols = [], []
     for i, c in enumerate(counts):
         picks = list(rng.choice(600, c, replace=False))     # c products: one per B row
@@ -419,7 +420,7 @@ def _rows_of_products(rng, counts, n=1000, long_a=()):
     A = sp.csr_matrix((vals, (rows, cols)), shape=(len(counts), n))
     A.sum_duplicates()   # the picks over B's empty rows may repeat
     bv = (rng.random(600) + 0.5) * rng.choice([-1.0, 1.0], 600)
-    B = sp.csr_matrix((bv, (np.arange(600), rng.integers(0, 20, 600))), shape=(n, 30))
+    B = sp.csr_matrix((bv, (np.arange(600), rng.integers(0, cols, 600))), shape=(n, max(30, cols)))
     return A, B
 
 
@@ -476,6 +477,26 @@ def test_sort_based_rows_need_b_narrow_enough_to_pack(cp, hs, rng):
         info = {}
         _check_one(cp, hs, A, B, np.float64, True, info, grouping="grouped")
         assert info["one_pass"] and (128 in info["esc_rows"]) == sort_based
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch, dtype):
+    """Long rows (products past 512 and bound past 256) force the two passes; the rows numeric_esc
+    can take skip the symbolic pass (the hybrid) and are copied into C after the scan. == SciPy
+    with the hybrid, with esc=False, and when its upper-bound buffer does not fit (then the short
+    rows are classified again for the symbolic tables)."""
+    A, B = _rows_of_products(rng, [0, 3, 17, 100, 0, 300] * 40 + [599, 600, 2], long_a={3, 241}, cols=400)
+    info = {}
+    _check_one(cp, hs, A, B, dtype, True, info)
+    assert info.get("hybrid") and not info["one_pass"] and info["esc_rows"]
+    assert sum(info["esc_rows"].values()) == 40 * 4 + 1
+    plain = {}
+    _check_one(cp, hs, A, B, dtype, True, plain, esc=False)
+    assert not plain.get("hybrid")
+    monkeypatch.setattr(hs, "ONE_PASS_MEM_FRACTION", 1e-12)
+    full = {}
+    _check_one(cp, hs, A, B, dtype, True, full)
+    assert not full.get("hybrid") and not full["one_pass"]
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

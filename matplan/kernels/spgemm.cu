@@ -557,7 +557,9 @@ extern "C" __global__ void scan_rows(const long long* __restrict__ row_nnz, cons
 // T2 > 0 (mode 0): also the one-pass path's class of every row in idx2, from caps[T .. T + T2)
 // (the first n_esc are numeric_esc's product limits, compared with row_ct itself, not
 // min(row_ct, k)); T2 when none holds the row; its counts go to acc[2T + 8 + idx2 + 1]: the
-// analysis classifies for both paths in one launch and one transfer.
+// analysis classifies for both paths in one launch and one transfer. A row numeric_esc takes
+// (idx2 < n_esc) gets idx -1: it has no symbolic table on the two-pass path either (the hybrid).
+// Mode 1 with n_esc > 0 reads idx2 (the analysis's) and gives those rows idx -1 as well.
 // acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
 // count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
 // Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
@@ -584,6 +586,8 @@ extern "C" __global__ void classify_rows(
             }
             t2 = 0;   // the one-pass classes; the first n_esc (numeric_esc) compare products
             while (t2 < T2 && (t2 < n_esc ? fig : need) > caps[T + t2]) ++t2;
+            if (mode == 0 && T2 > 0 && t2 < n_esc) t = -1;   // numeric_esc takes the row on either path
+            if (mode == 1 && n_esc > 0 && idx2[i] >= 0 && idx2[i] < n_esc) t = -1;   // it took the row
         }
         idx[i] = t;
         g = t + 1;
@@ -801,10 +805,12 @@ __global__ void numeric_global_out(
 template <typename T>
 __global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
-                             const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx) {
+                             const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx,
+                             const int* __restrict__ rows) {
     const int lane = threadIdx.x & (COMPACT_LANES - 1);
     const long long stride = (long long)gridDim.x * blockDim.x / COMPACT_LANES;
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; i < m; i += stride) {
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; r < m; r += stride) {
+        const int i = rows ? rows[r] : (int)r;   // rows: the hybrid's numeric_esc rows only
         const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
         for (long long q = lane; q < len; q += COMPACT_LANES) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
     }
@@ -843,9 +849,9 @@ template __global__ void compact_ranges<float>(const int*, const long long*, con
 template __global__ void compact_ranges<double>(const int*, const long long*, const long long*, const int*,
                                                 const double*, int, int*, double*);
 template __global__ void compact_rows<float>(const int*, const long long*, const long long*, const int*,
-                                             const float*, int, int*, float*);
+                                             const float*, int, int*, float*, const int*);
 template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,
-                                              const double*, int, int*, double*);
+                                              const double*, int, int*, double*, const int*);
 #define INSTANTIATE_NUMERIC_SHARED(T, W)                                                                     \
     template __global__ void numeric_shared<T, W>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, int, int, const long long*, long long, int*, T*, int,    \

@@ -299,19 +299,22 @@ class _Classes:
 
 
 def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None,
-              second: tuple = ()) -> _Classes:
+              second: tuple = (), taken: tuple = ()) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
     ``second`` (mode 0): (caps, n_esc) of the one-pass classes, classified in the same launch (the
     first n_esc are numeric_esc's product limits, compared with nnz_RowCt itself; a row none
-    holds gets len(caps)); acc must then hold _classify_words of both."""
+    holds gets len(caps)); acc must then hold _classify_words of both. Rows numeric_esc takes
+    (second's class < n_esc) get index -1 here: they have no symbolic table. ``taken`` (mode 1):
+    (the analysis's second idx, n_esc): those rows get index -1 too (numeric_esc wrote them)."""
     cp = cupy_module()
     T = len(ladder)
     caps2, n_esc = second or ((), 0)
     T2 = len(caps2)
+    taken_idx, n_taken = taken or (None, 0)
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
-    idx2 = cp.empty(m, dtype=cp.int32) if T2 else None
+    idx2 = cp.empty(m, dtype=cp.int32) if T2 else taken_idx
     words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
         acc = cp.zeros(words, dtype=cp.uint64)
@@ -319,7 +322,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder) + tuple(caps2), cp.cuda.Device().id),
-             np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc),
+             np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
              idx, idx2, acc))
     host = acc[:words].get()
     total = int(host[T + 2])
@@ -686,6 +689,8 @@ class _Symbolic:
     nnz_c: int = 0
     rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
     one_pass: tuple = None     # (balanced, zeros, classes, caps) when the one-pass path takes over
+    hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
+    taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -745,6 +750,18 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
         return s
+    # the hybrid: rows numeric_esc can take (their symbolic index is -1) go through it now, into
+    # an upper-bound buffer, while the others take the two passes; where the buffer does not fit,
+    # they are classified again for the symbolic tables (one launch and transfer more)
+    row_nnz = cp.zeros(m, dtype=cp.int64)
+    n_esc = len(classes) - len(num_ladder)
+    one = sym.second
+    if n_esc and one.counts[1:n_esc + 1].any():
+        if upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
+            s.hybrid = _esc_first(s, one, classes, row_nnz)
+            s.taken = (one.idx, n_esc)
+        else:
+            sym = _classify(m, k, sym_ladder, A=A, csum=csum)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
     risky = sym.risky
     info.update(symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
@@ -753,7 +770,6 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     clock.append(time.perf_counter())
 
     # 2. symbolic
-    row_nnz = cp.zeros(m, dtype=cp.int64)
     ovf_rows = cp.empty(m, dtype=cp.int32)
     n_direct = int(sym_counts[-1])
     ovf_count = zeros.take(1).view(cp.int32)[:1]   # rows that overflowed, listed after the n_direct
@@ -795,7 +811,8 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
-    num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))))
+    num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))),
+                    taken=s.taken)
     order, counts = _group(num, len(num_ladder), bal)
     s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = Cp, Cp32, num.total, num.idx, (order, counts)
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
@@ -852,6 +869,10 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
                         (rows, np.int32(b0), marks, acc, np.int64(k), np.int64(seg_cols), seg_counts,
                          s.Cp, base, Cj, Cx))
     fork.join()
+    if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
+        rows, Uj, Ux = s.hybrid
+        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows)
+        s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
     else:
@@ -890,6 +911,48 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
             smem=table_smem(size, num_slot, rpb))
 
 
+def _esc_launches(s: _Symbolic, fork, order, starts, counts, esc_caps: tuple, Uj, Ux, row_nnz) -> dict:
+    """numeric_esc for every sort class with rows (classes 0 .. len(esc_caps) - 1 of a grouping:
+    order, host starts and counts per class index + 1), each on its fork stream, in the one-pass
+    layout; returns {class size: rows}."""
+    for c in range(len(esc_caps)):
+        n = int(counts[c + 1])
+        if n:
+            with fork.stream(c):
+                _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
+    return {cap: int(n) for cap, n in zip(esc_caps, counts[1:len(esc_caps) + 1]) if n}
+
+
+def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
+    """The hybrid's first step: numeric_esc on the rows it can take (``one``: the analysis's
+    one-pass classes), into an upper-bound buffer with their counts in row_nnz, before the other
+    rows' symbolic pass; returns (those rows, Uj, Ux) for _compact after the scan."""
+    cp = cupy_module()
+    n_esc = len(classes) - len(s.num_ladder)
+    Uj = cp.empty(s.info["products"], dtype=cp.int32)
+    Ux = cp.empty(s.info["products"], dtype=s.dtype)
+    order, counts = _group(one, len(classes), False)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    fork = _Fork(counts[1:n_esc + 1])
+    s.info["esc_rows"] = _esc_launches(s, fork, order, starts, counts, classes[:n_esc], Uj, Ux, row_nnz)
+    fork.join()
+    s.info["hybrid"] = True
+    return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
+
+
+def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False):
+    """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
+    compact_rows over ``rows`` (null: every row), or compact_ranges (every row, short rows)."""
+    ct = _cuda.ctype(s.dtype)
+    m = s.shape[0] if rows is _NULL else rows.size
+    args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
+    if ranges:
+        _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
+    else:
+        _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // COMPACT_LANES)), 64 * _global_target_blocks())),
+                BLOCK_THREADS, args + (rows,))
+
+
 def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
     """One numeric_esc launch of class ESC_CLASSES[c] over n rows (rows null: rows 0 .. n - 1), in
     the one-pass layout (each row at its products' offset, its count in row_nnz)."""
@@ -907,7 +970,13 @@ def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, to
     fit numeric_esc's largest class (``esc_cap``), and the upper-bound buffer (products entries) is
     at most ONE_PASS_MEM_FRACTION of the device's memory and below 2^31 entries."""
     return ((min(int(peak), int(k)) <= min(ONE_PASS_MAX_TABLE, int(top)) or int(peak) <= esc_cap)
-            and products <= INT32_MAX and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes)
+            and upper_bound_fits(products, itemsize, total_bytes))
+
+
+def upper_bound_fits(products: int, itemsize: int, total_bytes) -> bool:
+    """Whether an upper-bound buffer of ``products`` entries (the one-pass path, the hybrid's
+    numeric_esc rows) is below 2^31 entries and ONE_PASS_MEM_FRACTION of the device's memory."""
+    return products <= INT32_MAX and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes
 
 
 def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
@@ -942,26 +1011,16 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = np.concatenate([[0], np.cumsum(counts)])
         fork = _Fork(counts[1:])
-        for c in range(len(esc_caps)):
-            n = int(counts[c + 1])
-            if n:
-                with fork.stream(c):
-                    _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
+        escs = _esc_launches(s, fork, order, starts, counts, esc_caps, Uj, Ux, row_nnz)
         e = len(esc_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         fork.join()
-        escs = {cap: int(c) for cap, c in zip(esc_caps, counts[1:e + 1]) if c}
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    args = (A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
-    if nnz_c < COMPACT_RANGE_BELOW * m:
-        _launch(f"compact_ranges<{_cuda.ctype(dtype)}>", -(-m // COMPACT_ROWS), 256, args)
-    else:
-        _launch(f"compact_rows<{_cuda.ctype(dtype)}>", max(1, min(-(-m // (BLOCK_THREADS // COMPACT_LANES)),
-                                                                  64 * _global_target_blocks())), BLOCK_THREADS, args)
+    _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
