@@ -479,15 +479,16 @@ def test_sort_based_rows_need_b_narrow_enough_to_pack(cp, hs, rng):
         assert info["one_pass"] and (128 in info["esc_rows"]) == sort_based
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch, dtype):
+@pytest.mark.parametrize("dtype,short", [(np.float32, [0, 3, 17, 100, 0, 300]), (np.float64, [0, 3, 17, 100, 0, 300]),
+                                         (np.float64, [0, 3, 9, 1, 0, 16])])
+def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch, dtype, short):
     """Long rows (products past 512 and bound past 256) force the two passes; the rows numeric_esc
     can take skip the symbolic pass (the hybrid) and are copied into C after the scan. == SciPy
     with the hybrid, with esc=False, and when its upper-bound buffer does not fit (then the short
     rows are classified again for the symbolic tables)."""
-    A, B = _rows_of_products(rng, [0, 3, 17, 100, 0, 300] * 40 + [599, 600, 2], long_a={3, 241}, cols=400)
+    A, B = _rows_of_products(rng, short * 40 + [599, 600, 2], long_a={3, 241}, cols=400)
     info = {}
-    _check_one(cp, hs, A, B, dtype, True, info)
+    _check_one(cp, hs, A, B, dtype, True, info)   # only 16-product rows: the copy takes 4 lanes a row
     assert info.get("hybrid") and not info["one_pass"] and info["esc_rows"]
     assert sum(info["esc_rows"].values()) == 40 * 4 + 1
     plain = {}

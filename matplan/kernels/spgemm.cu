@@ -794,25 +794,25 @@ __global__ void numeric_global_out(
 
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
 // C's exact offsets Cp[i]; two mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
-// * compact_rows: COMPACT_LANES lanes a row, grid-stride. H100 (9643a20), 8 lanes (4 rows a
+// * compact_rows: ``lanes`` (a power of two <= 32; 32 on the one-pass path) a row, grid-stride,
+//   over the rows of ``rows`` (the hybrid's numeric_esc rows, lanes from their widest class) or all. H100 (9643a20), 8 lanes (4 rows a
 //   warp) against a warp a row: Poisson 140 against 102 us, uniform 235 against 144.
 // * compact_ranges: a block takes COMPACT_ROWS consecutive rows, whose output is one contiguous
 //   range of C: thread t writes entries t, t + blockDim.x, ... of it (coalesced whatever the row
 //   lengths) and finds each entry's row by a search over the rows' offsets in shared memory.
 //   H100 (018dcda): world_highways (~7 entries a row, where a warp a row leaves most lanes idle)
 //   116 -> 65 us; Poisson (24) 102 -> 106, uniform (64) 133 -> 158.
-#define COMPACT_LANES 32
 template <typename T>
 __global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
                              const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx,
-                             const int* __restrict__ rows) {
-    const int lane = threadIdx.x & (COMPACT_LANES - 1);
-    const long long stride = (long long)gridDim.x * blockDim.x / COMPACT_LANES;
-    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / COMPACT_LANES; r < m; r += stride) {
+                             const int* __restrict__ rows, const int lanes) {
+    const int lane = threadIdx.x & (lanes - 1);
+    const long long stride = (long long)gridDim.x * blockDim.x / lanes;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / lanes; r < m; r += stride) {
         const int i = rows ? rows[r] : (int)r;   // rows: the hybrid's numeric_esc rows only
         const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
-        for (long long q = lane; q < len; q += COMPACT_LANES) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
+        for (long long q = lane; q < len; q += lanes) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
     }
 }
 
@@ -849,9 +849,9 @@ template __global__ void compact_ranges<float>(const int*, const long long*, con
 template __global__ void compact_ranges<double>(const int*, const long long*, const long long*, const int*,
                                                 const double*, int, int*, double*);
 template __global__ void compact_rows<float>(const int*, const long long*, const long long*, const int*,
-                                             const float*, int, int*, float*, const int*);
+                                             const float*, int, int*, float*, const int*, int);
 template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,
-                                              const double*, int, int*, double*, const int*);
+                                              const double*, int, int*, double*, const int*, int);
 #define INSTANTIATE_NUMERIC_SHARED(T, W)                                                                     \
     template __global__ void numeric_shared<T, W>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, int, int, const long long*, long long, int*, T*, int,    \

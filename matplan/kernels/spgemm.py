@@ -602,7 +602,7 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 #: buffer of at most this fraction of the device's memory.
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
-#: compact_rows: lanes a row (spgemm.cu COMPACT_LANES); compact_ranges: rows a block of 256
+#: compact_rows: lanes a row on the one-pass path (fewer for the hybrid's short rows); compact_ranges: rows a block of 256
 #: threads (COMPACT_ROWS), taken when C's rows hold fewer than COMPACT_RANGE_BELOW entries on average.
 COMPACT_LANES = 32
 COMPACT_ROWS = 256
@@ -754,7 +754,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # an upper-bound buffer, while the others take the two passes; where the buffer does not fit,
     # they are classified again for the symbolic tables (one launch and transfer more)
     row_nnz = cp.zeros(m, dtype=cp.int64)
-    n_esc = len(classes) - len(num_ladder)
+    n_esc = len(classes) - len(num_ladder) if classes else 0
     one = sym.second
     if n_esc and one.counts[1:n_esc + 1].any():
         if upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
@@ -871,7 +871,8 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
-        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows)
+        widest = max(s.info["esc_rows"])   # lanes a row from the widest sort class used
+        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=min(COMPACT_LANES, max(4, widest // 4)))
         s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
@@ -940,17 +941,18 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
 
 
-def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False):
+def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES):
     """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
-    compact_rows over ``rows`` (null: every row), or compact_ranges (every row, short rows)."""
+    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= 32) a row, or
+    compact_ranges (every row; for short rows)."""
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
     args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
     if ranges:
         _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
     else:
-        _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // COMPACT_LANES)), 64 * _global_target_blocks())),
-                BLOCK_THREADS, args + (rows,))
+        _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
+                BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
 def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
