@@ -109,6 +109,9 @@ def esc_max_columns(cap: int) -> int:
 def esc_caps(k: int) -> tuple:
     """The numeric_esc classes a product with B of ``k`` columns may use (a prefix of ESC_CAPS)."""
     return tuple(cap for cap in ESC_CAPS if k <= esc_max_columns(cap))
+#: The hybrid two-pass path (rows numeric_esc can take skip the symbolic pass) needs at least this
+#: many such rows (benchmarks/spgemm_esc.py sets it past any count to time the plain two passes).
+HYBRID_MIN_ROWS = 1
 #: Smallest hash table (one warp's worth of slots).
 MIN_TABLE = 32
 #: Static shared memory of the kernels plus margin, taken off the per-block budget.
@@ -756,7 +759,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     row_nnz = cp.zeros(m, dtype=cp.int64)
     n_esc = len(classes) - len(num_ladder) if classes else 0
     one = sym.second
-    if n_esc and one.counts[1:n_esc + 1].any():
+    if n_esc and one.counts[1:n_esc + 1].sum() >= HYBRID_MIN_ROWS:
         if upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
             s.hybrid = _esc_first(s, one, classes, row_nnz)
             s.taken = (one.idx, n_esc)
