@@ -496,10 +496,12 @@ def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch,
     plain = {}
     _check_one(cp, hs, A, B, dtype, True, plain, esc=False)
     assert not plain.get("hybrid")
-    monkeypatch.setattr(hs, "ONE_PASS_MEM_FRACTION", 1e-12)
-    full = {}
-    _check_one(cp, hs, A, B, dtype, True, full)
-    assert not full.get("hybrid") and not full["one_pass"]
+    for name, value in (("HYBRID_MIN_ROWS", 1 << 62), ("ONE_PASS_MEM_FRACTION", 1e-12)):   # switched off
+        with monkeypatch.context() as mp:
+            mp.setattr(hs, name, value)
+            full = {}
+            _check_one(cp, hs, A, B, dtype, True, full)
+            assert not full.get("hybrid") and not full["one_pass"]
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

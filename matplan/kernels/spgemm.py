@@ -754,15 +754,16 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
         return s
     # the hybrid: rows numeric_esc can take (their symbolic index is -1) go through it now, into
-    # an upper-bound buffer, while the others take the two passes; where the buffer does not fit,
-    # they are classified again for the symbolic tables (one launch and transfer more)
+    # an upper-bound buffer, while the others take the two passes; where the buffer does not fit
+    # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
+    # and transfer more): a row left at index -1 would be lost
     row_nnz = cp.zeros(m, dtype=cp.int64)
     n_esc = len(classes) - len(num_ladder) if classes else 0
-    one = sym.second
-    if n_esc and one.counts[1:n_esc + 1].sum() >= HYBRID_MIN_ROWS:
-        if upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
-            s.hybrid = _esc_first(s, one, classes, row_nnz)
-            s.taken = (one.idx, n_esc)
+    n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
+    if n_sorted:
+        if n_sorted >= HYBRID_MIN_ROWS and upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
+            s.hybrid = _esc_first(s, sym.second, classes, row_nnz)
+            s.taken = (sym.second.idx, n_esc)
         else:
             sym = _classify(m, k, sym_ladder, A=A, csum=csum)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
