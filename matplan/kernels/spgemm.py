@@ -30,6 +30,11 @@ possible); each sorted row goes to its products' offset of that buffer with its 
 counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
 into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
 their GPU time in the symbolic pass and the host round trip after it.
+Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
+numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
+rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
+When the buffer would pass ONE_PASS_MEM_FRACTION of the device's memory, every row takes the
+two passes.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
