@@ -865,19 +865,14 @@ INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*);
+#define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
-INSTANTIATE_NUMERIC_ESC(float, 8, 2)
-INSTANTIATE_NUMERIC_ESC(float, 8, 4)
-INSTANTIATE_NUMERIC_ESC(float, 16, 4)
-INSTANTIATE_NUMERIC_ESC(float, 32, 4)
-INSTANTIATE_NUMERIC_ESC(float, 32, 8)
-INSTANTIATE_NUMERIC_ESC(float, 32, 16)
-INSTANTIATE_NUMERIC_ESC(double, 8, 2)
-INSTANTIATE_NUMERIC_ESC(double, 8, 4)
-INSTANTIATE_NUMERIC_ESC(double, 16, 4)
-INSTANTIATE_NUMERIC_ESC(double, 32, 4)
-INSTANTIATE_NUMERIC_ESC(double, 32, 8)
-INSTANTIATE_NUMERIC_ESC(double, 32, 16)
+INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)
+INSTANTIATE_NUMERIC_ESC_CLASS(8, 4)
+INSTANTIATE_NUMERIC_ESC_CLASS(16, 4)
+INSTANTIATE_NUMERIC_ESC_CLASS(32, 4)
+INSTANTIATE_NUMERIC_ESC_CLASS(32, 8)
+INSTANTIATE_NUMERIC_ESC_CLASS(32, 16)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,
