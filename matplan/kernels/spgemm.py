@@ -1321,7 +1321,12 @@ class HashSpGEMM(Kernel):
         t += HASH_FIXED_S[path] + launches * LAUNCH_S
         free = _free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
         _, panels = predict_panels(est_c, f.m, itemsize, free)
-        return Cost(0.0, t, f"RBSparse hash, {path} ({HASH_FIXED_S[path] * 1e3:.2f} ms fixed), {why}; "
+        caps = esc_caps(f.k)
+        sort = ("" if not caps else
+                f"; every row sorted in registers (numeric_esc: at most {caps[-1]} products a row)"
+                if f.rowct_max <= caps[-1] else
+                f"; rows of at most {caps[-1]} products sorted in registers (numeric_esc), the others hashed")
+        return Cost(0.0, t, f"RBSparse hash, {path} ({HASH_FIXED_S[path] * 1e3:.2f} ms fixed), {why}{sort}; "
                             f"~{est_c:,.0f} nonzeros of C expected ({_compression_text(f)}); "
                             f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C "
                             f"at the copy bandwidth" + (f"; {panels}" if panels else ""))
