@@ -427,12 +427,11 @@ def _rows_of_products(rng, counts, n=1000, long_a=(), ncols=20):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sort_based_rows_at_every_class_limit(cp, hs, rng, monkeypatch, dtype):
+def test_sort_based_rows_at_every_class_limit(cp, hs, rng, dtype):
     """numeric_esc (the one-pass path's rows of <= ESC_CAPS[-1] products): rows at each class's
     limit and one past it, rows with more A nonzeros than lanes (the binary-search branch), empty
     rows, runs of equal columns; == SciPy, == the hash kernels, sorted, and bitwise the same on a
     second run (the sums do not depend on timing)."""
-    monkeypatch.setattr(hs, "WINDOW_MIN_PRODUCTS", 1 << 62)   # B's 20 columns would make windows of them
     caps = hs.ESC_CAPS
     counts = [0, 1, 2] + [c + d for c in caps for d in (-1, 0, 1)] + [5, 0, 40, 100]
     A, B = _rows_of_products(rng, counts, long_a={len(counts) - 2, len(counts) - 1, 4})
@@ -515,15 +514,13 @@ def _banded(rng, n, half, blocks=None):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_dense_windows(cp, hs, rng, monkeypatch, dtype):
-    """numeric_window takes rows of >= 256 products whose output columns span few slots: banded rows
-    (289 products over 33 columns: the 64-slot class), dense diagonal blocks (22,500 products over
-    150 columns: 256 slots), and, beside a long row of every column, the hybrid; == SciPy, == the
-    result with windows off."""
+    """numeric_window takes rows whose output columns span few slots: banded rows (span 33, the
+    64-slot class), dense diagonal blocks (span 150, 256 slots; 2000 blocks a row... products),
+    and, beside long random rows, the hybrid; == SciPy, == the result with windows off."""
     band = _banded(rng, 1500, 8)
     info = {}
     C = _check_one(cp, hs, band, band, dtype, True, info)
-    assert info["one_pass"] and info["window_rows"] == {64: 1500 - 18}   # 9 rows each end: < 256 products
-    assert sum(info["esc_rows"].values()) == 18
+    assert info["one_pass"] and info["window_rows"] == {64: 1500}
     block = _banded(rng, 600, 0, blocks=150)
     info = {}
     _check_one(cp, hs, block, block, dtype, True, info)
@@ -533,8 +530,8 @@ def test_dense_windows(cp, hs, rng, monkeypatch, dtype):
     mixed = mixed.tocsr()
     info = {}
     _check_one(cp, hs, mixed, band, dtype, True, info)
-    assert info.get("hybrid") and info["window_rows"].get(64, 0) >= 1470
-    monkeypatch.setattr(hs, "WINDOW_MIN_PRODUCTS", 1 << 62)
+    assert info.get("hybrid") and info["window_rows"].get(64, 0) >= 1490
+    monkeypatch.setattr(hs, "WINDOW_SPAN_PER_PRODUCT", 0)
     off = {}
     D = _check_one(cp, hs, band, band, dtype, True, off)
     assert not off["window_rows"] and np.array_equal(C.indices, D.indices)

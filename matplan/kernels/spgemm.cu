@@ -425,16 +425,19 @@ __global__ void __launch_bounds__(256) numeric_esc(
     if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
 
-// Smallest and largest column of every row of B (INT_MAX / -1 when empty): a thread a row (a warp
-// a row took 78 us on world_highways' 560k rows of ~3 entries).
+// Smallest and largest column of every row of B (INT_MAX / -1 when empty): a warp a row.
 extern "C" __global__ void b_row_bounds(const int* __restrict__ Bp, const int* __restrict__ Bj, const int n,
                                         int* __restrict__ bmin, int* __restrict__ bmax) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= n) return;
+    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= n) return;   // whole warps
     int lo = 0x7fffffff, hi = -1;
-    for (int e = Bp[r]; e < Bp[r + 1]; ++e) { lo = min(lo, Bj[e]); hi = max(hi, Bj[e]); }
-    bmin[r] = lo;
-    bmax[r] = hi;
+    for (int e = Bp[w] + lane; e < Bp[w + 1]; e += 32) { lo = min(lo, Bj[e]); hi = max(hi, Bj[e]); }
+    for (int off = 16; off > 0; off >>= 1) {
+        lo = min(lo, __shfl_xor_sync(FULL_MASK, lo, off));
+        hi = max(hi, __shfl_xor_sync(FULL_MASK, hi, off));
+    }
+    if (lane == 0) { bmin[w] = lo; bmax[w] = hi; }
 }
 
 // Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
@@ -620,10 +623,9 @@ extern "C" __global__ void scan_rows(const long long* __restrict__ row_nnz, cons
 // analysis classifies for both paths in one launch and one transfer. A row numeric_esc takes
 // (idx2 < n_esc) gets idx -1: it has no symbolic table on the two-pass path either (the hybrid).
 // Mode 1 with n_esc > 0 reads idx2 (the analysis's) and gives those rows idx -1 as well.
-// n_win (mode 0): the first one-pass classes are numeric_window's (a row of at least win_min
-// products and at most WINDOW_MAX_A nonzeros whose output columns, from B's row bounds bmin/bmax,
-// span at most caps[T + t] slots and at most one slot per win_ratio products); its first column
-// goes to row_lo.
+// n_win (mode 0): the first one-pass classes are numeric_window's (a row of at most WINDOW_MAX_A
+// nonzeros whose output columns, from B's row bounds bmin/bmax, span at most caps[T + t] and at
+// most win_ratio slots a product); its first column goes to row_lo.
 // acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
 // count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
 // Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
@@ -632,7 +634,7 @@ extern "C" __global__ void classify_rows(
         const long long* __restrict__ vals, const int m, const long long k,
         const long long* __restrict__ caps, const int T, const long long top, const int mode,
         const int T2, const int n_esc, int* __restrict__ idx, int* __restrict__ idx2,
-        unsigned long long* __restrict__ acc, const int n_win, const int win_ratio, const long long win_min,
+        unsigned long long* __restrict__ acc, const int n_win, const int win_ratio,
         const int* __restrict__ Aj, const int* __restrict__ bmin, const int* __restrict__ bmax,
         int* __restrict__ row_lo) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -654,7 +656,7 @@ extern "C" __global__ void classify_rows(
             // caps slots, and at most win_ratio slots a product), then n_esc numeric_esc classes
             // (compared with the products), then the tables (with min(products, k))
             t2 = n_win;
-            if (mode == 0 && n_win > 0 && fig >= win_min && Ap[i + 1] - Ap[i] <= WINDOW_MAX_A) {
+            if (mode == 0 && n_win > 0 && Ap[i + 1] - Ap[i] <= WINDOW_MAX_A) {
                 int lo = 0x7fffffff, hi = -1;
                 for (int e = Ap[i]; e < Ap[i + 1]; ++e) {
                     const int j = Aj[e];
@@ -662,7 +664,7 @@ extern "C" __global__ void classify_rows(
                     hi = max(hi, bmax[j]);
                 }
                 const long long span = (long long)hi - lo + 1;
-                if (span * win_ratio <= fig) {
+                if (span <= (long long)win_ratio * fig) {
                     t2 = 0;
                     while (t2 < n_win && span > caps[T + t2]) ++t2;
                     if (t2 < n_win) row_lo[i] = lo;

@@ -115,17 +115,13 @@ def esc_max_columns(cap: int) -> int:
 def esc_caps(k: int) -> tuple:
     """The numeric_esc classes a product with B of ``k`` columns may use (a prefix of ESC_CAPS)."""
     return tuple(cap for cap in ESC_CAPS if k <= esc_max_columns(cap))
-#: Dense windows (numeric_window): a row of at least WINDOW_MIN_PRODUCTS products whose output
-#: columns span at most SIZE slots, and at most one slot per WINDOW_PRODUCTS_PER_SLOT products
-#: (the window's clearing and scan stay well below the products' work), is accumulated in a
-#: shared-memory window of SIZE slots by a block of THREADS; (SIZE, THREADS) by class, the smallest
-#: that holds the span. Shorter rows stay with numeric_esc: H100 (d343785), windows on every row of
-#: at least 2 products a slot lost on short rows (world_highways 457 -> 903 us, dragon 760 -> 1298)
-#: and won on banded (ESC 1164 -> window 752 us). WINDOW_MIN_PRODUCTS past any row turns them off.
+#: Dense windows (numeric_window): a row whose output columns span at most SIZE slots (and at most
+#: WINDOW_SPAN_PER_PRODUCT slots a product: the window's clearing and scan stay below the
+#: products' work) is accumulated in a shared-memory window of SIZE slots by a block of THREADS;
+#: (SIZE, THREADS) by class, the smallest that holds the span. 0 turns them off.
 WINDOW_CLASSES = ((64, 32), (256, 64), (1024, 256), (4096, 512))
 WINDOW_SIZES = tuple(size for size, _ in WINDOW_CLASSES)
-WINDOW_MIN_PRODUCTS = 256
-WINDOW_PRODUCTS_PER_SLOT = 4
+WINDOW_SPAN_PER_PRODUCT = 2
 #: The hybrid two-pass path (rows numeric_esc can take skip the symbolic pass) needs at least this
 #: many such rows (benchmarks/spgemm_esc.py sets it past any count to time the plain two passes).
 HYBRID_MIN_ROWS = 1
@@ -346,8 +342,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder) + tuple(caps2), cp.cuda.Device().id),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
-             idx, idx2, acc, np.int32(n_win), np.int32(WINDOW_PRODUCTS_PER_SLOT), np.int64(WINDOW_MIN_PRODUCTS),
-             Aj, bmin, bmax, row_lo))
+             idx, idx2, acc, np.int32(n_win), np.int32(WINDOW_SPAN_PER_PRODUCT), Aj, bmin, bmax, row_lo))
     host = acc[:words].get()
     total = int(host[T + 2])
     mean = total / m
@@ -759,7 +754,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     #    one host transfer
     #    (with passes="auto" the same launch also gives every row's one-pass class)
     #    (dense windows, numeric_esc, then tables: the "direct" classes skip the symbolic pass)
-    windows = WINDOW_SIZES if esc and passes == "auto" else ()
+    windows = WINDOW_SIZES if esc and passes == "auto" and WINDOW_SPAN_PER_PRODUCT > 0 else ()
     sorts = esc_caps(k) if esc and passes == "auto" else ()
     classes = (windows + sorts + num_ladder) if passes == "auto" else ()
     s.direct = (len(windows), len(sorts))
@@ -769,7 +764,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     spans = ()
     if windows:   # B's row bounds (a launch over B) and the window rows' first columns
         bmin, bmax, s.row_lo = (cp.empty(n, dtype=cp.int32) for n in (B.shape[0], B.shape[0], m))
-        _launch("b_row_bounds", -(-B.shape[0] // 256), 256, (B.indptr, B.indices, np.int32(B.shape[0]), bmin, bmax))
+        _launch("b_row_bounds", -(-B.shape[0] * 32 // 256), 256, (B.indptr, B.indices, np.int32(B.shape[0]), bmin, bmax))
         spans = (A.indices, bmin, bmax, s.row_lo)
     sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, len(windows), len(sorts)), spans=spans,
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
