@@ -246,7 +246,7 @@ def test_fused_classification_matches_the_xp_rules(cp, hs, rng, balanced):
     assert num.total == int(np.minimum(row_ct, 2 * top).sum())
     # the one-pass classes in the analysis's launch: numeric_esc limits (products), then tables
     classes = hs.ESC_CAPS + ladder[:4]
-    both = hs._classify(m, 100, ladder, A=_A, csum=csum, second=(classes, 0, len(hs.ESC_CAPS)))
+    both = hs._classify(m, 100, ladder, A=_A, csum=csum, second=(classes, len(hs.ESC_CAPS)))
     want = hs.one_pass_index(row_ct, 100, classes, len(hs.ESC_CAPS))
     assert np.array_equal(both.second.idx.get(), want)
     assert np.array_equal(both.second.counts, np.bincount(want + 1, minlength=len(classes) + 2))
@@ -374,7 +374,7 @@ def test_one_pass_path(cp, hs, rng, dtype, sort):
         _check(cp, hs, A, A, dtype, sort, grouping=grouping)
         g = {}
         _check_one(cp, hs, A, A, dtype, sort, g, grouping=grouping)
-        classes = len(g["numeric_tables"]) + len(g["esc_rows"]) + len(g["window_rows"])
+        classes = len(g["numeric_tables"]) + len(g["esc_rows"])
         assert g["one_pass"] and (classes == 1) == (grouping == "balanced")
     big = A.tolil()
     big[9, :] = 1.0                                # a row of m products: past every one-pass table
@@ -502,39 +502,6 @@ def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch,
             full = {}
             _check_one(cp, hs, A, B, dtype, True, full)
             assert not full.get("hybrid") and not full["one_pass"]
-
-
-def _banded(rng, n, half, blocks=None):
-    """n x n with nonzeros |i - j| <= half (or, with ``blocks``, dense diagonal blocks of that size)."""
-    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    keep = (i // blocks == j // blocks) if blocks else (abs(i - j) <= half)
-    A = sp.csr_matrix(np.where(keep, (rng.random((n, n)) + 0.5) * rng.choice([-1.0, 1.0], (n, n)), 0.0))
-    return A
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_dense_windows(cp, hs, rng, monkeypatch, dtype):
-    """numeric_window takes rows whose output columns span few slots: banded rows (span 33, the
-    64-slot class), dense diagonal blocks (span 150, 256 slots; 2000 blocks a row... products),
-    and, beside long random rows, the hybrid; == SciPy, == the result with windows off."""
-    band = _banded(rng, 1500, 8)
-    info = {}
-    C = _check_one(cp, hs, band, band, dtype, True, info)
-    assert info["one_pass"] and info["window_rows"] == {64: 1500}
-    block = _banded(rng, 600, 0, blocks=150)
-    info = {}
-    _check_one(cp, hs, block, block, dtype, True, info)
-    assert info["one_pass"] and info["window_rows"] == {256: 600}
-    mixed = band.tolil()
-    mixed[7, :] = 1.0                       # a long row of every column: two passes, the rest windows
-    mixed = mixed.tocsr()
-    info = {}
-    _check_one(cp, hs, mixed, band, dtype, True, info)
-    assert info.get("hybrid") and info["window_rows"].get(64, 0) >= 1490
-    monkeypatch.setattr(hs, "WINDOW_SPAN_PER_PRODUCT", 0)
-    off = {}
-    D = _check_one(cp, hs, band, band, dtype, True, off)
-    assert not off["window_rows"] and np.array_equal(C.indices, D.indices)
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

@@ -425,21 +425,6 @@ __global__ void __launch_bounds__(256) numeric_esc(
     if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
 
-// Smallest and largest column of every row of B (INT_MAX / -1 when empty): a warp a row.
-extern "C" __global__ void b_row_bounds(const int* __restrict__ Bp, const int* __restrict__ Bj, const int n,
-                                        int* __restrict__ bmin, int* __restrict__ bmax) {
-    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= n) return;   // whole warps
-    int lo = 0x7fffffff, hi = -1;
-    for (int e = Bp[w] + lane; e < Bp[w + 1]; e += 32) { lo = min(lo, Bj[e]); hi = max(hi, Bj[e]); }
-    for (int off = 16; off > 0; off >>= 1) {
-        lo = min(lo, __shfl_xor_sync(FULL_MASK, lo, off));
-        hi = max(hi, __shfl_xor_sync(FULL_MASK, hi, off));
-    }
-    if (lane == 0) { bmin[w] = lo; bmax[w] = hi; }
-}
-
 // Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
 // shared words). Three block barriers: every thread of the block must call it.
 template <typename V>
@@ -479,54 +464,6 @@ __device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* tot
 // predecessors have all started: no deadlock whatever order the blocks are scheduled in.
 // status: 1 + gridDim.x zeroed words. Replaces cupy.cumsum (several launches, ~65 us of host
 // time each on the H100 host) on the launch path.
-// ------------------------------------------------------------------ numeric, dense window
-// Rows whose output columns span few slots (banded, block-dense; classify_rows' windows): a block
-// a row accumulates the products into a dense window of S slots from the row's first column
-// (row_lo) in shared memory (values by atomicAdd, a bit a column), then writes the set columns in
-// order: no hashing, no sort, and no symbolic pass. One-pass layout (the row at its products'
-// offset, its count in row_nnz). Shared memory: S values and S / 32 mark words.
-#define WINDOW_MAX_A 256   // A nonzeros a row may have for classify_rows to compute its span
-template <typename T>
-__global__ void numeric_window(
-        const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
-        const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int S,
-        const int* __restrict__ row_lo, int* __restrict__ Uj, T* __restrict__ Ux,
-        long long* __restrict__ row_nnz) {
-    __shared__ int warp_sums[33];
-    T* vals = reinterpret_cast<T*>(smem);
-    unsigned* marks = reinterpret_cast<unsigned*>(vals + S);
-    const int row = rows ? rows[blockIdx.x] : (int)blockIdx.x;
-    for (int c = threadIdx.x; c < S; c += blockDim.x) vals[c] = T(0);
-    for (int w = threadIdx.x; w < S / 32; w += blockDim.x) marks[w] = 0u;
-    __syncthreads();
-    const int lo = row_lo[row];
-    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
-        [&](int c, int e, int b) {
-            c -= lo;
-            atomicAdd(&vals[c], Ax[e] * Bx[b]);
-            atomicOr(&marks[c >> 5], 1u << (c & 31));
-            return false;
-        });
-    __syncthreads();
-    const int nw = S / 32, per = (nw + blockDim.x - 1) / blockDim.x;
-    const int w0 = min(nw, (int)threadIdx.x * per), w1 = min(nw, w0 + per);
-    int count = 0;
-    for (int w = w0; w < w1; ++w) count += __popc(marks[w]);
-    int total;
-    int pos = block_exclusive_sum(count, warp_sums, &total);
-    const long long base = csum[Ap[row]];
-    for (int w = w0; w < w1; ++w) {
-        for (unsigned bits = marks[w]; bits; bits &= bits - 1) {
-            const int c = w * 32 + __ffs(bits) - 1;
-            Uj[base + pos] = lo + c;
-            Ux[base + pos] = vals[c];
-            ++pos;
-        }
-    }
-    if (threadIdx.x == 0) row_nnz[row] = total;
-}
-
 #define SCAN_ITEMS 8
 template <typename Load>
 __device__ __forceinline__ void scan_i64(const long long n, Load load, long long* __restrict__ out,
@@ -623,9 +560,6 @@ extern "C" __global__ void scan_rows(const long long* __restrict__ row_nnz, cons
 // analysis classifies for both paths in one launch and one transfer. A row numeric_esc takes
 // (idx2 < n_esc) gets idx -1: it has no symbolic table on the two-pass path either (the hybrid).
 // Mode 1 with n_esc > 0 reads idx2 (the analysis's) and gives those rows idx -1 as well.
-// n_win (mode 0): the first one-pass classes are numeric_window's (a row of at most WINDOW_MAX_A
-// nonzeros whose output columns, from B's row bounds bmin/bmax, span at most caps[T + t] and at
-// most win_ratio slots a product); its first column goes to row_lo.
 // acc (zeroed by the caller): [0, T + 2) rows per idx + 1; then the sum, the max and the risky
 // count of the row figure (row_ct, or vals in mode 1); then the sum of squares (a double).
 // Mirrors spgemm.table_index / symbolic_index (NumPy/CuPy reference in spgemm.py).
@@ -634,9 +568,7 @@ extern "C" __global__ void classify_rows(
         const long long* __restrict__ vals, const int m, const long long k,
         const long long* __restrict__ caps, const int T, const long long top, const int mode,
         const int T2, const int n_esc, int* __restrict__ idx, int* __restrict__ idx2,
-        unsigned long long* __restrict__ acc, const int n_win, const int win_ratio,
-        const int* __restrict__ Aj, const int* __restrict__ bmin, const int* __restrict__ bmax,
-        int* __restrict__ row_lo) {
+        unsigned long long* __restrict__ acc) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     long long fig = 0;
@@ -652,27 +584,9 @@ extern "C" __global__ void classify_rows(
                 t = T - 1;
                 risky = 1;
             }
-            // the one-pass classes: first n_win dense windows (the row's output columns span at most
-            // caps slots, and at most win_ratio slots a product), then n_esc numeric_esc classes
-            // (compared with the products), then the tables (with min(products, k))
-            t2 = n_win;
-            if (mode == 0 && n_win > 0 && Ap[i + 1] - Ap[i] <= WINDOW_MAX_A) {
-                int lo = 0x7fffffff, hi = -1;
-                for (int e = Ap[i]; e < Ap[i + 1]; ++e) {
-                    const int j = Aj[e];
-                    lo = min(lo, bmin[j]);
-                    hi = max(hi, bmax[j]);
-                }
-                const long long span = (long long)hi - lo + 1;
-                if (span <= (long long)win_ratio * fig) {
-                    t2 = 0;
-                    while (t2 < n_win && span > caps[T + t2]) ++t2;
-                    if (t2 < n_win) row_lo[i] = lo;
-                }
-            }
-            if (t2 == n_win)
-                while (t2 < T2 && (t2 < n_win + n_esc ? fig : need) > caps[T + t2]) ++t2;
-            if (mode == 0 && T2 > 0 && t2 < n_win + n_esc) t = -1;   // a window or numeric_esc takes it
+            t2 = 0;   // the one-pass classes; the first n_esc (numeric_esc) compare products
+            while (t2 < T2 && (t2 < n_esc ? fig : need) > caps[T + t2]) ++t2;
+            if (mode == 0 && T2 > 0 && t2 < n_esc) t = -1;   // numeric_esc takes the row on either path
             if (mode == 1 && n_esc > 0 && idx2[i] >= 0 && idx2[i] < n_esc) t = -1;   // it took the row
         }
         idx[i] = t;
@@ -951,10 +865,6 @@ INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*);
-template __global__ void numeric_window<float>(const int*, const int*, const float*, const int*, const int*,
-    const float*, const long long*, const int*, int, const int*, int*, float*, long long*);
-template __global__ void numeric_window<double>(const int*, const int*, const double*, const int*, const int*,
-    const double*, const long long*, const int*, int, const int*, int*, double*, long long*);
 #define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)

@@ -93,7 +93,6 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
              "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
-          + ("b_row_bounds", "numeric_window<float>", "numeric_window<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
                   for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
@@ -115,13 +114,6 @@ def esc_max_columns(cap: int) -> int:
 def esc_caps(k: int) -> tuple:
     """The numeric_esc classes a product with B of ``k`` columns may use (a prefix of ESC_CAPS)."""
     return tuple(cap for cap in ESC_CAPS if k <= esc_max_columns(cap))
-#: Dense windows (numeric_window): a row whose output columns span at most SIZE slots (and at most
-#: WINDOW_SPAN_PER_PRODUCT slots a product: the window's clearing and scan stay below the
-#: products' work) is accumulated in a shared-memory window of SIZE slots by a block of THREADS;
-#: (SIZE, THREADS) by class, the smallest that holds the span. 0 turns them off.
-WINDOW_CLASSES = ((64, 32), (256, 64), (1024, 256), (4096, 512))
-WINDOW_SIZES = tuple(size for size, _ in WINDOW_CLASSES)
-WINDOW_SPAN_PER_PRODUCT = 2
 #: The hybrid two-pass path (rows numeric_esc can take skip the symbolic pass) needs at least this
 #: many such rows (benchmarks/spgemm_esc.py sets it past any count to time the plain two passes).
 HYBRID_MIN_ROWS = 1
@@ -315,21 +307,18 @@ class _Classes:
 
 
 def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None,
-              second: tuple = (), taken: tuple = (), spans: tuple = ()) -> _Classes:
+              second: tuple = (), taken: tuple = ()) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
-    ``second`` (mode 0): (caps, n_win, n_esc) of the one-pass classes, classified in the same
-    launch: n_win dense windows (a row's output span; ``spans`` = (A.indices, B's row bounds
-    bmin, bmax, row_lo: each window row's first column, written)), n_esc numeric_esc product
-    limits (compared with nnz_RowCt itself), then tables; a row none holds gets len(caps). acc
-    must then hold _classify_words of both. Rows a window or numeric_esc takes get index -1 here:
-    they have no symbolic table. ``taken`` (mode 1): (the analysis's second idx, n_win + n_esc):
-    those rows get index -1 too (the direct kernels wrote them)."""
+    ``second`` (mode 0): (caps, n_esc) of the one-pass classes, classified in the same launch (the
+    first n_esc are numeric_esc's product limits, compared with nnz_RowCt itself; a row none
+    holds gets len(caps)); acc must then hold _classify_words of both. Rows numeric_esc takes
+    (second's class < n_esc) get index -1 here: they have no symbolic table. ``taken`` (mode 1):
+    (the analysis's second idx, n_esc): those rows get index -1 too (numeric_esc wrote them)."""
     cp = cupy_module()
     T = len(ladder)
-    caps2, n_win, n_esc = second or ((), 0, 0)
+    caps2, n_esc = second or ((), 0)
     T2 = len(caps2)
-    Aj, bmin, bmax, row_lo = spans or (_NULL,) * 4
     taken_idx, n_taken = taken or (None, 0)
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
@@ -342,7 +331,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder) + tuple(caps2), cp.cuda.Device().id),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
-             idx, idx2, acc, np.int32(n_win), np.int32(WINDOW_SPAN_PER_PRODUCT), Aj, bmin, bmax, row_lo))
+             idx, idx2, acc))
     host = acc[:words].get()
     total = int(host[T + 2])
     mean = total / m
@@ -709,8 +698,6 @@ class _Symbolic:
     rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
     one_pass: tuple = None     # (balanced, zeros, classes, caps) when the one-pass path takes over
     hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
-    direct: tuple = (0, 0)     # (window classes, numeric_esc classes) at the front of the one-pass classes
-    row_lo: object = None      # the first output column of each window row (GPU)
     taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
@@ -753,20 +740,11 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
     #    (with passes="auto" the same launch also gives every row's one-pass class)
-    #    (dense windows, numeric_esc, then tables: the "direct" classes skip the symbolic pass)
-    windows = WINDOW_SIZES if esc and passes == "auto" and WINDOW_SPAN_PER_PRODUCT > 0 else ()
-    sorts = esc_caps(k) if esc and passes == "auto" else ()
-    classes = (windows + sorts + num_ladder) if passes == "auto" else ()
-    s.direct = (len(windows), len(sorts))
+    classes = ((esc_caps(k) if esc else ()) + num_ladder) if passes == "auto" else ()
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
                     _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
-    spans = ()
-    if windows:   # B's row bounds (a launch over B) and the window rows' first columns
-        bmin, bmax, s.row_lo = (cp.empty(n, dtype=cp.int32) for n in (B.shape[0], B.shape[0], m))
-        _launch("b_row_bounds", -(-B.shape[0] * 32 // 256), 256, (B.indptr, B.indices, np.int32(B.shape[0]), bmin, bmax))
-        spans = (A.indices, bmin, bmax, s.row_lo)
-    sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, len(windows), len(sorts)), spans=spans,
+    sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, len(classes) - len(num_ladder)),
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     s.rowct_max = sym.peak
@@ -774,9 +752,8 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal)
     s.csum = csum
     info["one_pass"] = False
-    n_direct = len(windows) + len(sorts)
-    if passes == "auto" and one_pass_classes(sym.second, n_direct, num_ladder) and upper_bound_fits(
-            info["products"], dtype.itemsize, _device_total_bytes()):
+    if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
+                                           _device_total_bytes(), (esc_caps(k) or (0,))[-1] if esc else 0):
         s.one_pass = (bal, zeros, sym.second, classes)
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
@@ -786,11 +763,12 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
     # and transfer more): a row left at index -1 would be lost
     row_nnz = cp.zeros(m, dtype=cp.int64)
-    n_sorted = int(sym.second.counts[1:n_direct + 1].sum()) if n_direct else 0
+    n_esc = len(classes) - len(num_ladder) if classes else 0
+    n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
     if n_sorted:
         if n_sorted >= HYBRID_MIN_ROWS and upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
-            s.hybrid = _direct_first(s, sym.second, classes, row_nnz)
-            s.taken = (sym.second.idx, n_direct)
+            s.hybrid = _esc_first(s, sym.second, classes, row_nnz)
+            s.taken = (sym.second.idx, n_esc)
         else:
             sym = _classify(m, k, sym_ladder, A=A, csum=csum)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
@@ -902,9 +880,8 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
-        widest = max(s.info["esc_rows"] or {0: 0})   # lanes a row from the widest sort class used
-        lanes = COMPACT_LANES if s.info["window_rows"] else min(COMPACT_LANES, max(4, widest // 4))
-        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=lanes)
+        widest = max(s.info["esc_rows"])   # lanes a row from the widest sort class used
+        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=min(COMPACT_LANES, max(4, widest // 4)))
         s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
@@ -944,51 +921,33 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
             smem=table_smem(size, num_slot, rpb))
 
 
-def _direct_launches(s: _Symbolic, fork, order, starts, counts, Uj, Ux, row_nnz):
-    """numeric_window for every window class with rows, then numeric_esc for every sort class
-    (the first s.direct classes of a grouping: order, host starts and counts per class index + 1),
-    each on its fork stream, in the one-pass layout; sets info's window_rows and esc_rows
-    ({class size: rows})."""
-    n_win, n_esc = s.direct
-    for c in range(n_win + n_esc):
+def _esc_launches(s: _Symbolic, fork, order, starts, counts, esc_caps: tuple, Uj, Ux, row_nnz) -> dict:
+    """numeric_esc for every sort class with rows (classes 0 .. len(esc_caps) - 1 of a grouping:
+    order, host starts and counts per class index + 1), each on its fork stream, in the one-pass
+    layout; returns {class size: rows}."""
+    for c in range(len(esc_caps)):
         n = int(counts[c + 1])
         if n:
             with fork.stream(c):
-                rows = order[starts[c + 1]:starts[c + 2]]
-                if c < n_win:
-                    _window_launch(s, c, rows, n, Uj, Ux, row_nnz)
-                else:
-                    _esc_launch(s, c - n_win, rows, n, Uj, Ux, row_nnz)
-    s.info["window_rows"] = {WINDOW_SIZES[c]: int(counts[c + 1]) for c in range(n_win) if counts[c + 1]}
-    s.info["esc_rows"] = {ESC_CAPS[c]: int(counts[n_win + c + 1]) for c in range(n_esc) if counts[n_win + c + 1]}
+                _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
+    return {cap: int(n) for cap, n in zip(esc_caps, counts[1:len(esc_caps) + 1]) if n}
 
 
-def _direct_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
-    """The hybrid's first step: the dense windows and numeric_esc on the rows they can take
-    (``one``: the analysis's one-pass classes), into an upper-bound buffer with their counts in
-    row_nnz, before the other rows' symbolic pass; returns (those rows, Uj, Ux) for _compact
-    after the scan."""
+def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
+    """The hybrid's first step: numeric_esc on the rows it can take (``one``: the analysis's
+    one-pass classes), into an upper-bound buffer with their counts in row_nnz, before the other
+    rows' symbolic pass; returns (those rows, Uj, Ux) for _compact after the scan."""
     cp = cupy_module()
-    n_direct = sum(s.direct)
+    n_esc = len(classes) - len(s.num_ladder)
     Uj = cp.empty(s.info["products"], dtype=cp.int32)
     Ux = cp.empty(s.info["products"], dtype=s.dtype)
     order, counts = _group(one, len(classes), False)
     starts = np.concatenate([[0], np.cumsum(counts)])
-    fork = _Fork(counts[1:n_direct + 1])
-    _direct_launches(s, fork, order, starts, counts, Uj, Ux, row_nnz)
+    fork = _Fork(counts[1:n_esc + 1])
+    s.info["esc_rows"] = _esc_launches(s, fork, order, starts, counts, classes[:n_esc], Uj, Ux, row_nnz)
     fork.join()
     s.info["hybrid"] = True
-    return order[int(starts[1]):int(starts[n_direct + 1])], Uj, Ux
-
-
-def one_pass_classes(one: _Classes, n_direct: int, ladder: tuple) -> bool:
-    """Whether every row of the analysis's one-pass classes (``one``) is in a direct class (a dense
-    window, numeric_esc) or in a table of at most ONE_PASS_MAX_TABLE slots (sized from its bound):
-    the one-pass path's rule on the GPU's counts (one_pass_table states it on the row figures)."""
-    if one is None:
-        return False
-    big = [n_direct + t for t, size in enumerate(ladder) if size > ONE_PASS_MAX_TABLE]
-    return not one.counts[[1 + c for c in big]].any() and not one.counts[-1]
+    return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
 
 
 def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES):
@@ -1003,17 +962,6 @@ def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes
     else:
         _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
                 BLOCK_THREADS, args + (rows, np.int32(lanes)))
-
-
-def _window_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
-    """One numeric_window launch of class WINDOW_CLASSES[c] over n rows (a block a row; rows null:
-    rows 0 .. n - 1), in the one-pass layout."""
-    A, B = s.A, s.B
-    size, threads = WINDOW_CLASSES[c]
-    smem = size * s.dtype.itemsize + size // 8
-    _launch(f"numeric_window<{_cuda.ctype(s.dtype)}>", n, threads,
-            (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(size),
-             s.row_lo, Uj, Ux, row_nnz), smem=smem)
 
 
 def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
@@ -1058,27 +1006,24 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
     Ux = cp.empty(products, dtype=dtype)
-    n_win, n_esc = s.direct
-    sort_caps = classes[n_win:n_win + n_esc]
-    if bal and not one.counts[1:n_win + 1].any():   # (window rows need their class's launch)
+    esc_caps = classes[:len(classes) - len(ladder)]
+    if bal:
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
-        if s.rowct_max <= (sort_caps or (0,))[-1]:
-            c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
+        if s.rowct_max <= (esc_caps or (0,))[-1]:
+            c = next(i for i, cap in enumerate(esc_caps) if cap >= s.rowct_max)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
-            tables = {}
-            s.info.update(esc_rows={sort_caps[c]: m}, window_rows={})
+            tables, escs = {}, {esc_caps[c]: m}
         else:
             size = next(t for t in ladder if t >= min(s.rowct_max, k))
             _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
-            tables = {size: m}
-            s.info.update(esc_rows={}, window_rows={})
+            tables, escs = {size: m}, {}
     else:
         order, counts = _group(one, len(classes), False)
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = np.concatenate([[0], np.cumsum(counts)])
         fork = _Fork(counts[1:])
-        _direct_launches(s, fork, order, starts, counts, Uj, Ux, row_nnz)
-        e = n_win + n_esc   # the tables are the classes after the direct ones
+        escs = _esc_launches(s, fork, order, starts, counts, esc_caps, Uj, Ux, row_nnz)
+        e = len(esc_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
@@ -1088,7 +1033,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables)
+                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
