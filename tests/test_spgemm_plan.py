@@ -182,3 +182,35 @@ def test_one_pass_table_rule():
     assert not hs.one_pass_table(100, 10**6, 64, 10**6, 8, big)           # past the largest table
     assert not hs.one_pass_table(49, 10**6, 16384, 2**31, 4, 2**50)       # 2^31 products
     assert not hs.one_pass_table(49, 10**6, 16384, big // 12 // 8, 8, big)
+    # numeric_esc's largest class opens the path to rows past the table bound
+    assert hs.one_pass_table(512, 10**6, 16384, 10**6, 8, big, esc_cap=512)
+    assert not hs.one_pass_table(513, 10**6, 16384, 10**6, 8, big, esc_cap=512)
+    assert not hs.one_pass_table(300, 10**6, 16384, big // 12 // 8, 8, big, esc_cap=512)   # buffer still bounds it
+
+
+def test_esc_classes_and_their_column_limits():
+    """numeric_esc's classes are W * P powers of two from 16 to 512 (the kernel's static_assert);
+    a product packs column << log2(slots) | slot below EMPTY_KEY, so the widest B a class takes
+    leaves its largest packed value under 2^31 - 1; wider B drop the larger classes first."""
+    assert hs.ESC_CAPS == tuple(sorted(hs.ESC_CAPS)) and hs.ESC_CAPS[0] == 16 and hs.ESC_CAPS[-1] == 512
+    for (w, p), cap in zip(hs.ESC_CLASSES, hs.ESC_CAPS):
+        assert cap == w * p and cap & (cap - 1) == 0 and w in (8, 16, 32)
+        bits = cap.bit_length() - 1
+        limit = hs.esc_max_columns(cap)
+        assert ((limit - 1) << bits | (cap - 1)) < 2**31 - 1          # the largest packed product
+        assert (limit << bits | (cap - 1)) >= 2**31 - 1               # one column more would not fit
+    assert hs.esc_caps(1000) == hs.ESC_CAPS
+    assert hs.esc_caps(hs.esc_max_columns(128)) == (16, 32, 64, 128)
+    assert hs.esc_caps(hs.esc_max_columns(16) + 1) == ()
+
+
+def test_one_pass_classes_reference():
+    """one_pass_index (the xp mirror of classify_rows' second classification): numeric_esc classes
+    compare a row's products, tables its bound min(products, k); -1 for rows without products."""
+    classes = hs.ESC_CAPS + (32, 64, 128, 256)
+    n_esc = len(hs.ESC_CAPS)
+    rc = np.array([0, 5, 16, 17, 512, 513, 10**6])
+    got = hs.one_pass_index(rc, 100, classes, n_esc)
+    assert list(got) == [-1, 0, 0, 1, 5, n_esc + 2, n_esc + 2]   # 513 and 10^6: bound 100 -> 128 table
+    assert list(hs.one_pass_index(rc, 10**7, classes, n_esc))[-2:] == [len(classes), len(classes)]
+    assert hs.upper_bound_fits(10**6, 8, 80 * 2**30) and not hs.upper_bound_fits(2**31, 4, 2**60)
