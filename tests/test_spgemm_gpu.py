@@ -504,6 +504,25 @@ def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch,
             assert not full.get("hybrid") and not full["one_pass"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_few_big_table_rows_take_the_global_path(cp, hs, rng, monkeypatch, dtype):
+    """Rows of big shared tables that are few move to the global-memory path (lift_index; forced
+    here from 32-slot tables on): == SciPy with the rows lifted in both passes, and the rule's
+    host side (lift_index) on counts."""
+    A = messy_csr(rng, 400, 300, dtype=np.float64)
+    B = random_csr(rng, 300, 500, 0.05)
+    base = {}
+    _check_one(cp, hs, A, B, dtype, True, base, passes="two")
+    assert base["lifted_rows"] == {"symbolic": 0, "numeric": 0}
+    monkeypatch.setattr(hs, "LIFT_MIN_TABLE", 32)
+    monkeypatch.setattr(hs, "LIFT_ROWS_PER_SM", 10 ** 6)
+    info = {}
+    _check_one(cp, hs, A, B, dtype, True, info, passes="two", grouping="grouped")
+    assert info["lifted_rows"]["symbolic"] > 0 and info["lifted_rows"]["numeric"] > 0
+    assert info["global_rows_numeric"] >= info["lifted_rows"]["numeric"]
+    assert hs.lift_index(np.array([0, 5, 0, 3, 0]), (32, 64, 128), 10 ** 6) == 0
+
+
 def test_esc_flag_is_checked(cp, hs, rng):
     A = _dev(cp, random_csr(rng, 50, 50, 0.05))
     with pytest.raises(TypeError, match="esc"):

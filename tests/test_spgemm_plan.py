@@ -214,3 +214,14 @@ def test_one_pass_classes_reference():
     assert list(got) == [-1, 0, 0, 1, 5, n_esc + 2, n_esc + 2]   # 513 and 10^6: bound 100 -> 128 table
     assert list(hs.one_pass_index(rc, 10**7, classes, n_esc))[-2:] == [len(classes), len(classes)]
     assert hs.upper_bound_fits(10**6, 8, 80 * 2**30) and not hs.upper_bound_fits(2**31, 4, 2**60)
+
+
+def test_lift_index_takes_few_big_table_rows():
+    """lift_index: from the smallest big table (>= LIFT_MIN_TABLE slots) whose rows, with every
+    larger table's, are at most LIFT_ROWS_PER_SM per SM; -1 when there are too many or none."""
+    ladder = (1024, 2048, 4096, 8192, 16384)
+    counts = np.array([0, 900, 50, 4, 12, 6, 12])   # -1, the tables, global
+    assert hs.lift_index(counts, ladder, 132) == 2                     # 22 rows <= 66
+    assert hs.lift_index(counts, ladder, 20) == 4                      # only the 6 rows fit 10
+    assert hs.lift_index(np.array([0, 900, 50, 0, 0, 0, 3]), ladder, 132) == -1
+    assert hs.lift_index(np.array([0, 0, 0, 8002, 6383, 9000, 0]), ladder, 132) == -1   # R-MAT-like

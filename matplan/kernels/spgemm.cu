@@ -645,22 +645,30 @@ extern "C" __global__ void classify_rows(
 // (warp-aggregated), takes one range per group by an atomic on fill[g] (zeroed by the caller), and
 // places its rows in it. Order within a group is arbitrary, which the passes do not need.
 // top >= 0 (the balanced rule): every shared-table row (0 <= idx < T) takes table top, written
-// back to idx, and the starts count them there.
+// back to idx, and the starts count them there. lift >= 0 (not with top): rows of tables lift ..
+// T - 1 take the global-memory path (idx T), likewise.
 extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const int T, const int top,
                                        const unsigned long long* __restrict__ counts,
-                                       unsigned long long* __restrict__ fill, int* __restrict__ order) {
+                                       unsigned long long* __restrict__ fill, int* __restrict__ order,
+                                       const int lift) {
     __shared__ int s_count[MAX_GROUPS];
     __shared__ long long s_start[MAX_GROUPS];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     for (int t = threadIdx.x; t < T + 2; t += blockDim.x) s_count[t] = 0;
     if (threadIdx.x == 0) {
-        long long shared = 0, run = 0;
-        if (top >= 0)
-            for (int g = 1; g <= T; ++g) shared += (long long)counts[g];
+        long long shared = 0, lifted = 0, run = 0;
+        for (int g = 1; g <= T; ++g) {
+            if (top >= 0) shared += (long long)counts[g];
+            if (lift >= 0 && g >= lift + 1) lifted += (long long)counts[g];
+        }
         for (int g = 0; g < T + 2; ++g) {
             s_start[g] = run;
-            run += (top >= 0 && g >= 1 && g <= T) ? (g == top + 1 ? shared : 0) : (long long)counts[g];
+            long long c = (long long)counts[g];
+            if (top >= 0 && g >= 1 && g <= T) c = g == top + 1 ? shared : 0;
+            else if (lift >= 0 && g >= lift + 1 && g <= T) c = 0;
+            else if (lift >= 0 && g == T + 1) c += lifted;
+            run += c;
         }
     }
     __syncthreads();
@@ -669,6 +677,7 @@ extern "C" __global__ void bucket_rows(int* __restrict__ idx, const int m, const
     if (i < m) {
         int t = idx[i];
         if (top >= 0 && t >= 0 && t < T && t != top) idx[i] = t = top;
+        if (lift >= 0 && t >= lift && t < T) idx[i] = t = T;   // the global-memory path (host: lift_index)
         g = t + 1;
         const unsigned peers = __match_any_sync(live, g);
         const int leader = __ffs(peers) - 1;

@@ -276,13 +276,14 @@ def groups_of(idx, n_tables: int):
 # ~40 CuPy calls of the xp functions above (3.5-5.7 ms of host time per call on an H100,
 # benchmarks/results/spgemm-phases-h100-2026-11-23-bb69dc5.log). The xp functions stay the
 # reference the GPU path is tested against.
-def _bucket(idx, n_tables: int, top: int, counts, fill):
+def _bucket(idx, n_tables: int, top: int, counts, fill, lift: int = -1):
     """Rows ordered by table index (a counting sort: bucket_rows) from ``counts`` (uint64, GPU:
     rows per index -1..n_tables) and ``fill`` (uint64, GPU, as many zeros): no host round trip;
-    top >= 0 moves every shared-table row to table ``top`` first, in ``idx`` too (the balanced rule)."""
+    top >= 0 moves every shared-table row to table ``top`` first, in ``idx`` too (the balanced
+    rule); lift >= 0 moves the rows of tables lift .. n_tables - 1 to the global path (lift_index)."""
     order = cupy_module().empty(idx.size, dtype=np.int32)
     _launch("bucket_rows", (idx.size + 255) // 256, 256,
-            (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), counts, fill, order))
+            (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), counts, fill, order, np.int32(lift)))
     return order
 
 
@@ -344,8 +345,9 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
                     int(host[T + 4]), mean, var, two)
 
 
-def _group(c: _Classes, n_tables: int, balanced: bool):
-    """(order, host counts) of rows by table index, the balanced rule applied (to c.idx too)."""
+def _group(c: _Classes, n_tables: int, balanced: bool, lift: int = -1):
+    """(order, host counts) of rows by table index, the balanced rule applied (to c.idx too), or
+    else the rows of tables lift .. n_tables - 1 moved to the global path (lift >= 0)."""
     counts = c.counts.copy()
     top = -1
     present = np.flatnonzero(counts[1:n_tables + 1])
@@ -353,7 +355,37 @@ def _group(c: _Classes, n_tables: int, balanced: bool):
         top = int(present[-1])
         counts[top + 1] = counts[1:n_tables + 1].sum()
         counts[1:top + 1] = 0
-    return _bucket(c.idx, n_tables, top, c.acc[:n_tables + 2], c.acc[n_tables + 6:]), counts
+        lift = -1
+    elif lift >= 0:
+        counts[n_tables + 1] += counts[lift + 1:n_tables + 1].sum()
+        counts[lift + 1:n_tables + 1] = 0
+    return _bucket(c.idx, n_tables, top, c.acc[:n_tables + 2], c.acc[n_tables + 6:], lift), counts
+
+
+#: Few rows in big shared tables run one block each on as many SMs while the rest of the GPU
+#: idles (skewed-spgemm, H100 f390189: 6 rows of 50k-125k products took 340 us in 16384-slot
+#: tables, 12 rows in 8192-slot ones 186 us, while the global path split the 12 largest rows over
+#: 22 blocks each in 91 us): rows of tables of at least LIFT_MIN_TABLE slots move to the global
+#: path, several blocks a row, when they and the rows of every larger table number at most
+#: LIFT_ROWS_PER_SM per SM.
+LIFT_MIN_TABLE = 4096
+LIFT_ROWS_PER_SM = 0.5
+
+
+def lift_index(counts, ladder: tuple, sms: int) -> int:
+    """The smallest table index from which rows take the global path (-1: none): tables of at
+    least LIFT_MIN_TABLE slots, whose rows together with every larger table's are at most
+    LIFT_ROWS_PER_SM * sms (counts: rows per table index + 1, host)."""
+    lift, total = -1, 0
+    for t in range(len(ladder) - 1, -1, -1):
+        if ladder[t] < LIFT_MIN_TABLE:
+            break
+        total += int(counts[t + 1])
+        if total > LIFT_ROWS_PER_SM * sms:
+            break
+        if counts[t + 1]:
+            lift = t
+    return lift
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -771,7 +803,10 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
             s.taken = (sym.second.idx, n_esc)
         else:
             sym = _classify(m, k, sym_ladder, A=A, csum=csum)
-    sym_order, sym_counts = _group(sym, len(sym_ladder), bal)
+    sms = _device_limits(cp.cuda.Device().id)[1]
+    sym_lift = -1 if bal else lift_index(sym.counts, sym_ladder, sms)
+    sym_order, sym_counts = _group(sym, len(sym_ladder), bal, sym_lift)
+    lifted_sym = int(sym.counts[sym_lift + 1:-1].sum()) if sym_lift >= 0 else 0
     risky = sym.risky
     info.update(symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
     del sym
@@ -822,8 +857,11 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
     num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))),
                     taken=s.taken)
-    order, counts = _group(num, len(num_ladder), bal)
+    num_lift = -1 if bal else lift_index(num.counts, num_ladder, sms)
+    order, counts = _group(num, len(num_ladder), bal, num_lift)
     s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = Cp, Cp32, num.total, num.idx, (order, counts)
+    info.update(lifted_rows={"symbolic": lifted_sym,
+                             "numeric": int(num.counts[num_lift + 1:-1].sum()) if num_lift >= 0 else 0})
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
                 symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
                 numeric_tables={}, global_rows_numeric=0)
