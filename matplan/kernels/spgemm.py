@@ -34,7 +34,8 @@ Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products sti
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
 rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
 When the buffer would pass ONE_PASS_MEM_FRACTION of the device's memory, every row takes the
-two passes.
+two passes. Rows of big shared tables (>= LIFT_MIN_TABLE slots) that are few (lift_index) take the
+global-memory path in both passes: one block a row on a few SMs left the GPU idle.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
