@@ -113,8 +113,8 @@ def test_cost_explains_balanced_and_grouped(rng):
 
 def test_hash_path_follows_spgemm_rule():
     """The cost model's path is spgemm()'s own choice: one pass while every row's bound fits
-    ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule), else two passes; each path's
-    fixed cost is in the cost and named in the why."""
+    ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule), the hybrid when few rows are
+    long, else two passes; each path's fixed cost is in the cost and named in the why."""
     h100 = device_mod.known("H100")
     kernel = hs.HashSpGEMM()
     n = 3000
@@ -134,6 +134,11 @@ def test_hash_path_follows_spgemm_rule():
     hub = sp.csr_matrix((np.ones(n), (np.zeros(n, int), np.arange(n))), shape=(n, n)) + sp.eye(n)
     f = _features(hub.tocsr(), hub.tocsr())
     assert min(f.rowct_max, f.k) > hs.ONE_PASS_MAX_TABLE
+    assert hs.hash_path(f, h100.smem_per_block) == "hybrid"       # one long row, the rest sorted
+    hybrid = kernel.cost(f, {"sort": True}, h100)
+    assert "hybrid" in hybrid.why and hybrid.run_s >= hs.HASH_FIXED_S["hybrid"]
+    dense = sp.random(300, 300, density=0.5, format="csr", random_state=1)   # every row long
+    f = _features(dense, dense)
     assert hs.hash_path(f, h100.smem_per_block) == "two passes"
     two = kernel.cost(f, {"sort": True}, h100)
     assert "two passes" in two.why and two.run_s >= hs.HASH_FIXED_S["two passes"]

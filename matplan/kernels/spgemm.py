@@ -1272,7 +1272,15 @@ HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
 #: small), two passes (symbolic, scan, numeric: four host transfers) 0.82-1.19 ms (skewed-,
 #: rmat-small). One constant of 0.6 ms for every path predicted skewed-small's hash call
 #: (0.94-0.97 ms measured) below cuSPARSE's (0.49-0.52) and poisson2d-small's (0.25) above it.
-HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "two passes": 0.85e-3}
+#: The hybrid (two passes for a few long rows, the rest sorted by numeric_esc, no row past the
+#: shared tables) is charged like one pass grouped: metis_copter2 took 0.62-0.63 ms a whole call
+#: at 46988e6 (tune-h100-spgemm-esc-2026-11-24-46988e6.log); at the two passes' 0.85 ms the
+#: leave-family-out report sent metis to cuSPARSE (2.07x the best).
+HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "hybrid": 0.55e-3,
+                "two passes": 0.85e-3}
+#: The planner takes a product for the hybrid when at most this fraction of its rows has
+#: alpha = nnz_RowCt / pi >= 256 (the RBSparse groups past numeric_esc's 512 products).
+HYBRID_LONG_ROWS = 0.01
 LAUNCH_S = 6e-6
 
 
@@ -1307,12 +1315,17 @@ def hash_path(f, smem_bytes: int) -> str:
     one_pass_table allows (its device-memory bound is left out: it binds only past ~300M products
     on an 80 GB GPU, where the fixed cost no longer matters, and the planner's features must not
     depend on the memory of the machine that computes them), balanced or grouped by the RBSparse
-    rule; else two passes."""
+    rule; else the hybrid when few rows are long (HYBRID_LONG_ROWS) and none passes the shared
+    tables; else two passes."""
     itemsize = np.dtype(f.dtype).itemsize
     top = table_ladder(smem_bytes, KEY_BYTES + itemsize)[-1]
+    caps = esc_caps(f.k)
     if one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf,
-                      esc_cap=(esc_caps(f.k) or (0,))[-1]):
+                      esc_cap=(caps or (0,))[-1]):
         return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
+    long_rows = sum(f.rbs_groups[4:]) if len(f.rbs_groups) > 4 else f.m
+    if caps and long_rows <= HYBRID_LONG_ROWS * f.m and f.rowct_max / analytic.RBS_COMPRESSION <= top:
+        return "hybrid"
     return "two passes"
 
 
