@@ -94,6 +94,13 @@ def _names(ctype, itype):
                if kk * s <= 32])
 
 
+def _packed(fns, name: str, index_dtype):
+    """The packed driver launch (_cuda.Launcher) of kernel ``name`` (a name expression of
+    :func:`functions`' dict ``fns``), its signature read from the declaration in spmv.cu with the
+    index type I of ``index_dtype``."""
+    return _cuda.launcher(fns[name], _cuda.signature(CU, name.split("<")[0], I=_cuda.index_letter(index_dtype)))
+
+
 def functions(dtype, index_dtype) -> dict:
     """Every kernel of spmv.cu for (dtype, index_dtype), by name expression (compiled once, and
     looked up once per device: ~30 handle lookups per prepare cost 30-100 us of it)."""
@@ -200,10 +207,8 @@ class _CSR(_SpMV):
         m = A.shape[0]
         # a packed driver launch (_cuda.Launcher): ~4 us of host time fewer than CuPy's on a call
         # that is 15-25 us in all on the small real matrices
-        it = _cuda.index_letter(indices.dtype)
         return self._prepared(params, dict(indptr=indptr, indices=indices, data=data), A.shape, data.dtype,
-                              launch=_cuda.launcher(fns[self._fn_name(data.dtype, indices.dtype, params)],
-                                                    f"{it}ippppp"),
+                              launch=_packed(fns, self._fn_name(data.dtype, indices.dtype, params), indices.dtype),
                               grid_x=_grid(self._threads(m, params)), m=m)
 
     def _launch(self, p, B, out, k):
@@ -294,8 +299,7 @@ class CsrSpmm(_CSR):
         s = _choice(params, "S", 1, fmt.SPMM_SLOTS)
         fns = functions(data.dtype, indices.dtype)
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
-        sig = f"{_cuda.index_letter(indices.dtype)}ippppp"
-        by_columns = {kk: _cuda.launcher(fns[f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>"], sig)
+        by_columns = {kk: _packed(fns, f"csr_spmm<{ct},{it},{kk},{fmt.spmm_slots(s, kk)}>", indices.dtype)
                       for kk in fmt.SPMM_COLUMNS}
         return self._prepared(dict(params, S=s), dict(indptr=indptr, indices=indices, data=data), A.shape,
                               data.dtype, launches=by_columns, m=A.shape[0])
@@ -351,9 +355,8 @@ class Ellr(_SpMV):
         if sort:
             arrays["perm"] = e["perm"]
         it = np.dtype(e["cols"].dtype)
-        fn = functions(data.dtype, it)[f"ellr<{_cuda.ctype(data.dtype)},{_cuda.ctype(it)}>"]
-        return self._prepared(params, arrays, A.shape, data.dtype,
-                              launch=_cuda.launcher(fn, f"{_cuda.index_letter(it)}iqppppipp"), m=A.shape[0],
+        launch = _packed(functions(data.dtype, it), f"ellr<{_cuda.ctype(data.dtype)},{_cuda.ctype(it)}>", it)
+        return self._prepared(params, arrays, A.shape, data.dtype, launch=launch, m=A.shape[0],
                               grid_x=_grid(A.shape[0]), stride=int(e["stride"]),
                               row_max=e["row_max"], has_perm=int(sort))
 
@@ -424,7 +427,7 @@ class Brc(_Blocked):
         params, b, fns, ct, itn, it = self._build(A, params)
         arrays = {k: b[k] for k in ("vals", "cols", "block_ptr", "row_perm")}
         return self._prepared(params, arrays, A.shape, b["vals"].dtype,
-                              launch=_cuda.launcher(fns[f"brc<{ct},{itn}>"], "qipppppp"), nblocks=int(b["nblocks"]))
+                              launch=_packed(fns, f"brc<{ct},{itn}>", it), nblocks=int(b["nblocks"]))
 
     def _launch(self, p, B, out, k):
         a = p.arrays
@@ -456,8 +459,8 @@ class Brcp(_Blocked):
                                     "fix_ptr")}
         nfix = int(b["fix_rows"].shape[0])
         return self._prepared(params, arrays, A.shape, b["vals"].dtype,
-                              launch=_cuda.launcher(fns[f"brcp<{ct},{itn}>"], "qipppppppp"),
-                              fix=_cuda.launcher(fns[f"brcp_fixup<{ct},{itn}>"], f"{_cuda.index_letter(it)}ipppp"),
+                              launch=_packed(fns, f"brcp<{ct},{itn}>", it),
+                              fix=_packed(fns, f"brcp_fixup<{ct},{itn}>", it),
                               nblocks=int(b["nblocks"]), nfix=nfix, partials=int(b["partials"]))
 
     def _launch(self, p, B, out, k):
@@ -521,11 +524,10 @@ class CsrMerge(_SpMV):
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
         arrays = dict(indptr=indptr, indices=indices, data=data, tile_row=mp["tile_row"],
                       fix_rows=mp["fix_rows"], fix_lo=mp["fix_lo"], fix_hi=mp["fix_hi"])
-        sig = "qqiippppppp"
         return self._prepared(dict(params, ipt=ipt), arrays, A.shape, data.dtype,
-                              launch=_cuda.launcher(fns[f"csr_merge<{ct},{it},{ipt},1>"], sig),
-                              launch_v=_cuda.launcher(fns[f"csr_merge<{ct},{it},{ipt},{MERGE_V}>"], sig),
-                              fix=_cuda.launcher(fns[f"merge_fixup<{ct}>"], "qippppp"),
+                              launch=_packed(fns, f"csr_merge<{ct},{it},{ipt},1>", indices.dtype),
+                              launch_v=_packed(fns, f"csr_merge<{ct},{it},{ipt},{MERGE_V}>", indices.dtype),
+                              fix=_packed(fns, f"merge_fixup<{ct}>", indices.dtype),
                               m=A.shape[0], nnz=int(mp["nnz"]), ntiles=int(mp["ntiles"]),
                               nfix=int(mp["fix_rows"].shape[0]))
 
@@ -594,9 +596,8 @@ class CsrSplit(_SpMV):
         ct, it = _cuda.ctype(data.dtype), _cuda.ctype(indices.dtype)
         arrays = dict(indptr=indptr, indices=indices, data=data,
                       **{name: sc[name] for name in ("chunk_lo", "chunk_hi", "chunk_row", "fix_rows", "fix_lo", "fix_hi")})
-        il = _cuda.index_letter(indices.dtype)
         return self._prepared(dict(params, W=w), arrays, A.shape, data.dtype,
-                              launch=_cuda.launcher(fns[f"csr_split<{ct},{it},{w}>"], f"{il}ippppp{il}qpppppppp"),
+                              launch=_packed(fns, f"csr_split<{ct},{it},{w}>", indices.dtype),
                               m=A.shape[0], limit=limit, nchunks=int(sc["nchunks"]),
                               grid_x=int(sc["nchunks"]) + _grid(A.shape[0] * w), scratch={})
 

@@ -117,17 +117,15 @@ class _Kernels:
 
         # the plain launches go through the driver with packed parameters (_cuda.Launcher: a
         # call's four to six launches were most of its ~170-200 us of host time through CuPy)
-        def packed(name, signature):
-            return _cuda.launcher(fn(name), signature)
+        # (signatures read from the kernels' declarations: _cuda.signature)
+        def packed(name):
+            return _cuda.launcher(fn(name), _cuda.signature(_CU, name))
 
-        def packed_typed(name, signature):
-            return {ct: _cuda.launcher(f, signature) for ct, f in typed(name).items()}
-        self.count, self.scan = packed("spt_count", "pqippp"), packed("spt_scan", "pippppiiipii")
-        self.scatter = packed("spt_scatter", "ppiqppip")
-        self.sort_short = packed_typed("spt_sort_short", "pippppi")
-        self.sort_big = packed_typed("spt_sort_big", "pipppppppi")
-        self.merge_long = packed_typed("spt_merge_long", "ppppppppi")
-        self.radix_pass = packed_typed("spt_radix_pass", "pippppqpiiippppppp")
+        def packed_typed(name):
+            return {ct: _cuda.launcher(f, _cuda.signature(_CU, name)) for ct, f in typed(name).items()}
+        self.count, self.scan, self.scatter = packed("spt_count"), packed("spt_scan"), packed("spt_scatter")
+        self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
+        self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
         self.sort_cap = {ct: sms * _cuda.resident_blocks(f, BLOCK) for ct, f in self.sort.items()}
         if self.place_cap < 1 or min(self.sort_cap.values()) < 1:
