@@ -732,6 +732,7 @@ class _Symbolic:
     one_pass: tuple = None     # (balanced, zeros, classes, caps) when the one-pass path takes over
     hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
     taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
+    n_esc: int = 0             # numeric_esc classes at the front of the one-pass classes
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -773,11 +774,13 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 1. analysis: nnz_RowCt, its moments and the symbolic table of every row in one launch and
     #    one host transfer
     #    (with passes="auto" the same launch also gives every row's one-pass class)
-    classes = ((esc_caps(k) if esc else ()) + num_ladder) if passes == "auto" else ()
+    sorts = esc_caps(k) if esc and passes == "auto" else ()   # numeric_esc's classes come first
+    classes = (sorts + num_ladder) if passes == "auto" else ()
+    s.n_esc = len(sorts)
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
                     _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
-    sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, len(classes) - len(num_ladder)),
+    sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, s.n_esc),
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     s.rowct_max = sym.peak
@@ -786,7 +789,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     s.csum = csum
     info["one_pass"] = False
     if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
-                                           _device_total_bytes(), (esc_caps(k) or (0,))[-1] if esc else 0):
+                                           _device_total_bytes(), (sorts or (0,))[-1]):
         s.one_pass = (bal, zeros, sym.second, classes)
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
@@ -796,7 +799,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
     # and transfer more): a row left at index -1 would be lost
     row_nnz = cp.zeros(m, dtype=cp.int64)
-    n_esc = len(classes) - len(num_ladder) if classes else 0
+    n_esc = s.n_esc
     n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
     if n_sorted:
         if n_sorted >= HYBRID_MIN_ROWS and upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes()):
@@ -960,16 +963,16 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
             smem=table_smem(size, num_slot, rpb))
 
 
-def _esc_launches(s: _Symbolic, fork, order, starts, counts, esc_caps: tuple, Uj, Ux, row_nnz) -> dict:
-    """numeric_esc for every sort class with rows (classes 0 .. len(esc_caps) - 1 of a grouping:
+def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, Uj, Ux, row_nnz) -> dict:
+    """numeric_esc for every sort class with rows (classes 0 .. len(sort_caps) - 1 of a grouping:
     order, host starts and counts per class index + 1), each on its fork stream, in the one-pass
     layout; returns {class size: rows}."""
-    for c in range(len(esc_caps)):
+    for c in range(len(sort_caps)):
         n = int(counts[c + 1])
         if n:
             with fork.stream(c):
                 _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
-    return {cap: int(n) for cap, n in zip(esc_caps, counts[1:len(esc_caps) + 1]) if n}
+    return {cap: int(n) for cap, n in zip(sort_caps, counts[1:len(sort_caps) + 1]) if n}
 
 
 def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
@@ -977,7 +980,7 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     one-pass classes), into an upper-bound buffer with their counts in row_nnz, before the other
     rows' symbolic pass; returns (those rows, Uj, Ux) for _compact after the scan."""
     cp = cupy_module()
-    n_esc = len(classes) - len(s.num_ladder)
+    n_esc = s.n_esc
     Uj = cp.empty(s.info["products"], dtype=cp.int32)
     Ux = cp.empty(s.info["products"], dtype=s.dtype)
     order, counts = _group(one, len(classes), False)
@@ -1045,13 +1048,13 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     products = s.info["products"]
     Uj = cp.empty(products, dtype=cp.int32)
     Ux = cp.empty(products, dtype=dtype)
-    esc_caps = classes[:len(classes) - len(ladder)]
+    sort_caps = classes[:s.n_esc]
     if bal:
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
-        if s.rowct_max <= (esc_caps or (0,))[-1]:
-            c = next(i for i, cap in enumerate(esc_caps) if cap >= s.rowct_max)
+        if s.rowct_max <= (sort_caps or (0,))[-1]:
+            c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
-            tables, escs = {}, {esc_caps[c]: m}
+            tables, escs = {}, {sort_caps[c]: m}
         else:
             size = next(t for t in ladder if t >= min(s.rowct_max, k))
             _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
@@ -1061,8 +1064,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = np.concatenate([[0], np.cumsum(counts)])
         fork = _Fork(counts[1:])
-        escs = _esc_launches(s, fork, order, starts, counts, esc_caps, Uj, Ux, row_nnz)
-        e = len(esc_caps)   # the tables are the classes after the sort classes
+        escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
+        e = len(sort_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
