@@ -529,3 +529,50 @@ def test_esc_flag_is_checked(cp, hs, rng):
     A = _dev(cp, random_csr(rng, 50, 50, 0.05))
     with pytest.raises(TypeError, match="esc"):
         hs.spgemm(A, A, esc="yes")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("smem_limit, words_per_slot", [(None, 4), (None, 0), (25_600, 4)])
+def test_big_tables_sorted_by_column_bitmap_or_bitonic(cp, hs, rng, monkeypatch, dtype, smem_limit,
+                                                       words_per_slot):
+    """Rows of 512- to 8192-slot numeric tables (~300-5,000 distinct of 20,011 columns; duplicate
+    and unsorted indices in A) come out sorted == SciPy whether numeric_shared orders them by the
+    column bitmap (bitmap_words > 0) or the bitonic sort (0: switched off, or, at 25,600 bytes a
+    block, the 2,048-slot float64 table leaves no room for the bitmap while 512 and 1,024 do)."""
+    monkeypatch.setattr(hs, "BITMAP_WORDS_PER_SLOT", words_per_slot)
+    monkeypatch.setattr(hs, "LIFT_MIN_TABLE", 1 << 62)   # keep the few big rows in their tables
+    used = {}   # table size -> bitmap words of its launch
+    real = hs.bitmap_words
+    monkeypatch.setattr(hs, "bitmap_words", lambda size, *a: used.setdefault(size, real(size, *a)))
+    n, k = 2000, 20_011                                  # the last bitmap word is partly used
+    B = random_csr(rng, n, k, 10 / k)
+    assert B.indptr[1] > 0
+    B.indices[B.indptr[1] - 1] = k - 1                   # column k - 1 in B's row 0 (still sorted)
+    lengths = np.repeat([30, 60, 120, 250, 500], 8)      # ~300 .. 5,000 products a row
+    A = sp.csr_matrix((np.concatenate([(rng.random(L) + 0.5) * rng.choice([-1.0, 1.0], L) for L in lengths]),
+                       np.concatenate([rng.integers(0, n, L) for L in lengths]),
+                       np.concatenate([[0], np.cumsum(lengths)])), shape=(len(lengths), n))
+    A.indices[:30] = A.indices[:30][::-1].copy()
+    A.indices[1] = A.indices[5] = 0                      # row 0 reads B's row 0 twice (duplicates)
+    A.has_sorted_indices = False
+    C, info = _check(cp, hs, A, B, dtype, smem_limit=smem_limit, passes="two", grouping="grouped")
+    big = {size: w for size, w in used.items() if size > hs.RANK_SORT_MAX}
+    assert set(used) == set(info["numeric_tables"]) and min(big) == 512 and C[0, k - 1] != 0
+    if words_per_slot == 0:
+        assert not any(big.values())
+    elif smem_limit is None:
+        assert set(big.values()) == {-(-k // 32)} and max(big) >= 4096
+    elif np.dtype(dtype) == np.float64:
+        assert big == {512: -(-k // 32), 1024: -(-k // 32), 2048: 0}
+
+
+def test_global_batches_sized_to_l2(cp, hs, monkeypatch):
+    """Past the resident-block target, a global batch takes the slabs GLOBAL_L2_FRACTION of L2
+    holds, but at least target / GLOBAL_MAX_PARTS rows; at most the target, no batching below it."""
+    monkeypatch.setattr(hs, "_global_target_blocks", lambda: 256)
+    l2 = hs._cuda.device_attribute("L2CacheSize", cp.cuda.Device().id)
+    slab = int(l2 * hs.GLOBAL_L2_FRACTION) // 20
+    assert hs._global_blocks(100, slab, "numeric") == 100           # below the target: one batch
+    assert hs._global_blocks(1000, slab, "numeric") == 20           # L2's 20 slabs
+    assert hs._global_blocks(1000, slab * 10, "numeric") == 256 // hs.GLOBAL_MAX_PARTS   # 2 fit: 8
+    assert hs._global_blocks(1000, 1024, "numeric") == 256          # small slabs: the target

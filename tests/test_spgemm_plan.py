@@ -230,3 +230,22 @@ def test_lift_index_takes_few_big_table_rows():
     assert hs.lift_index(counts, ladder, 20) == 4                      # only the 6 rows fit 10
     assert hs.lift_index(np.array([0, 900, 50, 0, 0, 0, 3]), ladder, 132) == -1
     assert hs.lift_index(np.array([0, 0, 0, 8002, 6383, 9000, 0]), ladder, 132) == -1   # R-MAT-like
+
+
+def test_bitmap_words_only_where_it_fits_and_pays():
+    """numeric_shared's column bitmap: sorted rows, one row a block, tables past the rank sort,
+    B's columns at most BITMAP_WORDS_PER_SLOT words a slot, and room beside the table."""
+    smem = 227 * KB
+    assert hs.bitmap_words(16384, 1, 65_536, 12, smem, True) == 2048
+    assert hs.bitmap_words(16384, 1, 262_144, 12, smem, True) == 8192       # 192 + 32 KB fit
+    assert hs.bitmap_words(16384, 1, 400_000, 12, smem, True) == 0          # 192 + 49 KB do not
+    assert hs.bitmap_words(512, 1, 512 * 32 * hs.BITMAP_WORDS_PER_SLOT, 12, smem, True) > 0
+    assert hs.bitmap_words(512, 1, 512 * 32 * hs.BITMAP_WORDS_PER_SLOT + 32, 12, smem, True) == 0
+    assert hs.bitmap_words(hs.RANK_SORT_MAX, 1, 1000, 12, smem, True) == 0  # the rank sort's tables
+    assert hs.bitmap_words(1024, 2, 1000, 12, smem, True) == 0              # several rows a block
+    assert hs.bitmap_words(1024, 1, 1000, 12, smem, False) == 0             # unsorted output
+
+
+def test_rank_sort_max_matches_the_kernel():
+    from matplan.kernels import _cuda
+    assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")

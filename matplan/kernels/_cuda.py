@@ -23,7 +23,7 @@ NVRTC_OPTIONS = ("-std=c++17",)
 
 
 #: cudaDeviceAttr values of the attributes read here, for runtimes whose bindings lack the name.
-_ATTRIBUTE_ENUMS = {"MaxSharedMemoryPerBlockOptin": 97, "MultiProcessorCount": 16}
+_ATTRIBUTE_ENUMS = {"MaxSharedMemoryPerBlockOptin": 97, "MultiProcessorCount": 16, "L2CacheSize": 38}
 
 
 @functools.lru_cache(maxsize=None)

@@ -107,8 +107,12 @@ __device__ __forceinline__ void for_each_product(
 // 3.6 ms; banded 638 -> 936 us (scattered slots: bank conflicts in the value atomics). Folding
 // the key's chunks by XOR, tried to keep bands in order, lost more: Poisson 791 us, block-dense
 // 13.1 ms, skewed's symbolic pass 13.6 -> 32.8 ms (spgemm-phases-h100-2026-11-23-*.log).
+__device__ __forceinline__ int hash_home(int S, int k) {
+    return (int)(((unsigned)k * 0x9E3779B1u) >> (33 - __ffs(S))) & (S - 1);
+}
+
 __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) {
-    int h = (int)(((unsigned)k * 0x9E3779B1u) >> (33 - __ffs(S))) & (S - 1);
+    int h = hash_home(S, k);
     for (int probe = 0; probe < S; ++probe) {
         int cur = keys[h];
         if (cur == k) return h;
@@ -120,6 +124,13 @@ __device__ __forceinline__ int hash_insert(int* keys, int S, int k, int* fresh) 
         h = (h + 1) & (S - 1);
     }
     return -1;
+}
+
+// The slot of key k, which the table holds (no bound on the probes: the caller knows it is there).
+__device__ __forceinline__ int hash_find(const int* keys, int S, int k) {
+    int h = hash_home(S, k);
+    while (keys[h] != k) h = (h + 1) & (S - 1);
+    return h;
 }
 
 // Sub-warp rows (W < 32) run in blocks of at most 256 threads (spgemm.BLOCK_THREADS): their
@@ -175,6 +186,35 @@ __global__ void SUBWARP_BOUNDS symbolic_shared(
     }
 }
 
+// Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
+// shared words). Three block barriers: every thread of the block must call it.
+template <typename V>
+__device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    V incl = v;
+    for (int off = 1; off < 32; off <<= 1) {
+        const V o = __shfl_up_sync(FULL_MASK, incl, off);
+        if (lane >= off) incl += o;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const V w = lane < nwarps ? warp_sums[lane] : V(0);
+        V wincl = w;
+        for (int off = 1; off < 32; off <<= 1) {
+            const V o = __shfl_up_sync(FULL_MASK, wincl, off);
+            if (lane >= off) wincl += o;
+        }
+        if (lane < nwarps) warp_sums[lane] = wincl - w;
+        if (lane == 31) warp_sums[32] = wincl;
+    }
+    __syncthreads();
+    const V out = warp_sums[warp] + incl - v;
+    *total = warp_sums[32];
+    __syncthreads();
+    return out;
+}
+
 // ------------------------------------------------------------------ numeric, shared memory
 // Tables of up to RANK_SLOTS slots a thread (S <= RANK_SLOTS * tpr; launch_shape gives every
 // table up to 2048 slots that; 2 a thread for whole-warp rows, up to 4 for sub-warp rows) and
@@ -182,7 +222,14 @@ __global__ void SUBWARP_BOUNDS symbolic_shared(
 // occupied keys are compacted to the front of the table, and each key counts the smaller ones
 // among the row's c compacted keys (c^2 broadcast reads a row instead of S^2: a row of 64
 // nonzeros in a 128-slot table, uniform random, had 16k comparisons). Larger tables use a
-// bitonic sort.
+// bitonic sort, or, given bm_words > 0 (one row a block; spgemm.bitmap_words: B's columns fit in
+// shared memory beside the table), a bitmap of B's columns: each occupied slot sets its column's
+// bit, a block scan of the bit counts over contiguous word ranges (one a thread) gives each range's
+// first output position, and each thread walks its range's bits in column order, finds each
+// column's slot again (hash_find) and writes it out. Its cost is ~k/32 words and nnz probes a row
+// instead of the bitonic network's log2(S)(log2(S) + 1)/2 barrier-separated stages over all S slots
+// (16384 slots: 105 stages; R-MAT scale 16, H100: the sort was 22.6 of the 35.3 ms of
+// numeric_shared, helper measurement 2026-11-24).
 #define RANK_SORT_MAX 256
 #define RANK_SLOTS (W < 32 ? 4 : 2)
 
@@ -192,13 +239,16 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const int S, const int rpb, const long long* __restrict__ Cp, const long long c_base,
-        int* __restrict__ Cj, T* __restrict__ Cx, const int sort, long long* __restrict__ row_nnz) {
+        int* __restrict__ Cj, T* __restrict__ Cx, const int sort, long long* __restrict__ row_nnz,
+        const int bm_words) {
     __shared__ int counts[MAX_RPB], distinct[MAX_RPB];
     const int tpr = blockDim.x / rpb;
     const int slot = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     T* vals = reinterpret_cast<T*>(smem) + slot * S;
     int* keys = reinterpret_cast<int*>(reinterpret_cast<T*>(smem) + rpb * S) + slot * S;
+    unsigned* bm = reinterpret_cast<unsigned*>(keys + S);   // bm_words > 0: rpb == 1, after the table
     for (int i = lane; i < S; i += tpr) { keys[i] = EMPTY_KEY; vals[i] = T(0); }
+    for (int i = threadIdx.x; i < bm_words; i += blockDim.x) bm[i] = 0u;
     if (lane == 0) counts[slot] = distinct[slot] = 0;
     __syncthreads();
     const long long r = (long long)blockIdx.x * rpb + slot;
@@ -244,6 +294,27 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 #pragma unroll
             for (int j = 0; j < RANK_SLOTS; ++j)
                 if (mk[j] != EMPTY_KEY) { Cj[base + rank[j]] = mk[j]; Cx[base + rank[j]] = mv[j]; }
+        }
+    } else if (sort && bm_words) {
+        __shared__ int warp_sums[33];
+        for (int i = lane; i < S; i += tpr) {
+            const int k = keys[i];
+            if ((unsigned)k < (unsigned)bm_words << 5) atomicOr(&bm[k >> 5], 1u << (k & 31));   // not EMPTY_KEY
+        }
+        __syncthreads();
+        const int per = (bm_words + blockDim.x - 1) / blockDim.x;
+        const int w0 = min(bm_words, threadIdx.x * per), w1 = min(bm_words, w0 + per);
+        int n = 0, total;
+        for (int w = w0; w < w1; ++w) n += __popc(bm[w]);
+        long long pos = base + block_exclusive_sum(n, warp_sums, &total);   // every thread: a block barrier
+        if (row >= 0) {
+            for (int w = w0; w < w1; ++w) {
+                for (unsigned bits = bm[w]; bits; bits &= bits - 1, ++pos) {
+                    const int k = (w << 5) | (__ffs(bits) - 1);
+                    Cj[pos] = k;
+                    Cx[pos] = vals[hash_find(keys, S, k)];
+                }
+            }
         }
     } else if (sort) {
         // Bitonic sort of every row's whole table (all rows of the block share S).
@@ -423,35 +494,6 @@ __global__ void __launch_bounds__(256) numeric_esc(
     const long long base = Cp ? Cp[row] - c_base : first;
     for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
     if (lw == 0 && row_nnz) row_nnz[row] = total;
-}
-
-// Block-wide exclusive sum of v; returns this thread's offset and sets *total (warp_sums: 33
-// shared words). Three block barriers: every thread of the block must call it.
-template <typename V>
-__device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    V incl = v;
-    for (int off = 1; off < 32; off <<= 1) {
-        const V o = __shfl_up_sync(FULL_MASK, incl, off);
-        if (lane >= off) incl += o;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const V w = lane < nwarps ? warp_sums[lane] : V(0);
-        V wincl = w;
-        for (int off = 1; off < 32; off <<= 1) {
-            const V o = __shfl_up_sync(FULL_MASK, wincl, off);
-            if (lane >= off) wincl += o;
-        }
-        if (lane < nwarps) warp_sums[lane] = wincl - w;
-        if (lane == 31) warp_sums[32] = wincl;
-    }
-    __syncthreads();
-    const V out = warp_sums[warp] + incl - v;
-    *total = warp_sums[32];
-    __syncthreads();
-    return out;
 }
 
 // ------------------------------------------------------------------ scans (one launch each)
@@ -864,7 +906,7 @@ template __global__ void compact_rows<double>(const int*, const long long*, cons
 #define INSTANTIATE_NUMERIC_SHARED(T, W)                                                                     \
     template __global__ void numeric_shared<T, W>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, int, int, const long long*, long long, int*, T*, int,    \
-        long long*);
+        long long*, int);
 INSTANTIATE_NUMERIC_SHARED(float, 8)
 INSTANTIATE_NUMERIC_SHARED(float, 16)
 INSTANTIATE_NUMERIC_SHARED(float, 32)

@@ -153,6 +153,11 @@ SMALL_TABLE_LOAD = 0.5
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
 GLOBAL_MEM_FRACTION = 0.25
+#: Batches of many global rows take as many slabs as this fraction of the L2 cache holds: R-MAT's
+#: 264 slabs of 768 KB (207 MB against a 50 MB L2) sent the dense accumulator's atomics to DRAM;
+#: 32-row batches took numeric_global_acc 18.3 -> 7.2 ms at scale 16, 88.2 -> 38.7 at scale 17
+#: (H100, helper measurement 2026-11-24).
+GLOBAL_L2_FRACTION = 0.5
 #: Blocks sharing one row of the global path: one per GLOBAL_PART_PRODUCTS products of the largest
 #: row, more when a batch has too few rows to give every SM GLOBAL_BLOCKS_PER_SM blocks, but at
 #: least GLOBAL_MIN_PART_PRODUCTS products a block and at most GLOBAL_MAX_PARTS blocks a row (a
@@ -164,6 +169,12 @@ GLOBAL_MAX_PARTS = 32
 #: a step (GLOBAL_BLOCK_THREADS * GLOBAL_SCAN_COLS), at most GLOBAL_MAX_SEGMENTS segments a row.
 GLOBAL_SCAN_COLS = 8
 GLOBAL_MAX_SEGMENTS = 64
+#: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
+#: by a bitmap of B's columns instead of a bitonic sort of the table (numeric_shared; bitmap_words)
+#: when the bitmap fits beside the table and has at most BITMAP_WORDS_PER_SLOT 32-bit words a slot
+#: (its clearing and scan cost ~k/32 words a row, the bitonic network ~S log2(S)^2 / 4 exchanges).
+RANK_SORT_MAX = 256
+BITMAP_WORDS_PER_SLOT = 4
 INT32_MAX = np.iinfo(np.int32).max
 KEY_BYTES = 4
 
@@ -550,13 +561,22 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
 
 
 def _global_blocks(nrows, slab_bytes, what):
+    """Rows of a batch of the global path (a slab each): all of them up to the resident-block target
+    and what GLOBAL_MEM_FRACTION of free memory holds; past the target (several batches anyway),
+    as many slabs as GLOBAL_L2_FRACTION of the L2 cache holds, but enough rows to give every SM
+    GLOBAL_BLOCKS_PER_SM blocks at GLOBAL_MAX_PARTS a row."""
     free = _free_device_bytes()
     fit = int(free * GLOBAL_MEM_FRACTION) // slab_bytes
     if fit < 1:
         raise MemoryError(f"spgemm: the global-memory path ({what}) needs {slab_bytes:,} bytes per "
                           f"row slab (B has that many columns), more than {GLOBAL_MEM_FRACTION:.0%} "
                           f"of the {free:,} bytes free")
-    return max(1, min(nrows, _global_target_blocks(), fit))
+    target = _global_target_blocks()
+    rows = min(nrows, target, fit)
+    if nrows > target:
+        l2 = _cuda.device_attribute("L2CacheSize", cupy_module().cuda.Device().id)
+        rows = min(rows, max(int(l2 * GLOBAL_L2_FRACTION) // slab_bytes, -(-target // GLOBAL_MAX_PARTS)))
+    return max(1, rows)
 
 
 @functools.lru_cache(maxsize=None)
@@ -951,16 +971,28 @@ def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx,
                 _numeric_launch(s, size, order[starts[t + 1]:starts[t + 2]], n, Cp, base, Cj, Cx, row_nnz)
 
 
+def bitmap_words(size: int, rpb: int, ncols: int, slot_bytes: int, smem_bytes: int, sort: bool) -> int:
+    """Words of numeric_shared's column bitmap for sorted rows in ``size``-slot tables (0: the
+    bitonic sort): tables past RANK_SORT_MAX slots, one row a block, B's ``ncols`` columns at most
+    BITMAP_WORDS_PER_SLOT words a slot, and the bitmap beside the table within ``smem_bytes``."""
+    words = -(-ncols // 32)
+    fits = table_smem(size, slot_bytes, rpb) + 4 * words + STATIC_SMEM <= smem_bytes
+    use = sort and rpb == 1 and size > RANK_SORT_MAX and words <= BITMAP_WORDS_PER_SLOT * size and fits
+    return words if use else 0
+
+
 def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row_nnz):
     """One numeric_shared launch over n rows (rows null: rows 0 .. n - 1) in tables of ``size`` slots."""
     A, B = s.A, s.B
     num_slot = KEY_BYTES + s.dtype.itemsize
     tpr, rpb = launch_shape(size, num_slot, s.smem_limit, NUMERIC_SUBWARP_SLOTS
                             if size <= SUBWARP_MAX_TABLE else NUMERIC_SLOTS_PER_THREAD)
+    words = bitmap_words(size, rpb, s.shape[1], num_slot, s.smem_limit, s.sort)
     _launch(f"numeric_shared<{_cuda.ctype(s.dtype)}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-             np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx, np.int32(s.sort), row_nnz),
-            smem=table_smem(size, num_slot, rpb))
+             np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx, np.int32(s.sort), row_nnz,
+             np.int32(words)),
+            smem=table_smem(size, num_slot, rpb) + 4 * words)
 
 
 def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, Uj, Ux, row_nnz) -> dict:
