@@ -309,7 +309,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     paths of spmv, sptrans and tsm2 now read theirs the same way; the letters below are the ones
     they wrote by hand before.)"""
     from matplan.kernels import _cuda
-    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppip"
+    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppipi"
     assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqppp"
     assert _cuda.signature("spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
     assert _cuda.signature("tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
