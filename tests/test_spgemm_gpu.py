@@ -244,7 +244,8 @@ def test_fused_classification_matches_the_xp_rules(cp, hs, rng, balanced):
     # numeric mode: C's exact row nnz, table_index's rule
     nnz = cp.asarray(np.minimum(row_ct, 2 * top))
     num = hs._classify(m, k, ladder, row_nnz=nnz)
-    assert np.array_equal(num.idx.get(), hs.table_index(np.minimum(row_ct, 2 * top), ladder))
+    assert np.array_equal(num.idx.get(),
+                          hs.table_index(np.minimum(row_ct, 2 * top), ladder, hs.NUMERIC_LAST_TABLE_LOAD))
     assert num.total == int(np.minimum(row_ct, 2 * top).sum())
     # the one-pass classes in the analysis's launch: numeric_esc limits (products), then tables
     classes = hs.ESC_CAPS + ladder[:4]

@@ -149,6 +149,8 @@ BLOCK_THREADS = 256
 #: (its symbolic pass 684 -> 459); rows of small tables gained nothing (dragon lost, 748 -> 829).
 TABLE_LOAD = 0.75
 SMALL_TABLE_LOAD = 0.5
+#: Load up to which the largest numeric table takes rows (past it: the global path).
+NUMERIC_LAST_TABLE_LOAD = 1.0
 #: Persistent blocks of the global path per SM, and the fraction of free memory their slabs may use.
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
@@ -220,17 +222,18 @@ def table_load(size: int) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def table_caps(ladder: tuple) -> tuple:
+def table_caps(ladder: tuple, last_load: float = 1.0) -> tuple:
     """Most nonzeros a row may need for each table of ``ladder``: table_load(size) * size, the
-    largest table full."""
-    return tuple(int(s * table_load(s)) for s in ladder[:-1]) + (ladder[-1],)
+    largest table last_load of it (numeric tables: NUMERIC_LAST_TABLE_LOAD)."""
+    return tuple(int(s * table_load(s)) for s in ladder[:-1]) + (int(ladder[-1] * last_load),)
 
 
-def table_index(need, ladder: tuple):
+def table_index(need, ladder: tuple, last_load: float = 1.0):
     """Per row: index in ``ladder`` of the smallest table with need <= its cap (table_caps; the largest
-    table takes need <= size), ``len(ladder)`` when none does (global path), -1 when need == 0."""
+    table takes need <= last_load * size), ``len(ladder)`` when none does (global path), -1 when
+    need == 0."""
     xp = array_module(need)
-    idx = xp.searchsorted(xp.asarray(table_caps(ladder), dtype=xp.int64), need.astype(xp.int64),
+    idx = xp.searchsorted(xp.asarray(table_caps(ladder, last_load), dtype=xp.int64), need.astype(xp.int64),
                           side="left")
     return xp.where(need > 0, idx, -1)
 
@@ -342,7 +345,8 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
-             _device_caps(table_caps(ladder) + tuple(caps2), cp.cuda.Device().id),
+             _device_caps(table_caps(ladder, 1.0 if mode == 0 else NUMERIC_LAST_TABLE_LOAD) + tuple(caps2),
+                          cp.cuda.Device().id),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
              idx, idx2, acc))
     host = acc[:words].get()
