@@ -149,8 +149,11 @@ BLOCK_THREADS = 256
 #: (its symbolic pass 684 -> 459); rows of small tables gained nothing (dragon lost, 748 -> 829).
 TABLE_LOAD = 0.75
 SMALL_TABLE_LOAD = 0.5
-#: Load up to which the largest numeric table takes rows (past it: the global path).
-NUMERIC_LAST_TABLE_LOAD = 1.0
+#: Load up to which the largest numeric table takes rows (past it: the global path). H100, R-MAT
+#: scale 16 (c7eb0c5), 1.0 -> 0.75: numeric_shared 21.1 -> 5.2 ms (1,162 rows of 12k-16k columns
+#: probed long chains in a 16384-slot table), the global path 11.4 -> 16.1 ms, the call 31.0 -> 26.3
+#: (spgemm-bitmap-l2-h100-2026-11-24-c7eb0c5.log).
+NUMERIC_LAST_TABLE_LOAD = 0.75
 #: Persistent blocks of the global path per SM, and the fraction of free memory their slabs may use.
 GLOBAL_BLOCKS_PER_SM = 2
 GLOBAL_BLOCK_THREADS = 512
