@@ -11,6 +11,7 @@ import ctypes
 import functools
 import os
 import re
+import struct
 import threading
 
 import numpy as np
@@ -114,18 +115,24 @@ def resident_blocks(fn, threads: int, smem: int = 0) -> int:
 #: address or None), i int32, q int64, Q uint64, f float, d double.
 PARAM_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "q": ctypes.c_int64, "Q": ctypes.c_uint64,
                "f": ctypes.c_float, "d": ctypes.c_double}
+#: struct codes of the same letters (a pointer packed as a uint64 address).
+_STRUCT_CODES = {"p": "Q", "i": "i", "q": "q", "Q": "Q", "f": "f", "d": "d"}
 
 
 class Launcher:
     """``fn`` (a kernel handle) launched through the driver with its parameters packed in one
-    ctypes structure.
+    buffer laid out as the C structure of its parameters.
 
     CuPy's launch converts every argument on each call (a NumPy scalar ~0.5 us): a kernel of 15
     parameters took 11-16 us of host time a launch on an H100 host, a packed launch 5.4
     (2026-11-24, ``benchmarks/results/launch-path-h100-2026-11-24.log``); launch paths of several
-    kernels (SpTRANS: four to six a call) are host-bound by it. ``signature`` has one letter a
-    parameter (:data:`PARAM_TYPES`); a call checks the count, not the types. Each thread packs into
-    its own structure; the driver copies the parameters at the launch, so it is reused at once.
+    kernels (SpTRANS: four to six a call) are host-bound by it. The arguments are packed by one
+    ``struct.pack_into`` (a field's ``setattr`` a parameter cost ~40% of spgemm's launch path
+    under a line trace, 2026-11-24): pointers from CuPy arrays (``.data.ptr``), None (null) or
+    integer addresses, scalars as Python or NumPy numbers. ``signature`` has one letter a
+    parameter (:data:`PARAM_TYPES`); a call checks the count, and struct the ranges. Each thread
+    packs into its own buffer; the driver copies the parameters at the launch, so it is reused at
+    once.
     """
 
     def __init__(self, fn, signature: str):
@@ -134,37 +141,47 @@ class Launcher:
             raise ValueError(f"signature {signature!r}: unknown letters {sorted(bad)}; expected {sorted(PARAM_TYPES)}")
         self.ptr = driver_function(fn).ptr
         self.signature = signature
-        self._names = [f"a{i}" for i in range(len(signature))]
+        names = [f"a{i}" for i in range(len(signature))]
         self._struct = type("Params", (ctypes.Structure,),
-                            {"_fields_": [(name, PARAM_TYPES[c]) for name, c in zip(self._names, signature)]})
+                            {"_fields_": [(name, PARAM_TYPES[c]) for name, c in zip(names, signature)]})
+        self._offsets = [getattr(self._struct, n).offset for n in names]
+        fmt, at = "=", 0   # explicit padding to the C structure's offsets
+        for off, c in zip(self._offsets, signature):
+            fmt += "x" * (off - at) + _STRUCT_CODES[c]
+            at = off + ctypes.sizeof(PARAM_TYPES[c])
+        self._pack = struct.Struct(fmt).pack_into
+        self._pointers = tuple(i for i, c in enumerate(signature) if c == "p")
         self._local = threading.local()
 
     def _buffers(self):
         buf = getattr(self._local, "buf", None)
         if buf is None:
-            params = self._struct()
+            params = ctypes.create_string_buffer(ctypes.sizeof(self._struct))
             base = ctypes.addressof(params)
-            ptrs = (ctypes.c_void_p * len(self._names))(*[base + getattr(self._struct, n).offset for n in self._names])
-            buf = self._local.buf = (params, ptrs, ctypes.addressof(ptrs))
+            ptrs = (ctypes.c_void_p * len(self._offsets))(*[base + off for off in self._offsets])
+            buf = self._local.buf = (params, ctypes.addressof(ptrs), ptrs)
         return buf
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         if len(args) != len(self.signature):
             raise TypeError(f"kernel of signature {self.signature!r}: {len(self.signature)} arguments, got {len(args)}")
-        params, _, ptrs = self._buffers()
-        for name, kind, a in zip(self._names, self.signature, args):
-            if kind == "p":
-                a = a.data.ptr if hasattr(a, "data") and hasattr(a.data, "ptr") else (None if a is None else int(a))
-            elif kind in "fd":
-                a = float(a)
-            else:
-                a = int(a)
-            setattr(params, name, a)
+        values = list(args)
+        for i in self._pointers:
+            a = values[i]
+            mem = getattr(a, "data", None)   # a CuPy array's MemoryPointer (a NumPy scalar's is a memoryview)
+            values[i] = mem.ptr if isinstance(mem, _memory_pointer()) else (0 if a is None else a)
+        params, ptrs, _ = self._buffers()
+        self._pack(params, 0, *values)
         cp = cupy_module()
         gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         bx, by, bz = (tuple(block) + (1, 1))[:3]
         cp.cuda.driver.launchKernel(self.ptr, gx, gy, gz, bx, by, bz, int(shared_mem),
                                     cp.cuda.get_current_stream().ptr, ptrs, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _memory_pointer():
+    return cupy_module().cuda.MemoryPointer
 
 
 def launcher(fn, signature: str) -> Launcher:

@@ -8,7 +8,7 @@
 // entries of B's rows.
 //
 // * symbolic_shared: one shared-memory hash table of column keys per row counts the distinct
-//   columns (exact nnz of C's row). A table that fills up marks the row invalid and appends it
+//   columns (exact nnz of C's row). A table that fills up zeroes the row's count and appends it
 //   to a list for symbolic_global (the paper's "invalid row, recomputed in global memory").
 // * numeric_shared: keys (atomicCAS) + values (atomicAdd) in shared memory; the table is at least
 //   as large as the row's exact nnz, so it never overflows. The row's table is then bitonic-sorted
@@ -178,7 +178,7 @@ __global__ void SUBWARP_BOUNDS symbolic_shared(
     __syncthreads();
     if (row >= 0 && lane == 0) {
         if (full[slot]) {
-            row_nnz[row] = -1;
+            row_nnz[row] = 0;   // symbolic_global adds the row's count
             ovf_rows[ovf_base + atomicAdd(ovf_count, 1)] = row;   // after the rows sent there directly
         } else {
             row_nnz[row] = counts[slot];

@@ -569,17 +569,21 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
 
 def _global_blocks(nrows, slab_bytes, what):
     """Rows of a batch of the global path (a slab each): all of them up to the resident-block target
-    and what GLOBAL_MEM_FRACTION of free memory holds; past the target (several batches anyway),
+    and what GLOBAL_MEM_FRACTION of free memory holds (asked only when the batch's slabs pass
+    SMALL_OUTPUT_FRACTION of the device; below, a shortage is CuPy's OutOfMemoryError); past the target (several batches anyway),
     as many slabs as GLOBAL_L2_FRACTION of the L2 cache holds, but enough rows to give every SM
     GLOBAL_BLOCKS_PER_SM blocks at GLOBAL_MAX_PARTS a row."""
-    free = _free_device_bytes()
-    fit = int(free * GLOBAL_MEM_FRACTION) // slab_bytes
-    if fit < 1:
-        raise MemoryError(f"spgemm: the global-memory path ({what}) needs {slab_bytes:,} bytes per "
-                          f"row slab (B has that many columns), more than {GLOBAL_MEM_FRACTION:.0%} "
-                          f"of the {free:,} bytes free")
     target = _global_target_blocks()
-    rows = min(nrows, target, fit)
+    rows = min(nrows, target)
+    # the driver's free memory (~15 us a query) only where the slabs could come near it
+    if rows * slab_bytes > SMALL_OUTPUT_FRACTION * _device_total_bytes():
+        free = _free_device_bytes()
+        fit = int(free * GLOBAL_MEM_FRACTION) // slab_bytes
+        if fit < 1:
+            raise MemoryError(f"spgemm: the global-memory path ({what}) needs {slab_bytes:,} bytes per "
+                              f"row slab (B has that many columns), more than {GLOBAL_MEM_FRACTION:.0%} "
+                              f"of the {free:,} bytes free")
+        rows = min(rows, fit)
     if nrows > target:
         l2 = _cuda.device_attribute("L2CacheSize", cupy_module().cuda.Device().id)
         rows = min(rows, max(int(l2 * GLOBAL_L2_FRACTION) // slab_bytes, -(-target // GLOBAL_MAX_PARTS)))
@@ -872,7 +876,6 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     if n_global_sym:
         G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
         parts = _global_parts(s.rowct_max, min(G, n_global_sym))
-        row_nnz[ovf_rows[:n_global_sym]] = 0   # overflowed rows hold -1; the blocks add their counts
         marks = cp.zeros(G * k, dtype=cp.int32)
         for b0 in range(0, n_global_sym, G):   # batches of G rows, a slab each
             _launch("symbolic_global", (min(G, n_global_sym - b0), parts), GLOBAL_BLOCK_THREADS,
