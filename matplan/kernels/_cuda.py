@@ -227,12 +227,16 @@ def signature(filename: str, kernel: str, **template_letters) -> str:
     return "".join(letters)
 
 
+_INDEX_LETTERS = {np.dtype(np.int32): "i", np.dtype(np.int64): "q"}
+_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+           np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+
 def index_letter(dtype) -> str:
     """The :class:`Launcher` letter of a kernel parameter of this integer dtype (int32 / int64)."""
-    return {np.dtype(np.int32): "i", np.dtype(np.int64): "q"}[np.dtype(dtype)]
+    return _INDEX_LETTERS[np.dtype(dtype)]
 
 
 def ctype(dtype) -> str:
     """The CUDA C type of a NumPy dtype (float/double/int/long long)."""
-    return {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-            np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}[np.dtype(dtype)]
+    return _CTYPES[np.dtype(dtype)]

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import os
 import time
@@ -112,6 +113,7 @@ def esc_max_columns(cap: int) -> int:
     return (1 << (32 - cap.bit_length())) - 1
 
 
+@functools.lru_cache(maxsize=None)
 def esc_caps(k: int) -> tuple:
     """The numeric_esc classes a product with B of ``k`` columns may use (a prefix of ESC_CAPS)."""
     return tuple(cap for cap in ESC_CAPS if k <= esc_max_columns(cap))
@@ -294,6 +296,11 @@ def groups_of(idx, n_tables: int):
 # ~40 CuPy calls of the xp functions above (3.5-5.7 ms of host time per call on an H100,
 # benchmarks/results/spgemm-phases-h100-2026-11-23-bb69dc5.log). The xp functions stay the
 # reference the GPU path is tested against.
+def _starts(counts) -> list:
+    """Where each group of ``counts`` (host) starts in the grouped order, and the total last."""
+    return list(itertools.accumulate(np.asarray(counts).tolist(), initial=0))
+
+
 def _bucket(idx, n_tables: int, top: int, counts, fill, lift: int = -1):
     """Rows ordered by table index (a counting sort: bucket_rows) from ``counts`` (uint64, GPU:
     rows per index -1..n_tables) and ``fill`` (uint64, GPU, as many zeros): no host round trip;
@@ -641,9 +648,9 @@ def int32_operand(name: str, M):
     the hash kernels index A, B and C's columns with 32-bit integers.
     """
     csp = sparse_module()
-    too_big = [f"{what} {v:,}" for what, v in (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
-               if v > INT32_MAX]
-    if too_big:
+    sizes = (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
+    if max(v for _, v in sizes) > INT32_MAX:
+        too_big = [f"{what} {v:,}" for what, v in sizes if v > INT32_MAX]
         raise ValueError(f"{name}: {', '.join(too_big)} past 2^31 - 1 = {INT32_MAX:,}; spgemm.hash indexes "
                          f"A, B and C's columns with int32 (split {name} into blocks of fewer nonzeros)")
     for what in ("indices", "indptr"):
@@ -852,7 +859,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     ovf_rows = cp.empty(m, dtype=cp.int32)
     n_direct = int(sym_counts[-1])
     ovf_count = zeros.take(1).view(cp.int32)[:1]   # rows that overflowed, listed after the n_direct
-    starts = np.concatenate([[0], np.cumsum(sym_counts)])
+    starts = _starts(sym_counts)
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
     fork = _Fork(sym_counts[1:len(sym_ladder) + 1])
@@ -923,7 +930,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
         order += np.int32(r0)                   # panel-local positions -> global row ids
     Cj = cp.empty(nnz, dtype=cp.int32)
     Cx = cp.empty(nnz, dtype=dtype)
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = _starts(counts)
     ct = _cuda.ctype(dtype)
     base = np.int64(c0)
     fork = _Fork(counts[1:])   # the shared tables, then the global path
@@ -1026,7 +1033,7 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     Uj = cp.empty(s.info["products"], dtype=cp.int32)
     Ux = cp.empty(s.info["products"], dtype=s.dtype)
     order, counts = _group(one, len(classes), False)
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = _starts(counts)
     fork = _Fork(counts[1:n_esc + 1])
     s.info["esc_rows"] = _esc_launches(s, fork, order, starts, counts, classes[:n_esc], Uj, Ux, row_nnz)
     fork.join()
@@ -1104,7 +1111,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     else:
         order, counts = _group(one, len(classes), False)
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
-        starts = np.concatenate([[0], np.cumsum(counts)])
+        starts = _starts(counts)
         fork = _Fork(counts[1:])
         escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
         e = len(sort_caps)   # the tables are the classes after the sort classes
