@@ -130,7 +130,7 @@ class Launcher:
     ``struct.pack_into`` (a field's ``setattr`` a parameter cost ~40% of spgemm's launch path
     under a line trace, 2026-11-24): pointers from CuPy arrays (``.data.ptr``), None (null) or
     integer addresses, scalars as Python or NumPy numbers. ``signature`` has one letter a
-    parameter (:data:`PARAM_TYPES`); a call checks the count, and struct the ranges. Each thread
+    parameter (:data:`PARAM_TYPES`); a call checks the count, and struct the types and ranges. Each thread
     packs into its own buffer; the driver copies the parameters at the launch, so it is reused at
     once.
     """
@@ -166,10 +166,13 @@ class Launcher:
         if len(args) != len(self.signature):
             raise TypeError(f"kernel of signature {self.signature!r}: {len(self.signature)} arguments, got {len(args)}")
         values = list(args)
-        for i in self._pointers:
+        nd = _ndarray()
+        for i in self._pointers:   # CuPy arrays to their addresses, None to null; addresses as they are
             a = values[i]
-            mem = getattr(a, "data", None)   # a CuPy array's MemoryPointer (a NumPy scalar's is a memoryview)
-            values[i] = mem.ptr if isinstance(mem, _memory_pointer()) else (0 if a is None else a)
+            if type(a) is nd or isinstance(a, nd):
+                values[i] = a.data.ptr
+            elif a is None:
+                values[i] = 0
         params, ptrs, _ = self._buffers()
         self._pack(params, 0, *values)
         cp = cupy_module()
@@ -180,8 +183,8 @@ class Launcher:
 
 
 @functools.lru_cache(maxsize=None)
-def _memory_pointer():
-    return cupy_module().cuda.MemoryPointer
+def _ndarray():
+    return cupy_module().ndarray
 
 
 def launcher(fn, signature: str) -> Launcher:

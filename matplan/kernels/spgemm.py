@@ -440,7 +440,7 @@ def _launch(kernel_name, grid, block, args, smem=0):
     """Launch through the driver with packed parameters (_cuda.Launcher): CuPy's launch took 11-16 us
     of host time for kernels of this many parameters, a packed one ~5 (SpMV, 2026-11-24), and a
     call launches six to a dozen of them."""
-    fn, launch = _compiled(kernel_name, cupy_module().cuda.Device().id)
+    fn, launch = _compiled(kernel_name, cupy_module().cuda.runtime.getDevice())
     if smem > 32 * 1024:  # past the 48 KB default once static shared memory is added: opt in
         _cuda.allow_dynamic_smem(fn, smem)
     launch(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
