@@ -519,11 +519,12 @@ def test_few_big_table_rows_take_the_global_path(cp, hs, rng, monkeypatch, dtype
     assert base["lifted_rows"] == {"symbolic": 0, "numeric": 0}
     monkeypatch.setattr(hs, "LIFT_MIN_TABLE", 32)
     monkeypatch.setattr(hs, "LIFT_ROWS_PER_SM", 10 ** 6)
+    monkeypatch.setattr(hs, "LIFT_MIN_PRODUCTS", 0)
     info = {}
     _check_one(cp, hs, A, B, dtype, True, info, passes="two", grouping="grouped")
     assert info["lifted_rows"]["symbolic"] > 0 and info["lifted_rows"]["numeric"] > 0
     assert info["global_rows_numeric"] >= info["lifted_rows"]["numeric"]
-    assert hs.lift_index(np.array([0, 5, 0, 3, 0]), (32, 64, 128), 10 ** 6) == 0
+    assert hs.lift_index(np.array([0, 5, 0, 3, 0]), (32, 64, 128), 10 ** 6, 0) == 0
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

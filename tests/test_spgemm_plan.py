@@ -223,13 +223,16 @@ def test_one_pass_classes_reference():
 
 def test_lift_index_takes_few_big_table_rows():
     """lift_index: from the smallest big table (>= LIFT_MIN_TABLE slots) whose rows, with every
-    larger table's, are at most LIFT_ROWS_PER_SM per SM; -1 when there are too many or none."""
+    larger table's, are at most LIFT_ROWS_PER_SM per SM; -1 when there are too many or none, or
+    when the largest row has fewer than LIFT_MIN_PRODUCTS products."""
     ladder = (1024, 2048, 4096, 8192, 16384)
     counts = np.array([0, 900, 50, 4, 12, 6, 12])   # -1, the tables, global
-    assert hs.lift_index(counts, ladder, 132) == 2                     # 22 rows <= 66
-    assert hs.lift_index(counts, ladder, 20) == 4                      # only the 6 rows fit 10
-    assert hs.lift_index(np.array([0, 900, 50, 0, 0, 0, 3]), ladder, 132) == -1
-    assert hs.lift_index(np.array([0, 0, 0, 8002, 6383, 9000, 0]), ladder, 132) == -1   # R-MAT-like
+    peak = hs.LIFT_MIN_PRODUCTS
+    assert hs.lift_index(counts, ladder, 132, peak) == 2               # 22 rows <= 66
+    assert hs.lift_index(counts, ladder, 20, peak) == 4                # only the 6 rows fit 10
+    assert hs.lift_index(counts, ladder, 132, peak - 1) == -1          # no row worth the global path
+    assert hs.lift_index(np.array([0, 900, 50, 0, 0, 0, 3]), ladder, 132, peak) == -1
+    assert hs.lift_index(np.array([0, 0, 0, 8002, 6383, 9000, 0]), ladder, 132, peak) == -1   # R-MAT-like
 
 
 def test_bitmap_words_only_where_it_fits_and_pays():

@@ -393,15 +393,21 @@ def _group(c: _Classes, n_tables: int, balanced: bool, lift: int = -1):
 #: tables, 12 rows in 8192-slot ones 186 us, while the global path split the 12 largest rows over
 #: 22 blocks each in 91 us): rows of tables of at least LIFT_MIN_TABLE slots move to the global
 #: path, several blocks a row, when they and the rows of every larger table number at most
-#: LIFT_ROWS_PER_SM per SM.
+#: LIFT_ROWS_PER_SM per SM, and the largest row has at least LIFT_MIN_PRODUCTS products (the
+#: global path's launches cost more host time than a one-block row of a few thousand products:
+#: skewed-small's row of 2,469 products was lifted from a 4096-key symbolic table).
 LIFT_MIN_TABLE = 4096
 LIFT_ROWS_PER_SM = 0.5
+LIFT_MIN_PRODUCTS = 32768
 
 
-def lift_index(counts, ladder: tuple, sms: int) -> int:
+def lift_index(counts, ladder: tuple, sms: int, peak: int) -> int:
     """The smallest table index from which rows take the global path (-1: none): tables of at
     least LIFT_MIN_TABLE slots, whose rows together with every larger table's are at most
-    LIFT_ROWS_PER_SM * sms (counts: rows per table index + 1, host)."""
+    LIFT_ROWS_PER_SM * sms (counts: rows per table index + 1, host); none when the largest row
+    (``peak`` products) has fewer than LIFT_MIN_PRODUCTS."""
+    if peak < LIFT_MIN_PRODUCTS:
+        return -1
     lift, total = -1, 0
     for t in range(len(ladder) - 1, -1, -1):
         if ladder[t] < LIFT_MIN_TABLE:
@@ -846,7 +852,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         else:
             sym = _classify(m, k, sym_ladder, A=A, csum=csum)
     sms = _device_limits(cp.cuda.Device().id)[1]
-    sym_lift = -1 if bal else lift_index(sym.counts, sym_ladder, sms)
+    sym_lift = -1 if bal else lift_index(sym.counts, sym_ladder, sms, s.rowct_max)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal, sym_lift)
     lifted_sym = int(sym.counts[sym_lift + 1:-1].sum()) if sym_lift >= 0 else 0
     risky = sym.risky
@@ -898,7 +904,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
     num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))),
                     taken=s.taken)
-    num_lift = -1 if bal else lift_index(num.counts, num_ladder, sms)
+    num_lift = -1 if bal else lift_index(num.counts, num_ladder, sms, s.rowct_max)
     order, counts = _group(num, len(num_ladder), bal, num_lift)
     s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = Cp, Cp32, num.total, num.idx, (order, counts)
     info.update(lifted_rows={"symbolic": lifted_sym,
