@@ -1334,8 +1334,14 @@ HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
 #: shared tables) is charged like one pass grouped: metis_copter2 took 0.62-0.63 ms a whole call
 #: at 46988e6 (tune-h100-spgemm-esc-2026-11-24-46988e6.log); at the two passes' 0.85 ms the
 #: leave-family-out report sent metis to cuSPARSE (2.07x the best).
-HASH_FIXED_S = {"one pass, balanced": 0.3e-3, "one pass, grouped": 0.55e-3, "hybrid": 0.55e-3,
-                "two passes": 0.85e-3}
+#: Refitted at acb8da6 (struct-packed launches, the lift guard; tuning-h100-2026-11-24-training-launch.jsonl),
+#: whole call less the bandwidth term on the smallest problems of each path: one pass balanced
+#: 0.19-0.26 ms (poisson2d-, block_dense-, banded-small), grouped 0.28-0.42 (poisson3d-, uniform-
+#: small), the hybrid 0.57-0.63 (metis) and 0.67-0.87 (skewed-small), two passes 0.53-0.84
+#: (rmat-small) and 0.81-0.87 (skewed-medium). They are host time: another H100 host ran the same
+#: calls up to 1.5x slower.
+HASH_FIXED_S = {"one pass, balanced": 0.22e-3, "one pass, grouped": 0.33e-3, "hybrid": 0.65e-3,
+                "two passes": 0.75e-3}
 #: The planner takes a product for the hybrid when at most this fraction of its rows has
 #: alpha = nnz_RowCt / pi >= 256 (the RBSparse groups past numeric_esc's 512 products).
 HYBRID_LONG_ROWS = 0.01
