@@ -32,19 +32,25 @@ from _common import git_commit, timed  # noqa: E402
 from spgemm import matrices  # noqa: E402
 
 
+def launch_alone_us(cp, real, name, grid, block, args, smem):
+    """GPU microseconds of one spgemm launch (``real``: spgemm._launch) with the device idle before
+    it and synchronised after it: the kernel alone."""
+    cp.cuda.Device().synchronize()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record()
+    real(name, grid, block, args, smem)
+    b.record()
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b) * 1e3
+
+
 def instrumented(cp, hs, A, B, reps, **kw):
     """(median kernel_us by name, median wall us) over ``reps`` calls with every launch timed."""
     real = hs._launch
     per_call = []
 
     def launch(name, grid, block, args, smem=0):
-        cp.cuda.Device().synchronize()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        real(name, grid, block, args, smem)
-        b.record()
-        b.synchronize()
-        per_call[-1][name.split("<")[0]] += cp.cuda.get_elapsed_time(a, b) * 1e3
+        per_call[-1][name.split("<")[0]] += launch_alone_us(cp, real, name, grid, block, args, smem)
 
     walls = []
     hs._launch = launch
