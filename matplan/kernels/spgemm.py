@@ -15,8 +15,10 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
 4. numeric pass grouped by the exact nnz of each row (the paper groups by its estimate alpha; the
    symbolic pass gives the true count, so a numeric table never overflows): keys by atomicCAS,
    values by atomicAdd, then the row is sorted by column in shared memory (by rank up to 256
-   slots, else bitonic; ``sort=False`` skips it) and written out; rows larger than every shared
-   table use the global path;
+   slots; above, by a bitmap of B's columns where it fits beside the table, else bitonic;
+   ``sort=False`` skips it) and written out; rows larger than every shared table (or than 3/4 of
+   the largest: NUMERIC_LAST_TABLE_LOAD) use the global path, in batches of the slabs half the L2
+   holds when they are many;
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
 
 One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
@@ -34,8 +36,9 @@ Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products sti
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
 rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
 When the buffer would pass ONE_PASS_MEM_FRACTION of the device's memory, every row takes the
-two passes. Rows of big shared tables (>= LIFT_MIN_TABLE slots) that are few (lift_index) take the
-global-memory path in both passes: one block a row on a few SMs left the GPU idle.
+two passes. Rows of big shared tables (>= LIFT_MIN_TABLE slots) that are few (lift_index), one of
+them of at least LIFT_MIN_PRODUCTS products, take the global-memory path in both passes: one
+block a row on a few SMs left the GPU idle.
 Table sizes are powers of two from 32 up to the largest that fits the device's shared memory per
 block (227 KB on an H100: 16384 slots of 12 bytes in float64, 32768 key-only slots in the
 symbolic pass); ``smem_limit`` sets another cap (the paper's 48 KB, for instance). When the
