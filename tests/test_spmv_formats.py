@@ -299,6 +299,13 @@ def test_launcher_checks_its_signature_and_argument_count():
     with pytest.raises(TypeError, match="3 arguments, got 2"):
         launch((1,), (32,), (None, 1))
     assert [name for name, _ in launch._struct._fields_] == ["a0", "a1", "a2"]
+    # one struct.pack_into lays the arguments out as the C structure would (padding included)
+    mixed = _cuda.Launcher(fake, "ipidqfQ")
+    params, _, _ = mixed._buffers()
+    values = (-3, 0xDEAD0000BEEF, np.int32(7), np.float64(2.5), -(2 ** 40), np.float32(1.5), np.uintp(9))
+    mixed._pack(params, 0, *values)
+    ref = mixed._struct.from_buffer_copy(params.raw)
+    assert (ref.a0, ref.a1, ref.a2, ref.a3, ref.a4, ref.a5, ref.a6) == (-3, 0xDEAD0000BEEF, 7, 2.5, -(2 ** 40), 1.5, 9)
     assert _cuda.index_letter(np.int32) == "i" and _cuda.index_letter(np.int64) == "q"
 
 

@@ -129,10 +129,10 @@ class Launcher:
     kernels (SpTRANS: four to six a call) are host-bound by it. The arguments are packed by one
     ``struct.pack_into`` (a field's ``setattr`` a parameter cost ~40% of spgemm's launch path
     under a line trace, 2026-11-24): pointers from CuPy arrays (``.data.ptr``), None (null) or
-    integer addresses, scalars as Python or NumPy numbers. ``signature`` has one letter a
-    parameter (:data:`PARAM_TYPES`); a call checks the count, and struct the types and ranges. Each thread
-    packs into its own buffer; the driver copies the parameters at the launch, so it is reused at
-    once.
+    integer addresses, scalars as Python or NumPy numbers (an integer parameter takes no float).
+    ``signature`` has one letter a parameter (:data:`PARAM_TYPES`); a call checks the count, the
+    packing the types and ranges. Each thread packs into its own buffer; the driver copies the
+    parameters at the launch, so it is reused at once.
     """
 
     def __init__(self, fn, signature: str):
@@ -174,7 +174,10 @@ class Launcher:
             elif a is None:
                 values[i] = 0
         params, ptrs, _ = self._buffers()
-        self._pack(params, 0, *values)
+        try:
+            self._pack(params, 0, *values)
+        except struct.error as e:
+            raise TypeError(f"kernel of signature {self.signature!r}: arguments {values!r} do not pack: {e}") from None
         cp = cupy_module()
         gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         bx, by, bz = (tuple(block) + (1, 1))[:3]
