@@ -1279,12 +1279,15 @@ def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     in-place change past the limit takes the full path and re-plans (the hash kernel), never
     returning what cuSPARSE computed past its limit (it runs behind the count, its result dropped)."""
     from matplan.dispatch import identity
-    from matplan.kernels import vendor
+    from matplan.kernels import spgemm, vendor
     cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
     cache.clear()
     A, B = random_csr(rng, 500, 400, 0.02), random_csr(rng, 400, 300, 0.02)
     products = int(np.diff(B.indptr)[A.indices].sum())
     monkeypatch.setitem(vendor.VENDOR_LIMITS["spgemm.cusparse"], "max_products", products)
+    # which kernel wins so small a product is the cost model's call: hash is made 10 ms dearer so
+    # that cuSPARSE is planned first (and hash is still the one kernel left past the limit)
+    monkeypatch.setattr(spgemm, "HASH_FIXED_S", {path: s + 0.01 for path, s in spgemm.HASH_FIXED_S.items()})
     identity.product_limit.cache_clear()
     counted = _Counter(identity.start_product_check)
     from matplan.dispatch import auto
