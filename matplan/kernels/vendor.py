@@ -6,7 +6,7 @@ routes a problem past a limit.
 """
 from __future__ import annotations
 
-from ..models import traffic
+from ..models import analytic, traffic
 from .base import Cost, Kernel, Prepared
 from .registry import register
 
@@ -42,6 +42,14 @@ CUSPARSE_SPMM_GATHER_BYTES = 42.0
 #: skewed rows of R-MAT, skewed and ice40 (0.4-0.55x), as for the hash kernels.
 CUSPARSE_SPGEMM_OVERHEAD_S = 440e-6
 CUSPARSE_SPGEMM_BYTES = {"float32": (76.0, 104.0), "float64": (100.0, 122.0)}
+#: ... and what rows of many products add: effective bytes at the copy bandwidth per expected
+#: nonzero of C in rows of alpha >= 512 (traffic.spgemm_long_row_nnz), by dtype, least squares
+#: (relative error) of the residuals on the H100 SpGEMM timings at 4b6aad4 with the tuning run's
+#: measured bandwidth (tuning-h100-2026-11-24-training-launch.jsonl). Measured / model, float64 /
+#: float32: R-MAT medium 0.41 / 0.47 -> 1.05 / 1.10, ice40 0.40 / 0.42 -> 0.77 / 0.76,
+#: skewed-medium 0.49 / 0.60 -> 0.84 / 0.92; block-dense (compression 58) 1.12 / 1.28 -> 1.22 /
+#: 1.38 and rmat-small float64 1.02 -> 1.32 overshoot; no other matrix has such rows.
+CUSPARSE_SPGEMM_LONG_ROW_BYTES = {"float32": 400.0, "float64": 580.0}
 #: cuBLAS tall-and-skinny GEMM: fraction of copy bandwidth. Measured on an H100 (CuPy 14.2, CUDA 13,
 #: benchmarks/results/tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-22.json, n = 8192..32768, k = 1..32, both
 #: layouts): fp64 0.85-1.03 (median 0.98), fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64,
@@ -104,10 +112,14 @@ class CusparseSpGEMM(_VendorKernel):
 
     def cost(self, f, params, device):
         nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, CUSPARSE_SPGEMM_BYTES)
-        t = nbytes / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
+        long_nnz = traffic.spgemm_long_row_nnz(f)
+        per_long = CUSPARSE_SPGEMM_LONG_ROW_BYTES.get(str(f.dtype), CUSPARSE_SPGEMM_LONG_ROW_BYTES["float64"])
+        t = (nbytes + long_nnz * per_long) / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
         return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: {per_product:.0f} B per product + {per_output:.0f} B "
                             f"per nonzero of C (~{traffic.spgemm_nnz_c(f):,.0f}) at the copy bandwidth + "
-                            f"{CUSPARSE_SPGEMM_OVERHEAD_S * 1e6:.0f} us")
+                            + (f"{per_long:.0f} B per nonzero of C in rows of alpha >= "
+                               f"{analytic.RBS_GROUP_BOUNDS[-1]} (~{long_nnz:,.0f}) + " if long_nnz else "")
+                            + f"{CUSPARSE_SPGEMM_OVERHEAD_S * 1e6:.0f} us")
 
     def run(self, prepared, B, out=None):
         if out is not None:
