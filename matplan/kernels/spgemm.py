@@ -586,9 +586,9 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
 def _global_blocks(nrows, slab_bytes, what):
     """Rows of a batch of the global path (a slab each): all of them up to the resident-block target
     and what GLOBAL_MEM_FRACTION of free memory holds (asked only when the batch's slabs pass
-    SMALL_OUTPUT_FRACTION of the device; below, a shortage is CuPy's OutOfMemoryError); past the target (several batches anyway),
-    as many slabs as GLOBAL_L2_FRACTION of the L2 cache holds, but enough rows to give every SM
-    GLOBAL_BLOCKS_PER_SM blocks at GLOBAL_MAX_PARTS a row."""
+    SMALL_OUTPUT_FRACTION of the device; below, a shortage is CuPy's OutOfMemoryError); past the
+    target (several batches anyway), as many slabs as GLOBAL_L2_FRACTION of the L2 cache holds, but
+    enough rows to give every SM GLOBAL_BLOCKS_PER_SM blocks at GLOBAL_MAX_PARTS a row."""
     target = _global_target_blocks()
     rows = min(nrows, target)
     # the driver's free memory (~15 us a query) only where the slabs could come near it
