@@ -252,3 +252,25 @@ def test_bitmap_words_only_where_it_fits_and_pays():
 def test_rank_sort_max_matches_the_kernel():
     from matplan.kernels import _cuda
     assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")
+
+
+def test_cusparse_cost_charges_rows_of_many_products(rng):
+    """cuSPARSE's SpGEMM cost adds CUSPARSE_SPGEMM_LONG_ROW_BYTES per expected nonzero of C in rows
+    of alpha >= 512 (traffic.spgemm_long_row_nnz), and says so; rows below it add nothing."""
+    from matplan.kernels import vendor
+    from matplan.models import traffic
+    h100 = device_mod.known("H100")
+    short = _features(random_csr(rng, 300, 300, 0.02), random_csr(rng, 300, 300, 0.02))
+    assert traffic.spgemm_long_row_nnz(short) == 0.0
+    assert "alpha >=" not in vendor.CusparseSpGEMM().cost(short, {}, h100).why
+    A = random_csr(rng, 40, 400, 0.5)                      # ~200 nonzeros a row over B's rows of ~60
+    B = random_csr(rng, 400, 5000, 0.012)
+    f = _features(A, B)
+    assert f.rbs_groups[-1] > 0                             # alpha = ~12,000 / pi >= 512
+    long_nnz = traffic.spgemm_long_row_nnz(f)
+    assert 0 < long_nnz <= traffic.spgemm_nnz_c(f) + 1e-6
+    cost = vendor.CusparseSpGEMM().cost(f, {}, h100)
+    nbytes, _, _ = traffic.spgemm_fitted_bytes(f, vendor.CUSPARSE_SPGEMM_BYTES)
+    extra = long_nnz * vendor.CUSPARSE_SPGEMM_LONG_ROW_BYTES["float64"] / h100.mem_bandwidth
+    assert cost.run_s == pytest.approx(nbytes / h100.mem_bandwidth + extra + vendor.CUSPARSE_SPGEMM_OVERHEAD_S)
+    assert "alpha >= 512" in cost.why

@@ -56,13 +56,14 @@ def spgemm_nnz_c(f) -> float:
 def spgemm_long_row_nnz(f) -> float:
     """Expected nonzeros of C in the rows of the top RBSparse group (alpha = nnz_RowCt / pi of at
     least RBS_GROUP_BOUNDS[-1]): the products the lower groups cannot hold (each at least its
-    group's lower bound), over the compression. 0 when no row is in that group."""
+    group's lower bound), over the compression, at most spgemm_nnz_c. 0 when no row is in that
+    group."""
     groups = tuple(f.rbs_groups)
     if not groups or not groups[-1]:
         return 0.0
     lower = RBS_COMPRESSION * sum(n * lo for n, lo in zip(groups[:-1], RBS_GROUP_BOUNDS[:-1]))
     ratio = f.compression if f.compression > 0 else RBS_COMPRESSION
-    return max(0.0, f.products - lower) / ratio
+    return min(max(0.0, f.products - lower) / ratio, spgemm_nnz_c(f))
 
 
 def spgemm_fitted_bytes(f, per_dtype: dict) -> tuple:
