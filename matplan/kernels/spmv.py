@@ -81,6 +81,14 @@ CONVERT_EFFICIENCY, CONVERT_OP_S = 0.15, 50e-6
 #: BRCP/BRC padding, estimated from the sorted warp length, is capped at this fraction of nnz
 #: (long rows are cut into pieces, so the sorted-slice padding of the head rows does not occur).
 BRCP_PAD_CAP = 0.5
+#: BRC / BRCP as SpMM (k > 1): each of the k column passes gathers B's column at A's column
+#: indices, which misses L2 as for cuSPARSE (traffic.column_major_gathers_missed), plus a fixed
+#: cost a call: effective bytes per missed gather at the copy bandwidth and seconds, least squares
+#: (relative error) on the 256 BRC/BRCP SpMM timings of tuning-h100-2026-11-24-training-launch.jsonl.
+#: Measured / model within 0.7-1.4: 44% -> 57% (median 0.75 -> 0.89; uniform-large 0.30 -> 0.64,
+#: R-MAT large 0.60 -> 1.10); large stencils (dragon, world_highways, Poisson large) stay at 0.3-0.6.
+BLOCKED_SPMM_GATHER_BYTES = 29.0
+BLOCKED_SPMM_OVERHEAD_S = 5e-6
 
 
 # ------------------------------------------------------------------ compilation
@@ -391,7 +399,11 @@ class _Blocked(_SpMV):
         conv = self._convert_s(slots * (v + i) + f.nnz * (2 * (v + i) + 64), 60, device)
         width = (f"T=round(mu+sigma)={f.T}" if params["T"] == f.T
                  else f"width capped at {params['T']} (T=round(mu+sigma)={f.T})")
-        return Cost(conv, self._time(nbytes, device, launches, longest, rows),
+        run = self._time(nbytes, device, launches, longest, rows)
+        if f.k > 1:
+            run += (traffic.column_major_gathers_missed(f, device.l2_bytes) * BLOCKED_SPMM_GATHER_BYTES
+                    / device.mem_bandwidth + BLOCKED_SPMM_OVERHEAD_S)
+        return Cost(conv, run,
                     f"{width}, rows > {params['long_factor']}*T cut to width "
                     f"ceil(nnz/{params['long_factor']}); ~{slots / max(f.nnz, 1):.2f}x the nonzeros "
                     f"as slots, longest piece {int(longest)}{extra_why}")
