@@ -113,7 +113,7 @@ class CusparseSpGEMM(_VendorKernel):
     def cost(self, f, params, device):
         nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, CUSPARSE_SPGEMM_BYTES)
         long_nnz = traffic.spgemm_long_row_nnz(f)
-        per_long = CUSPARSE_SPGEMM_LONG_ROW_BYTES.get(str(f.dtype), CUSPARSE_SPGEMM_LONG_ROW_BYTES["float64"])
+        per_long = traffic.for_dtype(CUSPARSE_SPGEMM_LONG_ROW_BYTES, f)
         t = (nbytes + long_nnz * per_long) / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
         return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: {per_product:.0f} B per product + {per_output:.0f} B "
                             f"per nonzero of C (~{traffic.spgemm_nnz_c(f):,.0f}) at the copy bandwidth + "

@@ -66,11 +66,16 @@ def spgemm_long_row_nnz(f) -> float:
     return min(max(0.0, f.products - lower) / ratio, spgemm_nnz_c(f))
 
 
+def for_dtype(table: dict, f):
+    """``table``'s fitted figure for f's dtype (a dtype it lacks takes float64's)."""
+    return table.get(str(f.dtype), table["float64"])
+
+
 def spgemm_fitted_bytes(f, per_dtype: dict) -> tuple:
     """(bytes, per product, per nonzero of C) of a SpGEMM kernel's fitted effective bytes:
     ``per_dtype`` maps a dtype name to (bytes per product, bytes per expected nonzero of C);
     a dtype it lacks takes float64's."""
-    per_product, per_output = per_dtype.get(str(f.dtype), per_dtype["float64"])
+    per_product, per_output = for_dtype(per_dtype, f)
     return f.products * per_product + spgemm_nnz_c(f) * per_output, per_product, per_output
 
 
