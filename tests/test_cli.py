@@ -1,7 +1,6 @@
 """The command line: demo checks every result against SciPy; plan prints text and JSON."""
 import json
 
-import numpy as np
 import scipy.io
 import scipy.sparse as sp
 

@@ -1,6 +1,5 @@
 """CPU tests of the RBSparse hash SpGEMM's grouping, table sizes and cost model (no GPU needed)."""
 import math
-import types
 
 import numpy as np
 import pytest
@@ -166,8 +165,7 @@ def test_planner_explains_hash_when_costed():
 @pytest.mark.parametrize("ncols", [1, 4095, 4096, 4097, 65536, 500_000, 10 ** 7])
 def test_global_segments_cover_columns(monkeypatch, ncols, batch_rows):
     monkeypatch.setattr(hs, "_device_limits", lambda device_id: (227 * KB, 132))
-    monkeypatch.setattr(hs, "cupy_module", lambda: types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0))))
+    monkeypatch.setattr(hs, "_device_id", lambda: 0)
     segs, seg_cols = hs._global_segments(ncols, batch_rows)
     step = hs.GLOBAL_BLOCK_THREADS * hs.GLOBAL_SCAN_COLS
     assert 1 <= segs <= hs.GLOBAL_MAX_SEGMENTS and seg_cols % step == 0

@@ -169,7 +169,7 @@ class Launcher:
         nd = _ndarray()
         for i in self._pointers:   # CuPy arrays to their addresses, None to null; addresses as they are
             a = values[i]
-            if type(a) is nd or isinstance(a, nd):
+            if isinstance(a, nd):
                 values[i] = a.data.ptr
             elif a is None:
                 values[i] = 0
@@ -199,6 +199,13 @@ def launcher(fn, signature: str) -> Launcher:
 @functools.lru_cache(maxsize=None)
 def _launcher(function, signature):
     return Launcher(function, signature)
+
+
+def packed(fn, filename: str, name_expression: str, **template_letters) -> Launcher:
+    """The :class:`Launcher` of ``fn``, the kernel ``name_expression`` (``"k<float,int>"`` or
+    ``"k"``) of ``filename``, its signature read from the kernel's declaration there
+    (:func:`signature`; ``template_letters`` as that takes them)."""
+    return launcher(fn, signature(filename, name_expression.split("<")[0], **template_letters))
 
 
 #: Letters of the by-value parameter types a kernel declaration may use (:func:`signature`).

@@ -359,7 +359,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder, 1.0 if mode == 0 else NUMERIC_LAST_TABLE_LOAD) + tuple(caps2),
-                          cp.cuda.Device().id),
+                          _device_id()),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
              idx, idx2, acc))
     host = acc[:words].get()
@@ -441,7 +441,7 @@ def _compiled(kernel_name: str, device_id: int):
     got = _LAUNCHERS.get(key)
     if got is None:
         fn = _cuda.compiled(_CU, kernel_name, _NAMES, options=NVRTC_DEFINES)
-        got = _LAUNCHERS[key] = (fn, _cuda.launcher(fn, _cuda.signature(_CU, kernel_name.split("<")[0])))
+        got = _LAUNCHERS[key] = (fn, _cuda.packed(fn, _CU, kernel_name))
     return got
 
 
@@ -449,10 +449,15 @@ def _launch(kernel_name, grid, block, args, smem=0):
     """Launch through the driver with packed parameters (_cuda.Launcher): CuPy's launch took 11-16 us
     of host time for kernels of this many parameters, a packed one ~5 (SpMV, 2026-11-24), and a
     call launches six to a dozen of them."""
-    fn, launch = _compiled(kernel_name, cupy_module().cuda.runtime.getDevice())
+    fn, launch = _compiled(kernel_name, _device_id())
     if smem > 32 * 1024:  # past the 48 KB default once static shared memory is added: opt in
         _cuda.allow_dynamic_smem(fn, smem)
     launch(grid if isinstance(grid, tuple) else (grid,), (block,), args, shared_mem=smem)
+
+
+def _device_id() -> int:
+    """The current device's id (the runtime's call; ``cuda.Device()`` builds an object first)."""
+    return cupy_module().cuda.runtime.getDevice()
 
 
 @functools.lru_cache(maxsize=None)
@@ -464,7 +469,7 @@ def _device_limits(device_id: int) -> tuple:
 
 def _streams(n):
     cp = cupy_module()
-    dev = cp.cuda.Device().id
+    dev = _device_id()
     have = _STREAMS.setdefault(dev, [])
     while len(have) < n:
         have.append(cp.cuda.Stream(non_blocking=True))
@@ -550,7 +555,7 @@ def _free_device_bytes() -> int:
 
 
 def _device_total_bytes() -> int:
-    return _total_bytes(cupy_module().cuda.Device().id)
+    return _total_bytes(_device_id())
 
 
 @functools.lru_cache(maxsize=None)
@@ -560,7 +565,7 @@ def _total_bytes(device_id: int) -> int:
 
 def _global_target_blocks() -> int:
     """Blocks the global path aims to keep resident: GLOBAL_BLOCKS_PER_SM on every SM."""
-    return _device_limits(cupy_module().cuda.Device().id)[1] * GLOBAL_BLOCKS_PER_SM
+    return _device_limits(_device_id())[1] * GLOBAL_BLOCKS_PER_SM
 
 
 def _global_parts(peak_products: int, batch_rows: int) -> int:
@@ -601,7 +606,7 @@ def _global_blocks(nrows, slab_bytes, what):
                               f"of the {free:,} bytes free")
         rows = min(rows, fit)
     if nrows > target:
-        l2 = _cuda.device_attribute("L2CacheSize", cupy_module().cuda.Device().id)
+        l2 = _cuda.device_attribute("L2CacheSize", _device_id())
         rows = min(rows, max(int(l2 * GLOBAL_L2_FRACTION) // slab_bytes, -(-target // GLOBAL_MAX_PARTS)))
     return max(1, rows)
 
@@ -805,7 +810,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     dtype = np.dtype(A.dtype)
     m, k = A.shape[0], B.shape[1]
     if smem_limit is None:
-        smem_limit = _device_limits(cp.cuda.Device().id)[0]
+        smem_limit = _device_limits(_device_id())[0]
     elif isinstance(smem_limit, bool) or not isinstance(smem_limit, (int, np.integer)) or smem_limit <= 0:
         raise ValueError(f"smem_limit: expected a positive number of bytes, got {smem_limit!r}")
     sym_ladder = table_ladder(smem_limit, KEY_BYTES)
@@ -854,7 +859,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
             s.taken = (sym.second.idx, n_esc)
         else:
             sym = _classify(m, k, sym_ladder, A=A, csum=csum)
-    sms = _device_limits(cp.cuda.Device().id)[1]
+    sms = _device_limits(_device_id())[1]
     sym_lift = -1 if bal else lift_index(sym.counts, sym_ladder, sms, s.rowct_max)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal, sym_lift)
     lifted_sym = int(sym.counts[sym_lift + 1:-1].sum()) if sym_lift >= 0 else 0
@@ -1033,14 +1038,20 @@ def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, U
     return {cap: int(n) for cap, n in zip(sort_caps, counts[1:len(sort_caps) + 1]) if n}
 
 
+def _upper_bound(s: _Symbolic) -> tuple:
+    """(Uj, Ux): the upper-bound buffer of the one-pass path, one entry a product; a row i is
+    written at its products' offset csum[Ap[i]] and _compact moves it to C."""
+    cp = cupy_module()
+    products = s.info["products"]
+    return cp.empty(products, dtype=cp.int32), cp.empty(products, dtype=s.dtype)
+
+
 def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     """The hybrid's first step: numeric_esc on the rows it can take (``one``: the analysis's
     one-pass classes), into an upper-bound buffer with their counts in row_nnz, before the other
     rows' symbolic pass; returns (those rows, Uj, Ux) for _compact after the scan."""
-    cp = cupy_module()
     n_esc = s.n_esc
-    Uj = cp.empty(s.info["products"], dtype=cp.int32)
-    Ux = cp.empty(s.info["products"], dtype=s.dtype)
+    Uj, Ux = _upper_bound(s)
     order, counts = _group(one, len(classes), False)
     starts = _starts(counts)
     fork = _Fork(counts[1:n_esc + 1])
@@ -1101,11 +1112,9 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     then the tables. Under the balanced rule (one class for every row) the rows run in row order
     in the class of the largest row."""
     cp = cupy_module()
-    A, dtype, ladder = s.A, s.dtype, s.num_ladder
+    dtype, ladder = s.dtype, s.num_ladder
     m, k = s.shape
-    products = s.info["products"]
-    Uj = cp.empty(products, dtype=cp.int32)
-    Ux = cp.empty(products, dtype=dtype)
+    Uj, Ux = _upper_bound(s)
     sort_caps = classes[:s.n_esc]
     if bal:
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count

@@ -106,7 +106,7 @@ def _packed(fns, name: str, index_dtype):
     """The packed driver launch (_cuda.Launcher) of kernel ``name`` (a name expression of
     :func:`functions`' dict ``fns``), its signature read from the declaration in spmv.cu with the
     index type I of ``index_dtype``."""
-    return _cuda.launcher(fns[name], _cuda.signature(CU, name.split("<")[0], I=_cuda.index_letter(index_dtype)))
+    return _cuda.packed(fns[name], CU, name, I=_cuda.index_letter(index_dtype))
 
 
 def functions(dtype, index_dtype) -> dict:

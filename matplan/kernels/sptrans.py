@@ -119,10 +119,10 @@ class _Kernels:
         # call's four to six launches were most of its ~170-200 us of host time through CuPy)
         # (signatures read from the kernels' declarations: _cuda.signature)
         def packed(name):
-            return _cuda.launcher(fn(name), _cuda.signature(_CU, name))
+            return _cuda.packed(fn(name), _CU, name)
 
         def packed_typed(name):
-            return {ct: _cuda.launcher(f, _cuda.signature(_CU, name)) for ct, f in typed(name).items()}
+            return {ct: _cuda.packed(f, _CU, name) for ct, f in typed(name).items()}
         self.count, self.scan, self.scatter = packed("spt_count"), packed("spt_scan"), packed("spt_scatter")
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")

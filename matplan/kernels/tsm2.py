@@ -371,11 +371,11 @@ class Launch:
         self.grid, self.block = (-(-m // rows_per_block), S), (t1,)
         # packed driver launches (_cuda.Launcher: ~5 us of host time against CuPy's ~10 for these
         # 12 parameters), the scalars as plain ints
-        self.launch = _cuda.launcher(self.fn, _cuda.signature(SOURCE, f"tsm2_{layout}major"))
+        self.launch = _cuda.packed(self.fn, SOURCE, f"tsm2_{layout}major")
         self.lda, self.tail = int(lda), (int(ldc_r), int(ldc_c), m, n, k, int(L), mk)
         if S > 1:
             sum_fn = _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(A.dtype)}>", SPLIT_SUM_NAMES)
-            self.sum_launch = _cuda.launcher(sum_fn, _cuda.signature(SOURCE, "tsm2_split_sum"))
+            self.sum_launch = _cuda.packed(sum_fn, SOURCE, "tsm2_split_sum")
             self.sum_grid = (min(-(-mk // 256), 4 * sms),)
             self.sum_args = (S, mk, k, int(cs[0]), int(cs[1]))
 

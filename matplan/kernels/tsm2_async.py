@@ -291,8 +291,7 @@ class AsyncLaunch:
         bv = cfg.get("bvec") or _bvec(B, sh["kp"], sh["vec"])
         self.fn = _function(kernel_name(A.dtype, cfg, bv, col), sh["smem_bytes"])
         # packed driver launch (_cuda.Launcher): CuPy's launch converts the 11 arguments each call
-        self.launch = _cuda.launcher(self.fn, _cuda.signature(
-            SOURCE, "tsm2_colmajor_async" if col else "tsm2_rowmajor_async"))
+        self.launch = _cuda.packed(self.fn, SOURCE, "tsm2_colmajor_async" if col else "tsm2_rowmajor_async")
         passes = math.ceil(k / sh["kp"])
         self.grid, self.block, self.smem = (math.ceil(m / sh["rows"]) * passes,), (sh["threads"],), sh["smem_bytes"]
         ldc_r, ldc_c = (s // item for s in C.strides)
