@@ -272,9 +272,10 @@ def test_device_attribute_matches_cupy(cp):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, order):
-    """A prepared TSM2 keeps one launch per (k, strides, B's alignment) and reuses it: runs with
-    another k, a strided out, a B view at an odd offset and a split (few rows, long n) all match
-    NumPy, and every out element is written (NaN-poisoned)."""
+    """TSM2 keeps one launch per (shapes, k, strides, alignment, params) and reuses it across
+    prepared inputs (plan.run prepares A on every call): runs with another k, a strided out, a B
+    view at an odd offset and a split (few rows, long n) all match NumPy, every out element is
+    written (NaN-poisoned), and a second A of the same shape reuses the first one's launches."""
     k = get("tsgemm.tsm2")
     m, n = 300, 4096                                   # few rows, long n: a split over n
     A_h = _random(rng, (m, n), dtype)
@@ -285,12 +286,15 @@ def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, o
         params["depth"] = 1
     if async_variant:
         params["async"] = async_variant
-    prep = k.prepare(A, params)
-    for kk, out_order, offset in ((16, "C", 0), (16, "C", 0), (9, "C", 0), (16, "F", 0), (16, "C", 1)):
-        B_h = _random(rng, (n, kk + offset), dtype)
-        B = cp.asarray(B_h)[:, offset:]                # offset 1: B's rows not 16-byte aligned
-        out = cp.full((m, kk), cp.nan, dtype=dtype, order=out_order)
-        assert k.run(prep, B, out=out) is out
-        _check(out, A_h, B_h[:, offset:], dtype)
-    # (16, C) reused; the async path copies the offset B to a contiguous one, whose key is the first
-    assert len(prep.meta["launches"]) == (3 if async_variant else 4)
+    tsm2._LAUNCHES.clear()
+    for A_h in (A_h, _random(rng, (m, n), dtype)):   # the second A: no new launches
+        A = cp.asarray(A_h, order=order)
+        prep = k.prepare(A, params)
+        for kk, out_order, offset in ((16, "C", 0), (16, "C", 0), (9, "C", 0), (16, "F", 0), (16, "C", 1)):
+            B_h = _random(rng, (n, kk + offset), dtype)
+            B = cp.asarray(B_h)[:, offset:]                # offset 1: B's rows not 16-byte aligned
+            out = cp.full((m, kk), cp.nan, dtype=dtype, order=out_order)
+            assert k.run(prep, B, out=out) is out
+            _check(out, A_h, B_h[:, offset:], dtype)
+        # (16, C) reused; the async path copies the offset B to a contiguous one, whose key is the first
+        assert len(tsm2._LAUNCHES) == (3 if async_variant else 4)

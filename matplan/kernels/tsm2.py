@@ -341,10 +341,10 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
 class Launch:
     """One TSM2 launch with everything :func:`launch` decides from the shapes, A's alignment, k
     and C's strides worked out once: the kernel, grid, split and scalar arguments. Calling it
-    with arrays of those shapes and strides only launches; a plan keeps one per (k, strides), as
-    FFT plans do, because the decisions cost tens of microseconds of host time a call (H100,
-    n = 16384, fp32: a single call ran at 0.77 of copy bandwidth where calls back to back ran at
-    0.90, tsgemm-h100-2026-11-24-70d9d05.log)."""
+    with arrays of those shapes and strides only launches; :func:`_launch_for` keeps one per
+    shapes, strides and parameters, as FFT plans do, because the decisions cost tens of
+    microseconds of host time a call (H100, n = 16384, fp32: a single call ran at 0.77 of copy
+    bandwidth where calls back to back ran at 0.90, tsgemm-h100-2026-11-24-70d9d05.log)."""
 
     def __init__(self, A, layout, lda, k, c_strides, t1, t2, t3, groups=None, col_words=None,
                  steps=None, depth=1, slices=None):
@@ -749,18 +749,35 @@ class TSM2(Kernel):
             return C
         if p.get("async"):
             B2 = cp.ascontiguousarray(B2)
-        # the launch decisions, made once per (k, strides, B's alignment) of this plan
-        key = (k, B2.strides, B2.data.ptr % 16, C2.strides)
-        go = prepared.meta.setdefault("launches", {}).get(key)
-        if go is None:
-            if p.get("async"):
-                go = _async_launch(A, B2, C2, p["async"], prepared.meta["layout"])
-            else:
-                go = Launch(A, prepared.meta["layout"], prepared.meta["lda"], k, C2.strides, p["t1"],
-                            min(p["t2"], k), p["t3"], depth=p.get("depth", 1))
-            prepared.meta["launches"][key] = go
-        go(A, B2, C2)
+        _launch_for(A, B2, C2, p, prepared.meta["layout"], prepared.meta["lda"])(A, B2, C2)
         return C
+
+
+#: Launch decisions (:class:`Launch`, tsm2_async.AsyncLaunch) by everything they depend on: the
+#: device, A's shape, dtype, layout, leading dimension and alignment, B's and C's strides and
+#: alignment, k and the parameters. Kept across prepared inputs, so ``plan.run``, which prepares
+#: A on every call, pays them once (they cost 40-180 us of host time a call on an H100 host,
+#: n = 8192-16384, 2026-11-24). A launch holds no buffers: sharing one between threads is safe.
+_LAUNCHES: dict = {}
+#: Entries kept before the cache is emptied (a launch is a few hundred bytes).
+LAUNCH_CACHE_SIZE = 512
+
+
+def _launch_for(A, B2, C2, p: dict, layout: str, lda: int):
+    k = B2.shape[1]
+    key = (cupy_module().cuda.runtime.getDevice(), A.shape, A.dtype.char, layout, lda, A.data.ptr % 16,
+           k, B2.strides, B2.data.ptr % 16, C2.strides,
+           p["t1"], p["t2"], p["t3"], p.get("depth", 1), p.get("async"))
+    go = _LAUNCHES.get(key)
+    if go is None:
+        if p.get("async"):
+            go = _async_launch(A, B2, C2, p["async"], layout)
+        else:
+            go = Launch(A, layout, lda, k, C2.strides, p["t1"], min(p["t2"], k), p["t3"], depth=p.get("depth", 1))
+        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = go
+    return go
 
 
 def _check_out(out, shape, dtype):

@@ -271,7 +271,7 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
 class AsyncLaunch:
     """One launch of the async kernel with the knobs, B's chunk width, the grid and the scalar
     arguments worked out once for arrays of these shapes, strides and alignment (A checked by
-    :func:`check_a`); calling it only launches. TSM2 plans keep one per (k, strides). ``col``:
+    :func:`check_a`); calling it only launches. tsm2._launch_for keeps one per shapes and strides. ``col``:
     A is column-major (tsm2_colmajor_async)."""
 
     def __init__(self, A, B, C, config: dict | None = None, lda: int | None = None, col: bool = False):
