@@ -18,6 +18,16 @@ def cupy_module():
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def cupyx_sparse():
+    """cupyx.scipy.sparse, imported once, or None without CuPy and a GPU (an import statement in a
+    function goes through cupyx.scipy's lazy ``__getattr__``: several microseconds a call)."""
+    if cupy_module() is None:
+        return None
+    import cupyx.scipy.sparse as csp
+    return csp
+
+
 def gpu_available() -> bool:
     return cupy_module() is not None
 
@@ -29,8 +39,7 @@ def is_gpu_array(x) -> bool:
         return False
     if isinstance(x, cp.ndarray):
         return True
-    import cupyx.scipy.sparse as csp
-    return csp.issparse(x) or hasattr(x, "__cuda_array_interface__")
+    return cupyx_sparse().issparse(x) or hasattr(x, "__cuda_array_interface__")
 
 
 def array_module(x):

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ._xp import cupy_module
+from ._xp import cupy_module, cupyx_sparse
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: B counts as tall and skinny (op "tsgemm") when it has at most this many columns ...
@@ -34,11 +34,8 @@ class Problem:
 def _is_sparse(x) -> bool:
     if sp.issparse(x):
         return True
-    cp = cupy_module()
-    if cp is not None:
-        import cupyx.scipy.sparse as csp
-        return csp.issparse(x)
-    return False
+    csp = cupyx_sparse()
+    return csp is not None and csp.issparse(x)
 
 
 def _as_array(x, name):
@@ -49,8 +46,7 @@ def _as_array(x, name):
     if sp.issparse(x):
         return x, "cpu"
     if cp is not None:
-        import cupyx.scipy.sparse as csp
-        if isinstance(x, cp.ndarray) or csp.issparse(x):
+        if isinstance(x, cp.ndarray) or cupyx_sparse().issparse(x):
             return x, "gpu"
         if hasattr(x, "__cuda_array_interface__"):
             return cp.asarray(x), "gpu"

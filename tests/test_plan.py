@@ -74,6 +74,30 @@ def test_plan_rejects_other_inputs(problems, rng):
         p.run(A.astype(np.float32), x.astype(np.float32))
 
 
+@pytest.mark.parametrize("op", ["spmv", "spmm", "spgemm", "tsgemm", "gemm"])
+def test_run_skips_validation_only_for_the_planned_inputs(problems, op, monkeypatch):
+    """Plan.run takes operands of exactly the planned types, dtype and shapes without the general
+    validation (normalize); anything else still goes through it."""
+    import matplan.validation as validation
+    A, B = problems[op]
+    p = planner.plan(sp.csr_matrix(A) if sp.issparse(A) else A, sp.csr_matrix(B) if sp.issparse(B) else B)
+    A = sp.csr_matrix(A) if sp.issparse(A) else A
+    B = sp.csr_matrix(B) if sp.issparse(B) else B
+    normalize = validation.normalize
+    calls = []
+    monkeypatch.setattr(validation, "normalize", lambda a, b: calls.append(1) or normalize(a, b))
+    ref = A @ B
+    dense = (lambda M: M.toarray()) if sp.issparse(ref) else np.asarray
+    np.testing.assert_allclose(dense(p.run(A, B)), dense(ref), rtol=1e-12)
+    assert calls == []
+    B32 = B.astype(np.float32)                 # another dtype: validated, upcast to the plan's
+    np.testing.assert_allclose(dense(p.run(A, B32)), dense(A @ B32.astype(np.float64)), rtol=1e-12)
+    assert calls == [1]
+    with pytest.raises(ValueError, match="this plan is for a"):
+        p.run(A[:-1], B)
+    assert Plan.from_dict(p.to_dict()) == p   # the cached fast-path types are no field
+
+
 @pytest.mark.parametrize("reuse", [0, -1, 1.5, True])
 def test_bad_reuse(problems, reuse):
     with pytest.raises(ValueError, match="reuse: expected a positive integer"):

@@ -83,7 +83,7 @@ import time
 
 import numpy as np
 
-from .._xp import array_module, cupy_module
+from .._xp import array_module, cupy_module, cupyx_sparse
 from ..models import analytic, traffic
 from . import _cuda
 from .base import Cost, Kernel, Prepared
@@ -611,11 +611,7 @@ def _global_blocks(nrows, slab_bytes, what):
     return max(1, rows)
 
 
-@functools.lru_cache(maxsize=None)
-def sparse_module():
-    """cupyx.scipy.sparse, imported once (an import statement on the launch path costs ~1 us a call)."""
-    import cupyx.scipy.sparse as csp
-    return csp
+sparse_module = cupyx_sparse
 
 
 def check_csr(name: str, M):
