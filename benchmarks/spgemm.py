@@ -10,8 +10,9 @@ A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory;
 has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
 (``output``/``panels`` in the JSON). SpTRANS: the segmented-merge ``sptrans.transpose`` vs
 CuPy's ``A.T.tocsr()`` (``benchmarks/sptrans.py`` compares them in more detail).
-``planner_ms`` is the user's call ``plan.run(A, B)`` (validation and the chosen kernel) timed the
-same way; for a panelled product, the panels' time.
+``planner_ms`` is the user's call ``plan.run(A, B)`` (validation and the chosen kernel); for a
+panelled product, the panels' time. Ours, cuSPARSE and plan.run are each checked once, then timed
+in turn, call by call (a host's speed drifted by 20-40% within a run on H100 hosts).
 
     PYTHONPATH=. python3 benchmarks/spgemm.py [--out benchmarks/results] [--budget-s 200] [--only NAME ...]
 """
@@ -26,7 +27,8 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from _common import git_commit, timed  # this folder is on sys.path when run as a script
+from _common import git_commit  # this folder is on sys.path when run as a script
+from matplan._timing import cuda_medians_alternating_s
 
 
 def peak(cp, fn):
@@ -103,11 +105,12 @@ def run_one(cp, name, A_host):
         got = got.get() if hasattr(got, "get") else np.asarray(got)
         return bool(np.all(np.abs(np.asarray(got).ravel() - ref_rows) <= 1e-10 * np.maximum(scale, 1)))
 
-    # ours
+    # ours, cuSPARSE and the planner's call: each run and checked once here, then timed in turn
+    fns = {}
     info = {}
     try:
-        ms, C = timed(cp, lambda: hs.spgemm(A, B, info=info), reps, warm)
-        row.update(ms=ms, nnz_c=int(C.nnz), gflops=2 * products / (ms * 1e6), correct_rowsums=rowsum_ok(C),
+        C = hs.spgemm(A, B, info=info)
+        row.update(nnz_c=int(C.nnz), correct_rowsums=rowsum_ok(C),
                    status="ok", balanced=info.get("balanced"), numeric_tables=info.get("numeric_tables"),
                    global_rows_numeric=info.get("global_rows_numeric"),
                    global_rows_symbolic=info.get("global_rows_symbolic"), host_ms=info.get("host_ms"),
@@ -115,6 +118,7 @@ def run_one(cp, name, A_host):
         nnz_ours = int(C.nnz)
         del C
         row["peak_mem_bytes"] = peak(cp, lambda: hs.spgemm(A, B))
+        fns["ms"] = lambda: hs.spgemm(A, B)
     except (OverflowError, MemoryError) as e:  # C fits no single GPU CSR: stream it in row panels
         cp.get_default_memory_pool().free_all_blocks()
         row.update(single_output_status=f"{type(e).__name__}: {str(e)[:160]}")
@@ -134,20 +138,19 @@ def run_one(cp, name, A_host):
         row.update(vendor_ms=None, vendor_status=f"not run: {products:,} products > known limit {limit:,}")
     else:
         try:
-            vms, Cv = timed(cp, lambda: A @ B, reps, warm)
+            Cv = A @ B
             status = "ok"
             if nnz_ours is not None and Cv.nnz != nnz_ours:
                 status = f"wrong nnz: {Cv.nnz:,} vs {nnz_ours:,}"
             if not rowsum_ok(Cv):
                 status = "wrong row sums" + ("" if status == "ok" else "; " + status)
-            row.update(vendor_ms=vms, vendor_status=status, vendor_nnz_c=int(Cv.nnz))
+            row.update(vendor_status=status, vendor_nnz_c=int(Cv.nnz))
             del Cv
             row["vendor_peak_mem_bytes"] = peak(cp, lambda: A @ B)
+            fns["vendor_ms"] = lambda: A @ B
         except Exception as e:
             row.update(vendor_ms=None, vendor_status=f"{type(e).__name__}: {str(e)[:200]}")
     cp.get_default_memory_pool().free_all_blocks()
-    if row.get("ms") and row.get("vendor_ms") and row["vendor_status"] == "ok":
-        row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
 
     # planner and oracle
     try:
@@ -156,13 +159,20 @@ def run_one(cp, name, A_host):
         row["planning_s"] = time.perf_counter() - t
         row["planner_kernel"] = p.kernel
         row["planner_why"] = list(p.reasons)
-        ran = {"spgemm.hash": row.get("status"), "spgemm.cusparse": row.get("vendor_status")}.get(p.kernel)
-        if ran == "ok" and "single_output_status" not in row:   # the user's call: plan.run validates, runs
-            row["planner_ms"], _ = timed(cp, lambda: p.run(A, B), reps, warm)
-        else:                                      # too big for one output (panelled) or not run
-            row["planner_ms"] = {"spgemm.hash": row.get("ms"), "spgemm.cusparse": row.get("vendor_ms")}.get(p.kernel)
+        ran = {"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms"}.get(p.kernel)
+        if ran in fns:       # the user's call: plan.run validates, then runs the kernel
+            fns["planner_ms"] = lambda: p.run(A, B)
     except Exception as e:
         row["planner_kernel"], row["planner_ms"] = f"error: {e}", None
+    if fns:                  # in turn, so that a drift of the host's speed falls on each alike
+        row.update({key: s * 1e3 for key, s in cuda_medians_alternating_s(fns, reps, warm).items()})
+        cp.get_default_memory_pool().free_all_blocks()
+    if row.get("status") == "ok" and row.get("ms"):
+        row["gflops"] = 2 * products / (row["ms"] * 1e6)
+    if "planner_ms" not in row and not str(row.get("planner_kernel", "")).startswith("error"):
+        row["planner_ms"] = row.get({"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms"}.get(row["planner_kernel"], ""))
+    if row.get("ms") and row.get("vendor_ms") and row["vendor_status"] == "ok":
+        row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
     timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("status") == "ok" else None),
                                  ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None))
                if v is not None}
@@ -172,13 +182,13 @@ def run_one(cp, name, A_host):
 
     # SpTRANS: segmented-merge transpose vs cupyx (cuSPARSE csr2csc); benchmarks/sptrans.py has more
     try:
-        tms, T = timed(cp, lambda: sptrans.transpose(A), 5)
-        vtms, Tv = timed(cp, lambda: A.T.tocsr(), 5)
+        T, Tv = sptrans.transpose(A), A.T.tocsr()
         Tv.sort_indices()
         same = bool(T.nnz == Tv.nnz and cp.array_equal(T.indptr, Tv.indptr) and cp.array_equal(T.indices, Tv.indices))
-        row.update(sptrans_kernel="sptrans.merge", sptrans_ms=tms, sptrans_vendor_ms=vtms,
-                   sptrans_speedup=vtms / tms, sptrans_same_as_vendor=same)
         del T, Tv
+        t = cuda_medians_alternating_s({"ours": lambda: sptrans.transpose(A), "vendor": lambda: A.T.tocsr()}, 5, 1)
+        row.update(sptrans_kernel="sptrans.merge", sptrans_ms=t["ours"] * 1e3, sptrans_vendor_ms=t["vendor"] * 1e3,
+                   sptrans_speedup=t["vendor"] / t["ours"], sptrans_same_as_vendor=same)
     except Exception as e:
         row["sptrans_status"] = f"{type(e).__name__}: {e}"
     cp.get_default_memory_pool().free_all_blocks()

@@ -4,7 +4,7 @@ For n in {8192, 16384, 32768} (A is n x n), k in {1, 2, 4, 8, 16, 32}, float32 a
 both layouts of A (C order: the row-major kernel; F order: the paper's column-major kernel):
 the planner plans the product (its TSM2 candidate's t1 is timed online), TSM2 runs with the
 planned parameters, cuBLAS runs on the same arrays, both timed with CUDA events (median after
-warm-up). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
+warm-up; the single calls of TSM2, cuBLAS and plan.run taken in turn, call by call). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
 with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online timing) and their
 errors, and which kernel the planner picked. ``ms`` is the kernel on the prepared A with C given
 (TSM2's launch alone); ``planner_ms`` ("plan.run" in the table) is the user's whole call,
@@ -51,6 +51,7 @@ def main(argv=None):
     from matplan import planner
     from matplan.kernels import get, tsm2
     from matplan.models import device as device_mod
+    from matplan._timing import cuda_medians_alternating_s
 
     dev = device_mod.current()
     copy_bw = device_mod.measure_copy_bandwidth(1 << 30, repeats=10)
@@ -82,15 +83,17 @@ def main(argv=None):
                     p = cand.params
                     prep = kern.prepare(A, p)
                     C = cp.full((n, k), cp.nan, dtype=dtype)
-                    ms = tsm2.time_kernel(lambda: kern.run(prep, B, out=C), args.repeats, 3) * 1e3
+                    kern.run(prep, B, out=C)
                     ref = A @ B
                     err = float(cp.max(cp.abs(C - ref)) / cp.max(cp.abs(ref)))
-                    vms = tsm2.time_kernel(lambda: cp.matmul(A, B), args.repeats, 3) * 1e3
+                    # single calls in turn (a drift of the host's speed falls on each alike); the
+                    # user's call plan.run validates, prepares A, allocates C and launches
+                    t = cuda_medians_alternating_s({"ms": lambda: kern.run(prep, B, out=C), "vms": lambda: cp.matmul(A, B),
+                                                    "run_ms": lambda: plan.run(A, B)}, args.repeats, 3)
+                    ms, vms, run_ms = (t[key] * 1e3 for key in ("ms", "vms", "run_ms"))
                     # back to back: B2B calls between two events (the host's per-call work overlaps)
                     ms_q = tsm2.time_kernel(lambda: [kern.run(prep, B, out=C) for _ in range(B2B)], 5, 1) * 1e3 / B2B
                     vms_q = tsm2.time_kernel(lambda: [cp.matmul(A, B) for _ in range(B2B)], 5, 1) * 1e3 / B2B
-                    # the user's call: plan.run validates, prepares A, allocates C and launches
-                    run_ms = tsm2.time_kernel(lambda: plan.run(A, B), args.repeats, 3) * 1e3
                     nbytes = (n * n + 2 * n * k) * np.dtype(dtype).itemsize
                     row = dict(n=n, k=k, dtype=dtype, layout=layout, t1=p["t1"], t2=p["t2"], t3=p["t3"],
                                depth=p.get("depth", 1),

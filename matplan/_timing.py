@@ -53,3 +53,29 @@ def cuda_queued_s(fn, calls: int, rounds: int, warmup: int = 1) -> float:
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
     return sorted(times)[len(times) // 2]
+
+
+def cuda_medians_alternating_s(fns: dict, repeats: int, warmup: int = 2) -> dict:
+    """{name: median seconds} of each ``fns[name]()`` (CUDA events around each call), the calls
+    taken in turn round by round after ``warmup`` rounds, each result dropped at once. A change
+    of the host's speed during a measurement (20-40% for calls of about a millisecond on H100
+    hosts, 2026-11-24) then falls on every function alike, so their ratios hold."""
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("cuda_medians_alternating_s needs CuPy and a GPU")
+    if repeats < 1:
+        raise ValueError(f"repeats: expected at least 1, got {repeats}")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    cp.cuda.Device().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times[name].append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
