@@ -8,22 +8,31 @@ from ._xp import cupy_module
 def cuda_times_s(fn, repeats: int, warmup: int = 2) -> list:
     """Seconds of each of ``repeats`` calls of ``fn()`` on the current stream (CUDA events around
     each) after ``warmup`` untimed calls, sorted."""
+    return sorted(_event_times({"fn": fn}, repeats, warmup, "cuda_times_s")["fn"])
+
+
+def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
+    """{name: [seconds of each call]}: ``repeats`` rounds in which each of ``fns`` is called once
+    between two CUDA events, after ``warmup`` such rounds untimed."""
     cp = cupy_module()
     if cp is None:
-        raise RuntimeError("cuda_times_s needs CuPy and a GPU")
+        raise RuntimeError(f"{caller} needs CuPy and a GPU")
     if repeats < 1:
         raise ValueError(f"repeats: expected at least 1, got {repeats}")
     for _ in range(warmup):
-        fn()
+        for fn in fns.values():
+            fn()
+    cp.cuda.get_current_stream().synchronize()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return sorted(times)
+        for name, fn in fns.items():
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times[name].append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return times
 
 
 def cuda_median_s(fn, repeats: int, warmup: int = 2) -> float:
@@ -60,22 +69,5 @@ def cuda_medians_alternating_s(fns: dict, repeats: int, warmup: int = 2) -> dict
     taken in turn round by round after ``warmup`` rounds, each result dropped at once. A change
     of the host's speed during a measurement (20-40% for calls of about a millisecond on H100
     hosts, 2026-11-24) then falls on every function alike, so their ratios hold."""
-    cp = cupy_module()
-    if cp is None:
-        raise RuntimeError("cuda_medians_alternating_s needs CuPy and a GPU")
-    if repeats < 1:
-        raise ValueError(f"repeats: expected at least 1, got {repeats}")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    cp.cuda.Device().synchronize()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times[name].append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
+    times = _event_times(fns, repeats, warmup, "cuda_medians_alternating_s")
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
