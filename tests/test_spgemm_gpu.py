@@ -17,6 +17,20 @@ def hs(cp):
     return spgemm
 
 
+@pytest.fixture(params=["slabs", "segments"])
+def global_path(request, hs, monkeypatch):
+    """The numeric global path a test takes: by column segments in shared memory (forced however
+    few rows there are) or by dense slabs in global memory (segments off)."""
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if request.param == "segments" else float("inf"))
+    return request.param
+
+
+def _check_global_path(info, global_path):
+    """The global rows went the fixture's way."""
+    assert info["global_rows_numeric"] > 0
+    assert ("global_segments" in info) == (global_path == "segments")
+
+
 def _dev(cp, M, dtype=np.float64):
     import cupyx.scipy.sparse as csp
     M = sp.csr_matrix(M).astype(dtype)
@@ -115,7 +129,7 @@ def test_corpus_small(cp, hs, family):
     _check(cp, hs, A, B)
 
 
-def test_row_larger_than_every_shared_table(cp, hs, rng, monkeypatch):
+def test_row_larger_than_every_shared_table(cp, hs, rng, monkeypatch, global_path):
     """Row 0: 39,997 products, 34,010 distinct columns: fills the 32,768-slot symbolic table
     (overflow -> global) and exceeds the 16,384-slot numeric one; row 1 (every B row twice,
     duplicates): alpha = 160k / pi > 32,768, global at once; row 2 small (shared). The lift of
@@ -131,16 +145,18 @@ def test_row_larger_than_every_shared_table(cp, hs, rng, monkeypatch):
     C, info = _check(cp, hs, A, B)
     assert info["global_rows_numeric"] == 2
     assert info["symbolic_overflowed"] == 1 and info["global_rows_symbolic"] == 2
+    _check_global_path(info, global_path)
 
 
-def test_paper_48kb_limit_uses_global_path(cp, hs, rng):
+def test_paper_48kb_limit_uses_global_path(cp, hs, rng, global_path):
     A = random_csr(rng, 200, 5000, 0.6)       # ~3,000 products a row, > the 2,048-slot table
     B = random_csr(rng, 5000, 4000, 0.002)
     C, info = _check(cp, hs, A, B, smem_limit=48 * 1024)
     assert all(size <= 2048 for size in info["numeric_tables"]) and info["global_rows_numeric"] > 0
+    _check_global_path(info, global_path)
 
 
-def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch):
+def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch, global_path):
     """More global rows than slabs (batches of 3 rows, slabs reused across batches), each row
     shared by many blocks (a block per 64 products) in both passes and written by 3 column
     segments (12,000 columns, 4,096 a segment): C is still SciPy's."""
@@ -152,10 +168,11 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch)
     assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000, 3)[0] == 3
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
+    _check_global_path(info, global_path)
 
 
 @pytest.mark.parametrize("smem_limit", [None, 9 * 1024])
-def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, smem_limit):
+def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, smem_limit, global_path):
     """Rows of A over runs of empty rows of B (csum repeats) and one 6,000-nonzero row: each
     warp's equal range of a row's products may start inside the long row or after empty ones.
     Shared tables of up to 1,024 threads a row, or (9 KB) the global path, many blocks a row."""
@@ -176,11 +193,12 @@ def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, sm
     assert C.indptr[4] == C.indptr[5] == C.indptr[3]   # rows over empty rows of B only: empty
     if smem_limit:
         assert info["global_rows_numeric"] >= 2
+        _check_global_path(info, global_path)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("min_tpr, numeric_slots", [(8, 2), (8, 4), (16, 2), (32, 2)])
-def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, numeric_slots, dtype):
+def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, numeric_slots, dtype, global_path):
     """Rows of 8 or 16 lanes (several rows a warp) or of whole warps give SciPy's C. smem_limit
     1,800 bytes leaves symbolic tables of 32-128 keys (sub-warp rows up to 128 keys here: 16
     lanes a row in the largest, which the rows past 128 products try and overflow) and numeric
@@ -199,6 +217,7 @@ def test_short_rows_in_sub_warp_groups(cp, hs, rng, monkeypatch, min_tpr, numeri
     C, info = _check(cp, hs, A, B, dtype=dtype, smem_limit=1800)
     assert info["symbolic_overflowed"] > 0 and info["global_rows_numeric"] > 0
     assert set(info["numeric_tables"]) == {32, 64}
+    _check_global_path(info, global_path)
 
 
 @pytest.mark.parametrize("grouping", ["balanced", "grouped"])

@@ -252,6 +252,21 @@ def test_rank_sort_max_matches_the_kernel():
     assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")
 
 
+def test_global_segment_columns_fit_shared_memory():
+    """numeric_global_seg's segment: the largest power of two whose values and bitmap fit beside
+    STATIC_SMEM (H100's 227 KB: 16,384 float64 / 32,768 float32 columns), at most k rounded up to
+    32; the kernel's block size is spgemm.py's."""
+    from matplan.kernels import _cuda
+    smem = 227 * KB
+    assert hs.global_seg_cols(65_536, 8, smem) == 16_384 and hs.global_seg_cols(65_536, 4, smem) == 32_768
+    assert hs.global_seg_cols(1000, 8, smem) == 1024 and hs.global_seg_cols(100, 8, 48 * KB) == 128
+    assert hs.global_seg_cols(3000, 8, 1800) == 64 and hs.global_seg_cols(3000, 4, 1800) == 128
+    for k, item, limit in ((65_536, 8, smem), (10 ** 6, 4, 48 * KB), (3000, 8, 1800)):
+        cols = hs.global_seg_cols(k, item, limit)
+        assert cols % 32 == 0 and cols * item + cols // 8 + hs.STATIC_SMEM <= max(limit, 32 * item + 4 + hs.STATIC_SMEM)
+    assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm.cu")
+
+
 def test_cusparse_cost_charges_rows_of_many_products(rng):
     """cuSPARSE's SpGEMM cost adds CUSPARSE_SPGEMM_LONG_ROW_BYTES per expected nonzero of C in rows
     of alpha >= 512 (traffic.spgemm_long_row_nnz), and says so; rows below it add nothing."""

@@ -97,6 +97,7 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + tuple(f"symbolic_shared<{w}>" for w in GROUP_WIDTHS)
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
+             "numeric_global_seg<float>", "numeric_global_seg<double>",
              "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
                   for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
@@ -179,6 +180,16 @@ GLOBAL_MAX_PARTS = 32
 #: a step (GLOBAL_BLOCK_THREADS * GLOBAL_SCAN_COLS), at most GLOBAL_MAX_SEGMENTS segments a row.
 GLOBAL_SCAN_COLS = 8
 GLOBAL_MAX_SEGMENTS = 64
+#: The numeric global path by column segments (numeric_global_seg, spgemm.cu): a block of
+#: GLOBAL_SEG_THREADS threads (SEG_THREADS there) keeps one segment of a row's columns, their sums
+#: and a bitmap, in shared memory (global_seg_cols) and walks all of the row's products: sums by
+#: shared-memory atomics, no slab of B.shape[1] columns to clear and scan. Each segment reads the
+#: row's B indices again, and a row's segments are its only parallelism: taken when the global
+#: rows' segments give every SM at least GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
+GLOBAL_SEG_THREADS = 1024
+GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
+#: Rows of one launch of the segment kernels (their grid's y dimension).
+GLOBAL_SEG_LAUNCH_ROWS = 65535
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
 #: by a bitmap of B's columns instead of a bitonic sort of the table (numeric_shared; bitmap_words)
 #: when the bitmap fits beside the table and has at most BITMAP_WORDS_PER_SLOT 32-bit words a slot
@@ -588,6 +599,39 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
     return -(-steps // per_seg), per_seg * step
 
 
+def global_seg_cols(k: int, itemsize: int, smem_limit: int) -> int:
+    """Columns of a segment of numeric_global_seg: the largest power of two (at least 32) whose
+    values and bitmap fit in ``smem_limit`` beside STATIC_SMEM, at most k rounded up to 32."""
+    cols = 32
+    while 2 * cols * itemsize + 2 * cols // 8 + STATIC_SMEM <= smem_limit:
+        cols *= 2
+    return min(cols, -(-k // 32) * 32)
+
+
+def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, Cx) -> bool:
+    """The numeric global path by column segments for ``rows`` (n_glob of them) when their
+    segments fill the GPU (GLOBAL_SEG_MIN_BLOCKS_PER_SM); False (nothing launched) otherwise."""
+    cp = cupy_module()
+    A, B, k, itemsize = s.A, s.B, s.shape[1], s.dtype.itemsize
+    cols = global_seg_cols(k, itemsize, s.smem_limit)
+    nseg = -(-k // cols)
+    if n_glob * nseg < GLOBAL_SEG_MIN_BLOCKS_PER_SM * _device_limits(_device_id())[1]:
+        return False
+    ct = _cuda.ctype(s.dtype)
+    with fork_stream:
+        seg_counts = cp.empty(n_glob * nseg, dtype=cp.int32)
+        for q0 in range(0, n_glob, GLOBAL_SEG_LAUNCH_ROWS):
+            grid = (nseg, min(GLOBAL_SEG_LAUNCH_ROWS, n_glob - q0))
+            _launch("global_seg_counts", grid, GLOBAL_SEG_THREADS,
+                    (A.indptr, A.indices, B.indptr, B.indices, s.csum, rows, np.int32(q0), np.int32(cols),
+                     seg_counts), smem=cols // 8)
+            _launch(f"numeric_global_seg<{ct}>", grid, GLOBAL_SEG_THREADS,
+                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(q0),
+                     np.int32(cols), seg_counts, s.Cp, base, Cj, Cx), smem=cols * itemsize + cols // 8)
+    s.info["global_segments"] = nseg
+    return True
+
+
 def _global_blocks(nrows, slab_bytes, what):
     """Rows of a batch of the global path (a slab each): all of them up to the resident-block target
     and what GLOBAL_MEM_FRACTION of free memory holds (asked only when the batch's slabs pass
@@ -946,9 +990,9 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     fork = _Fork(counts[1:])   # the shared tables, then the global path
     _numeric_tables(s, fork, order, starts, counts, s.Cp, base, Cj, Cx, _NULL)
     n_glob = int(counts[-1])
-    if n_glob:
+    rows = order[starts[-2]:starts[-1]] if n_glob else None
+    if n_glob and not _global_segmented(s, fork.stream(len(ladder)), rows, n_glob, base, Cj, Cx):
         G = _global_blocks(n_glob, k * num_slot, "numeric")
-        rows = order[starts[-2]:starts[-1]]
         parts = _global_parts(s.rowct_max, min(G, n_glob))
         segs, seg_cols = _global_segments(k, min(G, n_glob))
         with fork.stream(len(ladder)):
