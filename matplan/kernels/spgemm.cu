@@ -843,63 +843,35 @@ __global__ void numeric_global_out(
     }
 }
 
-// The global path by column segments: block (s, q) owns columns [s * seg_cols, (s + 1) * seg_cols)
-// of row rows[r0 + q] (seg_cols a multiple of 32). It walks all of the row's products, SEG_THREADS
-// threads as one team, and keeps those in its columns in shared memory: a bitmap of the columns
-// present (global_seg_counts counts them: the row's earlier segments give a segment's output
-// offset) and, in numeric_global_seg, their sums, by shared-memory atomics instead of the slab
-// path's L2 atomics; the bitmap, scanned in order, then writes the segment sorted. Every segment
-// reads the row's B indices again: spgemm.py takes this path when the rows' segments fill the GPU.
+// The global path by column segments: the block of ticket t (taken from a counter, so a block
+// only waits on blocks already running) owns columns [s * seg_cols, (s + 1) * seg_cols) of row
+// rows[q], t = q * nseg + s (seg_cols a multiple of 32). It walks all of the row's products,
+// SEG_THREADS threads as one team, and keeps those in its columns in shared memory, their sums
+// (shared-memory atomics, not the slab path's L2 atomics) and a bitmap of the columns present.
+// Its output offset comes from the row's earlier segments by a decoupled look-back: status word
+// (count << 2) | 1 once a segment has counted its columns, (inclusive count << 2) | 2 once the
+// counts up to it are known. The bitmap, scanned in order, then writes the segment sorted. Every
+// segment reads the row's B indices again: spgemm.py takes this path for few segments a row.
 #define SEG_THREADS 1024
-extern "C" __global__ void __launch_bounds__(SEG_THREADS) global_seg_counts(
-        const int* __restrict__ Ap, const int* __restrict__ Aj,
-        const int* __restrict__ Bp, const int* __restrict__ Bj,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int r0,
-        const int seg_cols, int* __restrict__ seg_counts) {
-    __shared__ int warp_sums[33];
-    unsigned* bits = reinterpret_cast<unsigned*>(smem);
-    const int words = seg_cols >> 5;
-    const long long lo = (long long)blockIdx.x * seg_cols;
-    const int row = rows[r0 + blockIdx.y];
-    for (int w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0u;
-    __syncthreads();
-    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
-        [&](int k, int, int) {
-            const long long c = k - lo;
-            if (c >= 0 && c < seg_cols) atomicOr(&bits[c >> 5], 1u << (c & 31));
-            return false;
-        });
-    __syncthreads();
-    int n = 0;
-    for (int w = threadIdx.x; w < words; w += blockDim.x) n += __popc(bits[w]);
-    int total;
-    block_exclusive_sum(n, warp_sums, &total);
-    if (threadIdx.x == 0) seg_counts[(long long)(r0 + blockIdx.y) * gridDim.x + blockIdx.x] = total;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int r0,
-        const int seg_cols, const int* __restrict__ seg_counts, const long long* __restrict__ Cp,
-        const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
+        const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
+        const int nseg, const int seg_cols, unsigned long long* __restrict__ status,
+        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
     __shared__ int warp_sums[33];
-    __shared__ long long s_out;
+    __shared__ long long s_ticket, s_out;
     T* vals = reinterpret_cast<T*>(smem);
     unsigned* bits = reinterpret_cast<unsigned*>(vals + seg_cols);
     const int words = seg_cols >> 5;
-    const long long lo = (long long)blockIdx.x * seg_cols;
-    const int row = rows[r0 + blockIdx.y];
+    if (threadIdx.x == 0) s_ticket = (long long)atomicAdd(status + (long long)nrows * nseg, 1ULL);
     for (int c = threadIdx.x; c < seg_cols; c += blockDim.x) vals[c] = T(0);
     for (int w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0u;
-    if (threadIdx.x == 0) {
-        const int* sc = seg_counts + (long long)(r0 + blockIdx.y) * gridDim.x;
-        long long before = 0;
-        for (int q = 0; q < (int)blockIdx.x; ++q) before += sc[q];
-        s_out = Cp[row] - c_base + before;
-    }
     __syncthreads();
+    const int q = (int)(s_ticket / nseg), seg = (int)(s_ticket % nseg);
+    const long long lo = (long long)seg * seg_cols;
+    const int row = rows[q];
     for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
         [&](int k, int e, int b) {
             const long long c = k - lo;
@@ -915,7 +887,24 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
     int n = 0;
     for (int w = w0; w < w1; ++w) n += __popc(bits[w]);
     int total;
-    long long pos = s_out + block_exclusive_sum(n, warp_sums, &total);
+    const int excl = block_exclusive_sum(n, warp_sums, &total);
+    if (threadIdx.x == 0) {
+        unsigned long long* st = status + (long long)q * nseg;
+        long long before = 0;
+        if (seg > 0) {
+            atomicExch(st + seg, ((unsigned long long)total << 2) | 1ULL);
+            for (int p = seg - 1; p >= 0; --p) {
+                unsigned long long v;
+                do { v = atomicAdd(st + p, 0ULL); } while ((v & 3ULL) == 0ULL);
+                before += (long long)(v >> 2);
+                if ((v & 3ULL) == 2ULL) break;
+            }
+        }
+        atomicExch(st + seg, ((unsigned long long)(before + total) << 2) | 2ULL);
+        s_out = Cp[row] - c_base + before;
+    }
+    __syncthreads();
+    long long pos = s_out + excl;
     for (int w = w0; w < w1; ++w) {
         for (unsigned x = bits[w]; x; x &= x - 1) {
             const int c = (w << 5) + __ffs(x) - 1;
@@ -1016,9 +1005,11 @@ template __global__ void numeric_global_acc<float>(const int*, const int*, const
 template __global__ void numeric_global_acc<double>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int*, double*, long long);
 template __global__ void numeric_global_seg<float>(const int*, const int*, const float*, const int*, const int*,
-        const float*, const long long*, const int*, int, int, const int*, const long long*, long long, int*, float*);
+        const float*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
+        int*, float*);
 template __global__ void numeric_global_seg<double>(const int*, const int*, const double*, const int*, const int*,
-        const double*, const long long*, const int*, int, int, const int*, const long long*, long long, int*, double*);
+        const double*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
+        int*, double*);
 template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, long long,
         const int*, const long long*, long long, int*, float*);
 template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, long long,

@@ -184,12 +184,12 @@ GLOBAL_MAX_SEGMENTS = 64
 #: GLOBAL_SEG_THREADS threads (SEG_THREADS there) keeps one segment of a row's columns, their sums
 #: and a bitmap, in shared memory (global_seg_cols) and walks all of the row's products: sums by
 #: shared-memory atomics, no slab of B.shape[1] columns to clear and scan. Each segment reads the
-#: row's B indices again, and a row's segments are its only parallelism: taken when the global
-#: rows' segments give every SM at least GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
+#: row's B indices again, and a row's segments are its only parallelism: taken for at most
+#: GLOBAL_SEG_MAX_SEGMENTS segments a row when the global rows' segments give every SM at least
+#: GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
 GLOBAL_SEG_THREADS = 1024
 GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
-#: Rows of one launch of the segment kernels (their grid's y dimension).
-GLOBAL_SEG_LAUNCH_ROWS = 65535
+GLOBAL_SEG_MAX_SEGMENTS = 8
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
 #: by a bitmap of B's columns instead of a bitonic sort of the table (numeric_shared; bitmap_words)
 #: when the bitmap fits beside the table and has at most BITMAP_WORDS_PER_SLOT 32-bit words a slot
@@ -615,19 +615,14 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, 
     A, B, k, itemsize = s.A, s.B, s.shape[1], s.dtype.itemsize
     cols = global_seg_cols(k, itemsize, s.smem_limit)
     nseg = -(-k // cols)
-    if n_glob * nseg < GLOBAL_SEG_MIN_BLOCKS_PER_SM * _device_limits(_device_id())[1]:
+    if (nseg > GLOBAL_SEG_MAX_SEGMENTS or n_glob * nseg > INT32_MAX
+            or n_glob * nseg < GLOBAL_SEG_MIN_BLOCKS_PER_SM * _device_limits(_device_id())[1]):
         return False
-    ct = _cuda.ctype(s.dtype)
-    with fork_stream:
-        seg_counts = cp.empty(n_glob * nseg, dtype=cp.int32)
-        for q0 in range(0, n_glob, GLOBAL_SEG_LAUNCH_ROWS):
-            grid = (nseg, min(GLOBAL_SEG_LAUNCH_ROWS, n_glob - q0))
-            _launch("global_seg_counts", grid, GLOBAL_SEG_THREADS,
-                    (A.indptr, A.indices, B.indptr, B.indices, s.csum, rows, np.int32(q0), np.int32(cols),
-                     seg_counts), smem=cols // 8)
-            _launch(f"numeric_global_seg<{ct}>", grid, GLOBAL_SEG_THREADS,
-                    (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(q0),
-                     np.int32(cols), seg_counts, s.Cp, base, Cj, Cx), smem=cols * itemsize + cols // 8)
+    with fork_stream:   # the look-back's status words, then its ticket counter, zeroed
+        status = cp.zeros(n_glob * nseg + 1, dtype=cp.uint64)
+        _launch(f"numeric_global_seg<{_cuda.ctype(s.dtype)}>", n_glob * nseg, GLOBAL_SEG_THREADS,
+                (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n_glob),
+                 np.int32(nseg), np.int32(cols), status, s.Cp, base, Cj, Cx), smem=cols * itemsize + cols // 8)
     s.info["global_segments"] = nseg
     return True
 
