@@ -21,7 +21,9 @@ def hs(cp):
 def global_path(request, hs, monkeypatch):
     """The numeric global path a test takes: by column segments in shared memory (forced however
     few rows there are) or by dense slabs in global memory (segments off)."""
-    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if request.param == "segments" else float("inf"))
+    segments = request.param == "segments"
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if segments else float("inf"))
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MAX_SEGMENTS", 1 << 30)   # many segments a row: the look-back's chains
     return request.param
 
 
