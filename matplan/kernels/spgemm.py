@@ -189,7 +189,7 @@ GLOBAL_MAX_SEGMENTS = 64
 #: GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
 GLOBAL_SEG_THREADS = 1024
 GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
-GLOBAL_SEG_MAX_SEGMENTS = 8
+GLOBAL_SEG_MAX_SEGMENTS = 32
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
 #: by a bitmap of B's columns instead of a bitonic sort of the table (numeric_shared; bitmap_words)
 #: when the bitmap fits beside the table and has at most BITMAP_WORDS_PER_SLOT 32-bit words a slot
