@@ -18,6 +18,8 @@
 //   table use a dense accumulator of B.shape[1] slots in global memory, one slab per row of a
 //   batch, several blocks per row; marks are stamped with row + 1 so a slab is never cleared
 //   between rows; numeric_global_out scans the columns in order, so its output is sorted.
+// * numeric_global_seg: the numeric pass of such rows by column segments that fit in shared
+//   memory, a block a segment of a row (spgemm.py chooses it or the slabs).
 //
 // Several rows can share a block (RPB rows, TPR = blockDim.x / RPB threads each); the table size
 // S (a power of two) and RPB are launch arguments, shared memory is dynamic.

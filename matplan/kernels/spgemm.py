@@ -17,8 +17,10 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
    values by atomicAdd, then the row is sorted by column in shared memory (by rank up to 256
    slots; above, by a bitmap of B's columns where it fits beside the table, else bitonic;
    ``sort=False`` skips it) and written out; rows larger than every shared table (or than 3/4 of
-   the largest: NUMERIC_LAST_TABLE_LOAD) use the global path, in batches of the slabs half the L2
-   holds when they are many;
+   the largest: NUMERIC_LAST_TABLE_LOAD) use the global path: by column segments summed in shared
+   memory (numeric_global_seg, a block a segment of a row) for at most GLOBAL_SEG_MAX_SEGMENTS
+   segments a row that fill the GPU, else dense slabs of B.shape[1] columns in global memory, in
+   batches of the slabs half the L2 holds when they are many;
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
 
 One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
