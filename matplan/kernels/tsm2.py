@@ -764,6 +764,8 @@ LAUNCH_CACHE_SIZE = 512
 
 
 def _launch_for(A, B2, C2, p: dict, layout: str, lda: int):
+    """The launch (:class:`Launch` or the async kernel's) of these arrays and parameters ``p``,
+    from _LAUNCHES or made and kept there."""
     k = B2.shape[1]
     key = (cupy_module().cuda.runtime.getDevice(), A.shape, A.dtype.char, layout, lda, A.data.ptr % 16,
            k, B2.strides, B2.data.ptr % 16, C2.strides,
