@@ -91,7 +91,7 @@ def test_fast_prediction_matches_scikit_learn(dataset):
     Z = model.schema_.transform(dataset.queries())
     Z[::3, 5] = np.nan
     Z[1::4] = Z[1::4] * 1.7
-    ref = np.exp(np.column_stack([m.predict(Z) for m in model.models_]))
+    ref = np.exp(model._route(model.models_, Z))   # scikit-learn's regressors, routed by op
     model.fixed_prepare_ = {}   # compare the tree walks alone (see test_fixed_prepare)
     np.testing.assert_allclose(model._predict_z(Z), ref, rtol=1e-12)
 
@@ -371,3 +371,22 @@ def test_shipped_h100_model_loads_and_checks_out():
         model = learned.load_file(learned.PACKAGE_DIR / "h100.joblib", device_class="H100")
     assert model.metadata_["device_class"] == "H100" and model.n_samples_ >= 400
     assert {"spmv.csr_vector", "tsgemm.tsm2", "spgemm.hash"} <= set(model.kernels_)
+
+
+def test_per_op_regressors(dataset, monkeypatch):
+    """Ops with PER_OP_MIN_SAMPLES timings get regressors of their own, and their rows are predicted
+    by them; per_op=False keeps one pair for every op; the flat forests agree with both."""
+    ops = [q.features.op for q in dataset.queries()]
+    assert {"spmv", "spmm"} <= set(ops)
+    monkeypatch.setattr(learned, "PER_OP_MIN_SAMPLES", min(ops.count("spmv"), ops.count("spmm")))
+    model = fit(dataset, kind="combined", cv=0, max_iter=40, per_op=True)
+    assert set(model.models_) == {"*", "spmv", "spmm"}
+    Z = model.schema_.transform(dataset.queries())
+    rows = np.array(ops) == "spmm"
+    own = np.column_stack([m.predict(Z[rows]) for m in model.models_["spmm"]])
+    np.testing.assert_allclose(model._route(model.models_, Z)[rows], own, rtol=1e-12)
+    assert model._fast() is not None
+    pooled = fit(dataset, kind="combined", cv=0, max_iter=40, per_op=False)
+    assert set(pooled.models_) == {"*"} and pooled._fast() is not None
+    np.testing.assert_allclose(pooled._route(pooled.models_, Z),
+                               np.column_stack([m.predict(Z) for m in pooled.models_["*"]]), rtol=1e-12)

@@ -8,6 +8,14 @@ paper rules are thresholds (sort when the warp ratio <= 0.665, one hash size
 when var/mean <= 0.5, ...) that trees represent directly and that missing
 parameters (NaN) do not disturb.
 
+With ``per_op`` (``matplan train --per-op``) each op of at least PER_OP_MIN_SAMPLES timings
+gets its own pair, fitted on its timings alone, and the pair fitted on every timing serves the
+rest. One model over every op moved its SpMM predictions when only the SpGEMM timings were
+re-taken (H100, 2026-11-24: leave-family-out worst 1.61 / 2.37 at reuse 1 / 100; per op on the
+same timings 1.35 / 1.74, geomean 1.012 / 1.016 against 1.011 / 1.019), but on the H200's
+timings per op did worse (worst 2.12 / 1.58 against 1.57 / 1.58, geomean 1.044 / 1.031 against
+1.039 / 1.028): it is an option, off by default, and the shipped models are fitted on every op.
+
 ``kind='combined'`` (the default) learns the correction to the analytic
 model: its target is log(measured / analytic) and the analytic prediction is
 also a feature, so it keeps the analytic model's scaling outside the training
@@ -59,6 +67,9 @@ KINDS = ("combined", "learned")
 #: Fewest timings a model is fitted from.
 MIN_SAMPLES = 10
 OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
+#: With ``per_op``, an op of at least this many timings gets regressors of its own (a re-timing of
+#: one op then leaves the others' predictions alone); other ops take the ones fitted on every timing.
+PER_OP_MIN_SAMPLES = 40
 #: Features checked for extrapolation: a query outside the training range gets a low-confidence note.
 RANGE_CHECKED = ("log2_m", "log2_nnz", "log2_k", "log2_row_max")
 
@@ -298,9 +309,12 @@ class LearnedCostModel(BaseEstimator):
     returns an (n, 2) array of seconds. Fitted state ends in ``_``.
     """
 
+    per_op = False   # models saved before the parameter existed were fitted on every op
+
     def __init__(self, kind="combined", max_iter=300, learning_rate=0.08, max_leaf_nodes=31, max_depth=8,
-                 min_samples_leaf=5, l2_regularization=0.0, cv=5, random_state=0):
+                 min_samples_leaf=5, l2_regularization=0.0, cv=5, random_state=0, per_op=False):
         self.kind = kind
+        self.per_op = per_op
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -335,6 +349,38 @@ class LearnedCostModel(BaseEstimator):
             Z[:, empty] = 0.0
         return self._regressor().fit(Z, t)
 
+    def _ops_of(self, Z) -> np.ndarray:
+        """Each row's op (from the op_* columns), "" where none is set."""
+        onehot = Z[:, [self._col(f"op_{op}") for op in OPS]]
+        ops = np.array(OPS, dtype=object)[np.argmax(np.nan_to_num(onehot), axis=1)]
+        ops[~(np.nan_to_num(onehot).max(axis=1) == 1.0)] = ""
+        return ops
+
+    def _fit_models(self, Z, T) -> dict:
+        """{"*": the (run, prepare) regressors of every row} and, with per_op, {op: its own} for each
+        op of at least PER_OP_MIN_SAMPLES rows (when the rows hold more than that op)."""
+        models = {"*": [self._fit_regressor(Z, T[:, j]) for j in range(2)]}
+        if getattr(self, "per_op", False):
+            ops = self._ops_of(Z)
+            for op in OPS:
+                rows = ops == op
+                if PER_OP_MIN_SAMPLES <= rows.sum() < len(Z):
+                    models[op] = [self._fit_regressor(Z[rows], T[rows, j]) for j in range(2)]
+        return models
+
+    def _route(self, models, Z) -> np.ndarray:
+        """The (log) targets of Z's rows from ``models`` ({key: [run, prepare] regressors} as
+        _fit_models gives, or a list: a model saved before per_op): a row's op's own, else "*"."""
+        if isinstance(models, list):
+            models = {"*": models}
+        T = np.empty((len(Z), 2))
+        own = self._ops_of(Z) if len(models) > 1 else np.full(len(Z), "", dtype=object)
+        pooled = ~np.isin(own, [op for op in models if op != "*"])
+        for key, rows in [("*", pooled)] + [(op, own == op) for op in models if op != "*"]:
+            if rows.any():
+                T[rows] = np.column_stack([m.predict(Z[rows]) for m in models[key]])
+        return T
+
     def _targets(self, Z, y):
         t = _log_floor(y)
         if self.kind == "combined":
@@ -362,11 +408,14 @@ class LearnedCostModel(BaseEstimator):
         Z = self.schema_.transform(X)
         T = self._targets(Z, y)
         self.validation_ = self._validate(Z, T, groups)
-        self.models_ = [self._fit_regressor(Z, T[:, j]) for j in range(2)]
+        self.models_ = self._fit_models(Z, T)
         self.fixed_prepare_ = _fixed_prepare(X, y)
-        check = np.linspace(0, len(Z) - 1, min(len(Z), 32)).astype(int)
-        self.check_X_ = Z[check]
-        self.check_y_ = np.column_stack([m.predict(self.check_X_) for m in self.models_])
+        ops = self._ops_of(Z)   # rows checked against the flat forests: spread, and a few of every op
+        check = set(np.linspace(0, len(Z) - 1, min(len(Z), 32)).astype(int).tolist())
+        for op in self.models_:
+            check.update(np.flatnonzero(ops == op)[:4].tolist())
+        self.check_X_ = Z[sorted(check)]
+        self.check_y_ = self._route(self.models_, self.check_X_)
         self.kernels_ = self.schema_.kernels
         self.n_samples_ = len(X)
         h = hashlib.sha256(np.ascontiguousarray(Z).tobytes())
@@ -389,8 +438,7 @@ class LearnedCostModel(BaseEstimator):
         folds = 0
         for train, test in splits:
             folds += 1
-            for j in range(2):
-                oof[test, j] = self._fit_regressor(Z[train], T[train, j]).predict(Z[test])
+            oof[test] = self._route(self._fit_models(Z[train], T[train]), Z[test])
         err = np.abs(oof - T)
         return {"method": how, "folds": folds,
                 "run_median_factor": float(np.exp(np.median(err[:, 0]))),
@@ -420,8 +468,9 @@ class LearnedCostModel(BaseEstimator):
         """The flat forests, built once per process and checked against scikit-learn; None if unusable."""
         if "_flat" not in self.__dict__:
             try:
-                flat = [_FlatForest(m) for m in self.models_]
-                got = np.column_stack([f.predict(self.check_X_) for f in flat])
+                models = self.models_ if isinstance(self.models_, dict) else {"*": self.models_}
+                flat = {key: [_FlatForest(m) for m in ms] for key, ms in models.items()}
+                got = self._route(flat, self.check_X_)
                 ok = np.allclose(got, self.check_y_, rtol=1e-9, atol=1e-9)
             except (AttributeError, ValueError, KeyError, IndexError):
                 ok = False
@@ -435,9 +484,7 @@ class LearnedCostModel(BaseEstimator):
         return state
 
     def _predict_z(self, Z):
-        flat = self._fast()
-        T = np.column_stack([(f.predict(Z) if flat else m.predict(Z))
-                             for f, m in zip(flat or self.models_, self.models_)])
+        T = self._route(self._fast() or self.models_, Z)
         if self.kind == "combined":
             T = T + Z[:, [self._col("log_analytic_run"), self._col("log_analytic_prepare")]]
         out = np.exp(T)

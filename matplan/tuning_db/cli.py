@@ -64,7 +64,7 @@ def cmd_train(args) -> int:
     out_dir = learned.PACKAGE_DIR if args.package else args.out_dir
     try:
         path, model = train(args.db, args.device_class, kind=args.kind, name=args.name, dir=out_dir, cv=args.cv,
-                            model_params={"max_iter": args.max_iter})
+                            model_params={"max_iter": args.max_iter, "per_op": args.per_op})
     except (TuningDBError, learned.ModelLoadError) as e:
         raise _fail(e) from e
     print(f"saved {path} (+ {path.with_suffix('.json').name})")
@@ -77,7 +77,7 @@ def cmd_report(args) -> int:
     from .store import TuningDBError
     try:
         rep = evaluate(args.db, args.device_class, reuses=args.reuse, out=args.out, plots=not args.no_plots,
-                       model_params={"max_iter": args.max_iter})
+                       model_params={"max_iter": args.max_iter, "per_op": args.per_op})
     except TuningDBError as e:
         raise _fail(e) from e
     print(json.dumps(rep, indent=1) if args.json else format_report(rep))
@@ -151,6 +151,7 @@ def add_subparsers(sub) -> None:
     g.add_argument("--package", action="store_true", help="save into the package (matplan/models/data) to ship it")
     p.add_argument("--cv", type=int, default=5, help="validation folds (leave-family-out; 0 = none)")
     p.add_argument("--max-iter", type=int, default=300, help="boosting iterations of each regressor")
+    p.add_argument("--per-op", action="store_true", help="regressors of its own for each op with enough timings")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="leave-family-out evaluation of the analytic, learned and combined models")
@@ -160,6 +161,7 @@ def add_subparsers(sub) -> None:
     p.add_argument("--out", help="folder for the JSON and plots (default benchmarks/results)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--max-iter", type=int, default=300, help="boosting iterations of the fitted models")
+    p.add_argument("--per-op", action="store_true", help="fit each op with enough timings on its own (train --per-op)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_report)
 
