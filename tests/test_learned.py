@@ -390,3 +390,15 @@ def test_per_op_regressors(dataset, monkeypatch):
     assert set(pooled.models_) == {"*"} and pooled._fast() is not None
     np.testing.assert_allclose(pooled._route(pooled.models_, Z),
                                np.column_stack([m.predict(Z) for m in pooled.models_["*"]]), rtol=1e-12)
+
+
+def test_models_saved_before_per_op_still_predict(dataset):
+    """A model pickled before per_op held its two regressors as a list: it predicts as fitted."""
+    model = fit(dataset, kind="combined", cv=0, max_iter=30)
+    Z = model.schema_.transform(dataset.queries())
+    want = model._predict_z(Z)
+    model.models_ = model.models_["*"]          # the old layout
+    model.__dict__.pop("_flat", None)
+    del model.__dict__["per_op"]                # and no such attribute: the class default
+    assert model._fast() is not None and model.get_params()["per_op"] is False
+    np.testing.assert_allclose(model._predict_z(Z), want, rtol=1e-12)
