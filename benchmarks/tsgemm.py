@@ -4,7 +4,8 @@ For n in {8192, 16384, 32768} (A is n x n), k in {1, 2, 4, 8, 16, 32}, float32 a
 both layouts of A (C order: the row-major kernel; F order: the paper's column-major kernel):
 the planner plans the product (its TSM2 candidate's t1 is timed online), TSM2 runs with the
 planned parameters, cuBLAS runs on the same arrays, both timed with CUDA events (median after
-warm-up; the single calls of TSM2, cuBLAS and plan.run taken in turn, call by call). Output: a table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
+warm-up; the single calls of TSM2, cuBLAS and plan.run taken in turn, call by call). Output: a
+table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
 with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online timing) and their
 errors, and which kernel the planner picked. ``ms`` is the kernel on the prepared A with C given
 (TSM2's launch alone); ``planner_ms`` ("plan.run" in the table) is the user's whole call,
