@@ -267,6 +267,19 @@ def test_global_segment_columns_fit_shared_memory():
     assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm.cu")
 
 
+def test_global_segments_or_slabs():
+    """Segments for at most GLOBAL_SEG_MAX_SEGMENTS a row that give every SM a block (H100:
+    R-MAT 16's 2,938 rows x 4 float64 segments; R-MAT 18's 16), slabs otherwise (ice40's 8 rows
+    x 7 segments on 132 SMs, 31 segments past 32 KB tables...)."""
+    smem = 227 * KB
+    assert hs.global_seg_shape(65_536, 8, smem, 2938, 132) == (16_384, 4)
+    assert hs.global_seg_shape(65_536, 4, smem, 2938, 132) == (32_768, 2)
+    assert hs.global_seg_shape(262_144, 8, smem, 33_467, 132) == (16_384, 16)
+    assert hs.global_seg_shape(100_000, 8, smem, 8, 132) is None                 # 8 x 7 blocks
+    assert hs.global_seg_shape(16_384 * (hs.GLOBAL_SEG_MAX_SEGMENTS + 1), 8, smem, 1000, 132) is None
+    assert hs.global_seg_shape(16_384 * hs.GLOBAL_SEG_MAX_SEGMENTS, 8, smem, 1000, 132) == (16_384, 32)
+
+
 def test_cusparse_cost_charges_rows_of_many_products(rng):
     """cuSPARSE's SpGEMM cost adds CUSPARSE_SPGEMM_LONG_ROW_BYTES per expected nonzero of C in rows
     of alpha >= 512 (traffic.spgemm_long_row_nnz), and says so; rows below it add nothing."""

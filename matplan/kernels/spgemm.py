@@ -610,16 +610,27 @@ def global_seg_cols(k: int, itemsize: int, smem_limit: int) -> int:
     return min(cols, -(-k // 32) * 32)
 
 
+def global_seg_shape(k: int, itemsize: int, smem_limit: int, n_glob: int, sms: int):
+    """(columns a segment, segments a row) of the numeric global path by segments for n_glob rows
+    of k columns, or None where the slabs take them: more than GLOBAL_SEG_MAX_SEGMENTS segments a
+    row, fewer blocks than GLOBAL_SEG_MIN_BLOCKS_PER_SM a multiprocessor, or past int32 blocks."""
+    cols = global_seg_cols(k, itemsize, smem_limit)
+    nseg = -(-k // cols)
+    blocks = n_glob * nseg
+    if nseg > GLOBAL_SEG_MAX_SEGMENTS or blocks > INT32_MAX or blocks < GLOBAL_SEG_MIN_BLOCKS_PER_SM * sms:
+        return None
+    return cols, nseg
+
+
 def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, Cx) -> bool:
-    """The numeric global path by column segments for ``rows`` (n_glob of them) when their
-    segments fill the GPU (GLOBAL_SEG_MIN_BLOCKS_PER_SM); False (nothing launched) otherwise."""
+    """The numeric global path by column segments for ``rows`` (n_glob of them) where
+    global_seg_shape takes them; False (nothing launched) otherwise."""
     cp = cupy_module()
     A, B, k, itemsize = s.A, s.B, s.shape[1], s.dtype.itemsize
-    cols = global_seg_cols(k, itemsize, s.smem_limit)
-    nseg = -(-k // cols)
-    if (nseg > GLOBAL_SEG_MAX_SEGMENTS or n_glob * nseg > INT32_MAX
-            or n_glob * nseg < GLOBAL_SEG_MIN_BLOCKS_PER_SM * _device_limits(_device_id())[1]):
+    shape = global_seg_shape(k, itemsize, s.smem_limit, n_glob, _device_limits(_device_id())[1])
+    if shape is None:
         return False
+    cols, nseg = shape
     with fork_stream:   # the look-back's status words, then its ticket counter, zeroed
         status = cp.zeros(n_glob * nseg + 1, dtype=cp.uint64)
         _launch(f"numeric_global_seg<{_cuda.ctype(s.dtype)}>", n_glob * nseg, GLOBAL_SEG_THREADS,
