@@ -663,12 +663,9 @@ def _global_blocks(nrows, slab_bytes, what):
     return max(1, rows)
 
 
-sparse_module = cupyx_sparse
-
-
 def check_csr(name: str, M):
     """Raise naming ``name`` unless M is a cupyx CSR matrix of float32 or float64 (SpGEMM, SpTRANS)."""
-    csp = sparse_module()
+    csp = cupyx_sparse()
     if not csp.isspmatrix_csr(M):
         raise TypeError(f"{name}: expected a cupyx.scipy.sparse.csr_matrix, got {type(M).__name__}")
     if np.dtype(M.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -679,7 +676,7 @@ def csr_from_parts(data, indices, indptr, shape, *, sorted_rows: bool, canonical
     """A cupyx CSR of these GPU arrays without reading them back: ``_from_parts`` (cupyx >= 14)
     checks only sizes and dtypes; the public constructor, used where that is missing, reads
     indptr's ends from the GPU (a host synchronisation). canonical: True, or None (not known)."""
-    csp = sparse_module()
+    csp = cupyx_sparse()
     from_parts = getattr(csp.csr_matrix, "_from_parts", None)
     if from_parts is not None:
         return from_parts(data, indices, indptr, shape, has_canonical_format=canonical,
@@ -709,7 +706,7 @@ def int32_operand(name: str, M):
     to int32 here. A matrix past the int32 range (nnz or a dimension above 2^31 - 1) is refused:
     the hash kernels index A, B and C's columns with 32-bit integers.
     """
-    csp = sparse_module()
+    csp = cupyx_sparse()
     sizes = (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
     if max(v for _, v in sizes) > INT32_MAX:
         too_big = [f"{what} {v:,}" for what, v in sizes if v > INT32_MAX]
@@ -1267,7 +1264,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     if out == "host":
         return _to_host(s, max_panel_nnz, max_panel_bytes, drop_zeros)
     if s.empty:
-        csp = sparse_module()
+        csp = cupyx_sparse()
         return csp.csr_matrix((m, k), dtype=s.dtype)
     need = int(panel_bytes(s.nnz_c, m + 1, s.dtype.itemsize))
     # the driver's free memory costs ~5 us a query: asked only when C could come near it
@@ -1309,7 +1306,7 @@ def spgemm_panels(A, B, *, sort: bool = True, smem_limit: int | None = None, dro
 
 
 def _iter_panels(s: _Symbolic, bounds, indptr, drop_zeros):
-    csp = sparse_module()
+    csp = cupyx_sparse()
     k = s.shape[1]
     for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if s.empty:
@@ -1361,7 +1358,7 @@ def transpose_sort(A):
     (:func:`matplan.kernels.sptrans.transpose`).
     """
     cp = cupy_module()
-    csp = sparse_module()
+    csp = cupyx_sparse()
     if not csp.isspmatrix_csr(A):
         raise TypeError(f"A: expected a cupyx.scipy.sparse.csr_matrix, got {type(A).__name__}")
     m, n = A.shape

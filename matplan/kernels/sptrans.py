@@ -65,9 +65,9 @@ import functools
 
 import numpy as np
 
-from .._xp import cupy_module
+from .._xp import cupy_module, cupyx_sparse
 from . import _cuda
-from .spgemm import check_csr, csr_from_parts, sparse_module
+from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
@@ -189,7 +189,7 @@ def _transpose(A, check, mark, method="auto", bins=BINS):
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("sptrans needs CuPy and an NVIDIA GPU")
-    csp = sparse_module()
+    csp = cupyx_sparse()
     check_csr("A", A)
     m, n = A.shape
     dtype = np.dtype(A.dtype)

@@ -197,18 +197,12 @@ def _fast_inputs(plan: Plan) -> tuple:
 
 
 def _fast_operand_check(plan: Plan):
-    """(array type, dtype, shape) of a dense B that ``BoundPlan`` may take without validation."""
-    import numpy as np
-    f = plan.features
+    """(array type, dtype, shape) of a dense B that ``BoundPlan`` may take without validation:
+    Plan.run's (_fast_inputs); a sparse B (spgemm) is always validated."""
     if plan.op == "spgemm":
         return None, None, None
-    if plan.backend == "gpu":
-        from .._xp import cupy_module
-        array_type = cupy_module().ndarray
-    else:
-        array_type = np.ndarray
-    shape = (f.n,) if plan.op == "spmv" else (f.n, f.k)
-    return array_type, np.dtype(f.dtype), shape
+    _, b_type, dtype, _, b_shape = _fast_inputs(plan)
+    return b_type, dtype, b_shape
 
 
 def timer():
