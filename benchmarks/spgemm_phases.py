@@ -76,7 +76,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--max-products", type=float, default=5e8, help="skip larger products")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a numeric constant of matplan.kernels.spgemm (e.g. MIN_TPR=32)")
+                    help="override a numeric or boolean constant of matplan.kernels.spgemm (e.g. MIN_TPR=32, ESC_WINDOW=0)")
     ap.add_argument("--no-esc", action="store_true",
                     help="spgemm(..., esc=False): short rows in hash tables, not numeric_esc")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
@@ -92,10 +92,10 @@ def main(argv=None):
     for item in args.set:
         name, _, value = item.partition("=")
         kind = type(getattr(hs, name, None))
-        if kind not in (int, float):
-            sys.exit(f"--set {item}: spgemm has no numeric constant {name!r}")
-        overrides[name] = kind(value)
-        setattr(hs, name, kind(value))
+        if kind not in (int, float, bool):
+            sys.exit(f"--set {item}: spgemm has no numeric or boolean constant {name!r}")
+        overrides[name] = value.lower() in ("1", "true") if kind is bool else kind(value)
+        setattr(hs, name, overrides[name])
     for item in args.define:   # compile-time constants of spgemm.cu (#ifndef NAME ... in the source)
         name, _, value = item.partition("=")
         if f"#ifndef {name}" not in open(os.path.join(os.path.dirname(hs.__file__), hs._CU)).read():

@@ -19,9 +19,11 @@ def hs(cp):
 
 @pytest.fixture(params=["slabs", "segments"])
 def global_path(request, hs, monkeypatch):
-    """The numeric global path a test takes: by column segments in shared memory (forced however
-    few rows there are) or by dense slabs in global memory (segments off)."""
+    """The global path a test takes: numeric by column segments in shared memory (forced however
+    few rows there are), symbolic by bitmaps in shared memory; or numeric by dense slabs and
+    symbolic by bitmaps in global memory (segments and shared bitmaps off)."""
     segments = request.param == "segments"
+    monkeypatch.setattr(hs, "SYMBOLIC_GLOBAL_SHARED", segments)
     monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if segments else float("inf"))
     monkeypatch.setattr(hs, "GLOBAL_SEG_MAX_SEGMENTS", 1 << 30)   # many segments a row: the look-back's chains
     return request.param
@@ -34,9 +36,11 @@ def _check_global_path(info, global_path):
 
 
 def _dev(cp, M, dtype=np.float64):
+    """M on the GPU as it is: duplicates and order kept (SciPy's astype would sum duplicates)."""
     import cupyx.scipy.sparse as csp
-    M = sp.csr_matrix(M).astype(dtype)
-    return csp.csr_matrix((cp.asarray(M.data), cp.asarray(M.indices), cp.asarray(M.indptr)), shape=M.shape)
+    M = sp.csr_matrix(M)
+    return csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices), cp.asarray(M.indptr)),
+                          shape=M.shape)
 
 
 def _check_canonical(C):
@@ -170,6 +174,17 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch,
     assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000, 3)[0] == 3
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
+    _check_global_path(info, global_path)
+
+
+def test_global_rows_of_one_block_each(cp, hs, rng, monkeypatch, global_path):
+    """A block a global row (no team): the symbolic pass counts a row's bits in its own bitmap,
+    in shared memory with no global one, or in global memory."""
+    monkeypatch.setattr(hs, "GLOBAL_MAX_PARTS", 1)
+    A = random_csr(rng, 300, 5000, 0.6)       # ~24,000 products, ~3,900 distinct columns a row
+    B = random_csr(rng, 5000, 4000, 0.002)
+    C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # symbolic tables up to 2,048 keys
+    assert info["global_rows_symbolic"] > 0
     _check_global_path(info, global_path)
 
 
@@ -546,6 +561,45 @@ def test_few_big_table_rows_take_the_global_path(cp, hs, rng, monkeypatch, dtype
     assert info["lifted_rows"]["symbolic"] > 0 and info["lifted_rows"]["numeric"] > 0
     assert info["global_rows_numeric"] >= info["lifted_rows"]["numeric"]
     assert hs.lift_index(np.array([0, 5, 0, 3, 0]), (32, 64, 128), 10 ** 6, 0) == 0
+
+
+def _rows_csr(rows, n, rng):
+    """CSR of the given column lists as they are (duplicates and order kept), values never zero."""
+    indices = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    data = (rng.random(indices.size) + 0.5) * rng.choice([-1.0, 1.0], indices.size)
+    return sp.csr_matrix((data, indices, indptr), shape=(len(rows), n))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("window", [True, False])
+def test_esc_window_for_narrow_rows(cp, hs, rng, monkeypatch, dtype, window):
+    """Rows of numeric_esc whose columns span at most their class's W * P slots take the dense
+    window (window off: all sorted): a banded A·A with rows of 1 to 289 products (every class),
+    unsorted and duplicate indices (one column on several lanes of a round) and empty rows; and
+    over the identity, rows of 20 products (the 32-slot class) spanning exactly 32 columns
+    (window) and 33 (sorted), and a row of one column 20 times."""
+    monkeypatch.setattr(hs, "ESC_WINDOW", window)
+    n = 3000
+    band = []
+    for i in range(n):
+        half = i % 9
+        c = list(range(max(0, i - half), min(n, i + half + 1))) if i % 50 else []
+        c += c[:i % 3]                          # duplicates
+        band.append(rng.permutation(c))
+    A = _rows_csr(band, n, rng)
+    assert not A.has_canonical_format
+    info = {}
+    _check_one(cp, hs, A, A, dtype, True, info)
+    assert info["one_pass"] and len(info["esc_rows"]) >= 4
+    _check(cp, hs, A, A, dtype)
+    edge = [np.r_[0, 31, rng.choice(np.arange(1, 31), 18, replace=False)] + 100,
+            np.r_[0, 32, rng.choice(np.arange(1, 32), 18, replace=False)] + 200,
+            np.full(20, 7), [], rng.permutation(np.arange(1000, 1020))]
+    E = _rows_csr(edge, n, rng)
+    info = {}
+    C = _check_one(cp, hs, E, sp.identity(n, format="csr"), dtype, True, info)
+    assert info["esc_rows"] == {32: 4} and np.diff(C.indptr).tolist() == [20, 20, 1, 0, 20]
 
 
 def test_esc_flag_is_checked(cp, hs, rng):

@@ -8,8 +8,9 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
    brings back the group sizes and the moments the balanced rule needs, ``bucket_rows`` groups;
 2. symbolic pass: a shared-memory hash of column keys per row counts its distinct columns; the
    table is sized from nnz_RowCt (an upper bound, so it cannot overflow) where it fits, else the
-   largest table is tried and a row that fills it goes to the global-memory path (a dense
-   accumulator), as do rows whose paper estimate alpha = nnz_RowCt / pi already exceeds it;
+   largest table is tried and a row that fills it goes to the global-memory path (a bitmap of
+   B's columns, in shared memory where it fits, several blocks a row), as do rows whose paper
+   estimate alpha = nnz_RowCt / pi already exceeds it;
 3. exclusive scan of the exact row counts -> C's indptr, the numeric table of every row (one
    launch, one host transfer: total nnz, groups) and the allocation of C;
 4. numeric pass grouped by the exact nnz of each row (the paper groups by its estimate alpha; the
@@ -29,7 +30,8 @@ numeric_esc class (512), and an upper-bound buffer of ``products`` entries is sm
 (one_pass_table), steps 2-3 are skipped: the analysis's launch also gives every row's one-pass
 class; rows of at most 512 products take ``numeric_esc`` (the products expanded into registers,
 bitonic-sorted by column a W-lane group a row, runs summed by a segmented scan: no table, no
-atomics, deterministic sums), the others a table sized from their bound at full load (no overflow
+atomics, deterministic sums; a row whose columns span at most its W * P slots is summed in a dense
+window of them instead, ESC_WINDOW), the others a table sized from their bound at full load (no overflow
 possible); each sorted row goes to its products' offset of that buffer with its count, the
 counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
 into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
@@ -111,6 +113,9 @@ ESC_CLASSES = ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))
 ESC_CAPS = tuple(w * p for w, p in ESC_CLASSES)
 #: numeric_esc's values sit in shared memory sized for blocks of ESC_BLOCK threads.
 ESC_BLOCK = 256
+#: Rows of numeric_esc whose columns span at most its W * P slots (banded rows) are summed in a
+#: dense window of those slots and written out by a bitmap, no sort (False: every row sorted).
+ESC_WINDOW = True
 
 
 def esc_max_columns(cap: int) -> int:
@@ -190,6 +195,9 @@ GLOBAL_MAX_SEGMENTS = 64
 #: GLOBAL_SEG_MAX_SEGMENTS segments a row when the global rows' segments give every SM at least
 #: GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
 GLOBAL_SEG_THREADS = 1024
+#: symbolic_global marks a row's columns in a bitmap of B's columns in shared memory where it fits
+#: (False: in global memory, one per row, L2 atomics; benchmarks compare with --set).
+SYMBOLIC_GLOBAL_SHARED = True
 GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
 GLOBAL_SEG_MAX_SEGMENTS = 32
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
@@ -640,6 +648,25 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, 
     return True
 
 
+def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz) -> None:
+    """symbolic_global over ``rows`` (n of them), in batches of bitmaps of B's columns: in shared
+    memory where one fits (SYMBOLIC_GLOBAL_SHARED), and in global memory for rows of several blocks
+    (their union) or past shared memory."""
+    cp = cupy_module()
+    A, B, words = s.A, s.B, -(-s.shape[1] // 32)
+    in_shared = SYMBOLIC_GLOBAL_SHARED and 4 * words + STATIC_SMEM <= s.smem_limit
+    G = _global_blocks(n, 4 * words, "symbolic")
+    parts = _global_parts(s.rowct_max, min(G, n))
+    shared_bytes = 4 * words if in_shared else 0
+    bitmaps = cp.empty(G * words if parts > 1 or not in_shared else 1, dtype=cp.uint32)
+    for b0 in range(0, n, G):   # batches of G rows, a bitmap each
+        if bitmaps.size > 1:
+            bitmaps.fill(0)
+        _launch("symbolic_global", (min(G, n - b0), parts), GLOBAL_BLOCK_THREADS,
+                (A.indptr, A.indices, B.indptr, B.indices, s.csum, rows, np.int32(b0), bitmaps,
+                 np.int32(words), np.int32(in_shared), row_nnz), smem=shared_bytes)
+
+
 def _global_blocks(nrows, slab_bytes, what):
     """Rows of a batch of the global path (a slab each): all of them up to the resident-block target
     and what GLOBAL_MEM_FRACTION of free memory holds (asked only when the batch's slabs pass
@@ -940,14 +967,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         # symbolic_shared): one more host transfer to know
         n_global_sym = n_direct + int(ovf_count.get()[0])
     if n_global_sym:
-        G = _global_blocks(n_global_sym, k * KEY_BYTES, "symbolic")
-        parts = _global_parts(s.rowct_max, min(G, n_global_sym))
-        marks = cp.zeros(G * k, dtype=cp.int32)
-        for b0 in range(0, n_global_sym, G):   # batches of G rows, a slab each
-            _launch("symbolic_global", (min(G, n_global_sym - b0), parts), GLOBAL_BLOCK_THREADS,
-                    (A.indptr, A.indices, B.indptr, B.indices, csum, ovf_rows, np.int32(b0),
-                     marks, np.int64(k), row_nnz))
-        del marks
+        _symbolic_global(s, ovf_rows, n_global_sym, row_nnz)
     del ovf_rows, sym_order
 
     clock.append(time.perf_counter())
@@ -1127,7 +1147,7 @@ def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
     w, p = ESC_CLASSES[c]
     _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // ESC_BLOCK), ESC_BLOCK,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
-             _NULL, np.int64(0), Uj, Ux, row_nnz))
+             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW)))
 
 
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int,
