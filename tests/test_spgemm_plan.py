@@ -253,31 +253,33 @@ def test_rank_sort_max_matches_the_kernel():
 
 
 def test_global_segment_columns_fit_shared_memory():
-    """numeric_global_seg's segment: the largest power of two whose values and bitmap fit beside
-    STATIC_SMEM (H100's 227 KB: 16,384 float64 / 32,768 float32 columns), at most k rounded up to
-    32; the kernel's block size is spgemm.py's."""
+    """numeric_global_seg's segment: k cut into as few equal segments (multiples of 32 columns) as
+    fit beside STATIC_SMEM with values and bitmap (H100's 227 KB: 28,480 float64 / 56,128 float32
+    columns at most); the kernel's block size is spgemm.py's."""
     from matplan.kernels import _cuda
     smem = 227 * KB
-    assert hs.global_seg_cols(65_536, 8, smem) == 16_384 and hs.global_seg_cols(65_536, 4, smem) == 32_768
+    assert hs.global_seg_cols(65_536, 8, smem) == 21_856 and hs.global_seg_cols(65_536, 4, smem) == 32_768
+    assert hs.global_seg_cols(262_144, 8, smem) == 26_240 and hs.global_seg_cols(28_480, 8, smem) == 28_480
     assert hs.global_seg_cols(1000, 8, smem) == 1024 and hs.global_seg_cols(100, 8, 48 * KB) == 128
-    assert hs.global_seg_cols(3000, 8, 1800) == 64 and hs.global_seg_cols(3000, 4, 1800) == 128
-    for k, item, limit in ((65_536, 8, smem), (10 ** 6, 4, 48 * KB), (3000, 8, 1800)):
+    assert hs.global_seg_cols(3000, 8, 1800) == 64 and hs.global_seg_cols(3000, 4, 1800) == 160
+    for k, item, limit in ((65_536, 8, smem), (10 ** 6, 4, 48 * KB), (3000, 8, 1800), (28_481, 8, smem)):
         cols = hs.global_seg_cols(k, item, limit)
         assert cols % 32 == 0 and cols * item + cols // 8 + hs.STATIC_SMEM <= max(limit, 32 * item + 4 + hs.STATIC_SMEM)
+        assert -(-k // cols) == -(-k // ((8 * (limit - hs.STATIC_SMEM)) // (8 * item + 1) // 32 * 32 or 32))
     assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm.cu")
 
 
 def test_global_segments_or_slabs():
     """Segments for at most GLOBAL_SEG_MAX_SEGMENTS a row that give every SM a block (H100:
-    R-MAT 16's 2,938 rows x 4 float64 segments; R-MAT 18's 16), slabs otherwise (ice40's 8 rows
-    x 7 segments on 132 SMs, 31 segments past 32 KB tables...)."""
+    R-MAT 16's 2,938 rows x 3 float64 segments; R-MAT 18's 10), slabs otherwise (ice40's 8 rows
+    x 4 segments on 132 SMs, more than 32 segments...)."""
     smem = 227 * KB
-    assert hs.global_seg_shape(65_536, 8, smem, 2938, 132) == (16_384, 4)
+    assert hs.global_seg_shape(65_536, 8, smem, 2938, 132) == (21_856, 3)
     assert hs.global_seg_shape(65_536, 4, smem, 2938, 132) == (32_768, 2)
-    assert hs.global_seg_shape(262_144, 8, smem, 33_467, 132) == (16_384, 16)
-    assert hs.global_seg_shape(100_000, 8, smem, 8, 132) is None                 # 8 x 7 blocks
-    assert hs.global_seg_shape(16_384 * (hs.GLOBAL_SEG_MAX_SEGMENTS + 1), 8, smem, 1000, 132) is None
-    assert hs.global_seg_shape(16_384 * hs.GLOBAL_SEG_MAX_SEGMENTS, 8, smem, 1000, 132) == (16_384, 32)
+    assert hs.global_seg_shape(262_144, 8, smem, 33_467, 132) == (26_240, 10)
+    assert hs.global_seg_shape(100_000, 8, smem, 8, 132) is None                 # 8 x 4 blocks
+    assert hs.global_seg_shape(28_480 * (hs.GLOBAL_SEG_MAX_SEGMENTS + 1), 8, smem, 1000, 132) is None
+    assert hs.global_seg_shape(28_480 * hs.GLOBAL_SEG_MAX_SEGMENTS, 8, smem, 1000, 132) == (28_480, 32)
 
 
 def test_cusparse_cost_charges_rows_of_many_products(rng):
