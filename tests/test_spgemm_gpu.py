@@ -21,9 +21,11 @@ def hs(cp):
 def global_path(request, hs, monkeypatch):
     """The global path a test takes: numeric by column segments in shared memory (forced however
     few rows there are), symbolic by bitmaps in shared memory; or numeric by dense slabs and
-    symbolic by bitmaps in global memory (segments and shared bitmaps off)."""
+    symbolic by bitmaps in global memory (segments and shared bitmaps off). The other rows take
+    symbolic tables whatever their size (test_symbolic_bitmap_rows has the bitmaps for them)."""
     segments = request.param == "segments"
     monkeypatch.setattr(hs, "SYMBOLIC_GLOBAL_SHARED", segments)
+    monkeypatch.setattr(hs, "SYMBOLIC_BITMAP_RATIO", float("inf"))   # symbolic tables, which overflow
     monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if segments else float("inf"))
     monkeypatch.setattr(hs, "GLOBAL_SEG_MAX_SEGMENTS", 1 << 30)   # many segments a row: the look-back's chains
     return request.param
@@ -186,6 +188,31 @@ def test_global_rows_of_one_block_each(cp, hs, rng, monkeypatch, global_path):
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # symbolic tables up to 2,048 keys
     assert info["global_rows_symbolic"] > 0
     _check_global_path(info, global_path)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ratio", [1.0, 1e-9])
+def test_symbolic_bitmap_rows(cp, hs, rng, monkeypatch, dtype, ratio):
+    """Rows of symbolic tables of at least SYMBOLIC_BITMAP_RATIO slots a word of B's column bitmap
+    count their columns in that bitmap in shared memory (symbolic_global): the many rows of the
+    1,024-slot tables a block each, the one row of ~14,000 products (the 16,384-slot table) a team
+    of blocks that ORs into a bitmap in global memory; with a tiny ratio every row with products.
+    Duplicate and unsorted indices, empty rows."""
+    monkeypatch.setattr(hs, "SYMBOLIC_BITMAP_RATIO", ratio)
+    lengths = rng.integers(0, 60, 2000)
+    lengths[::50] = 0
+    lengths[7] = 900
+    rows = [rng.integers(0, 3000, n) for n in lengths]   # duplicates, unsorted
+    A = _rows_csr(rows, 3000, rng)
+    B = random_csr(rng, 3000, 4000, 0.004)              # ~16 a row: 125-word bitmaps
+    C, info = _check(cp, hs, A, B, dtype, passes="two")
+    products = np.add.reduceat(np.r_[np.diff(B.indptr)[A.indices], 0], A.indptr[:-1])
+    products[np.diff(A.indptr) == 0] = 0
+    if ratio < 1:
+        assert info["symbolic_bitmap_rows"] == int((products > 0).sum())
+    else:
+        assert 0 < info["symbolic_bitmap_rows"] < int((products > 0).sum())
+    assert info["global_rows_symbolic"] == 0 and info["symbolic_overflowed"] == 0
 
 
 @pytest.mark.parametrize("smem_limit", [None, 9 * 1024])

@@ -198,6 +198,15 @@ GLOBAL_SEG_THREADS = 1024
 #: symbolic_global marks a row's columns in a bitmap of B's columns in shared memory where it fits
 #: (False: in global memory, one per row, L2 atomics; benchmarks compare with --set).
 SYMBOLIC_GLOBAL_SHARED = True
+#: Rows of symbolic tables of at least SYMBOLIC_BITMAP_RATIO slots a 32-bit word of a bitmap of
+#: B's columns (k / 32 words) count their columns in that bitmap in shared memory instead
+#: (symbolic_bitmap_from; symbolic_global): a read and at most one atomicOr a product, no probe
+#: chains, no overflow, k / 32 words to clear and count a row. inf: the tables only. H100
+#: (2026-11-24, spgemm-symbolic-bitmap-h100-2026-11-24.log), symbolic pass at ratio 0.25 / 1 /
+#: inf: R-MAT 16 2861 / 2944 / 3553 us, R-MAT 17 8.1 / 8.4 / 10.4 ms, block-dense 1246 / 1228 /
+#: 1304, ice40 1759 / 1808 / 1806. Without the read first (an atomic a product), block-dense's
+#: 34,596 products a row over 225 words lost: 1668 against 1299 us.
+SYMBOLIC_BITMAP_RATIO = 0.25
 GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
 GLOBAL_SEG_MAX_SEGMENTS = 32
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
@@ -650,23 +659,33 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, 
     return True
 
 
-def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz) -> None:
-    """symbolic_global over ``rows`` (n of them), in batches of bitmaps of B's columns: in shared
-    memory where one fits (SYMBOLIC_GLOBAL_SHARED), and in global memory for rows of several blocks
-    (their union) or past shared memory."""
+def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz, peak: int) -> None:
+    """symbolic_global over ``rows`` (n of them, at most ``peak`` products each), a bitmap of B's
+    columns a row: in shared memory where one fits (SYMBOLIC_GLOBAL_SHARED), and in global memory,
+    in batches of rows, for rows of several blocks (their union) or past shared memory."""
     cp = cupy_module()
     A, B, words = s.A, s.B, -(-s.shape[1] // 32)
     in_shared = SYMBOLIC_GLOBAL_SHARED and 4 * words + STATIC_SMEM <= s.smem_limit
-    G = _global_blocks(n, 4 * words, "symbolic")
-    parts = _global_parts(s.rowct_max, min(G, n))
-    shared_bytes = 4 * words if in_shared else 0
+    parts = _global_parts(peak, min(n, _global_target_blocks()))
+    G = n if in_shared and parts == 1 else _global_blocks(n, 4 * words, "symbolic")
+    parts = _global_parts(peak, min(G, n))
     bitmaps = cp.empty(G * words if parts > 1 or not in_shared else 1, dtype=cp.uint32)
     for b0 in range(0, n, G):   # batches of G rows, a bitmap each
         if bitmaps.size > 1:
             bitmaps.fill(0)
         _launch("symbolic_global", (min(G, n - b0), parts), GLOBAL_BLOCK_THREADS,
                 (A.indptr, A.indices, B.indptr, B.indices, s.csum, rows, np.int32(b0), bitmaps,
-                 np.int32(words), np.int32(in_shared), row_nnz), smem=shared_bytes)
+                 np.int32(words), np.int32(in_shared), row_nnz), smem=4 * words if in_shared else 0)
+
+
+def symbolic_bitmap_from(k: int, smem_limit: int) -> float:
+    """The smallest symbolic table whose rows count their columns in a bitmap of B's k columns
+    instead (symbolic_global): SYMBOLIC_BITMAP_RATIO slots a 32-bit word of the bitmap, where the
+    bitmap fits in shared memory; infinity otherwise."""
+    words = -(-k // 32)
+    if not SYMBOLIC_GLOBAL_SHARED or 4 * words + STATIC_SMEM > smem_limit:
+        return math.inf
+    return SYMBOLIC_BITMAP_RATIO * words
 
 
 def _global_blocks(nrows, slab_bytes, what):
@@ -951,6 +970,8 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
     fork = _Fork(sym_counts[1:len(sym_ladder) + 1])
+    bitmap_from = symbolic_bitmap_from(k, smem_limit)
+    info["symbolic_bitmap_rows"] = int(sum(c for size, c in zip(sym_ladder, sym_counts[1:]) if size >= bitmap_from))
     for t, size in enumerate(sym_ladder):
         n = int(sym_counts[t + 1])
         if n == 0:
@@ -958,6 +979,9 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         tpr, rpb = launch_shape(size, KEY_BYTES, smem_limit, SYMBOLIC_SLOTS_PER_THREAD)
         rows = sym_order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
+            if size >= bitmap_from:   # rows of a table hold alpha = products / pi <= size
+                _symbolic_global(s, rows, n, row_nnz, min(s.rowct_max, math.ceil(size * analytic.RBS_COMPRESSION)))
+                continue
             _launch(f"symbolic_shared<{group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, B.indptr, B.indices, csum, rows, np.int32(n),
                      np.int32(size), np.int32(rpb), row_nnz, ovf_rows, np.int32(n_direct), ovf_count),
@@ -969,7 +993,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
         # symbolic_shared): one more host transfer to know
         n_global_sym = n_direct + int(ovf_count.get()[0])
     if n_global_sym:
-        _symbolic_global(s, ovf_rows, n_global_sym, row_nnz)
+        _symbolic_global(s, ovf_rows, n_global_sym, row_nnz, s.rowct_max)
     del ovf_rows, sym_order
 
     clock.append(time.perf_counter())
