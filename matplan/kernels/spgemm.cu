@@ -844,18 +844,24 @@ extern "C" __global__ void symbolic_global(
         const int* __restrict__ Ap, const int* __restrict__ Aj,
         const int* __restrict__ Bp, const int* __restrict__ Bj,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int r0,
-        unsigned* __restrict__ bitmaps, const int words, const int in_shared, long long* __restrict__ row_nnz) {
+        unsigned* __restrict__ bitmaps, const int words, const int in_shared, const long long peak,
+        long long* __restrict__ row_nnz) {
     __shared__ int count;
     unsigned* global_bits = bitmaps + (long long)blockIdx.x * words;
     unsigned* bits = in_shared ? reinterpret_cast<unsigned*>(smem) : global_bits;
     const int row = rows[r0 + blockIdx.x];
+    // the row's team: its share of the gridDim.y blocks sized for the batch's largest row (`peak`
+    // products), so a short row is not spread thin over blocks that each clear and scan a bitmap
+    // (H100, R-MAT 17: 8.1 -> 7.35 ms; other products within the run-to-run spread, ~6%)
+    const long long products = csum[Ap[row + 1]] - csum[Ap[row]];
+    const int team = (int)min((long long)gridDim.y, max(1LL, (products * gridDim.y + peak - 1) / max(peak, 1LL)));
+    if ((int)blockIdx.y >= team) return;   // the whole block, before any barrier
     if (in_shared)
         for (int w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0u;
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
     int fresh = 0;
-    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x,
-                         gridDim.y * blockDim.x,
+    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, blockIdx.y * blockDim.x + threadIdx.x, team * blockDim.x,
         [&](int k, int, int) {
             // a column seen before is a read, not an atomic (block-dense: 34,596 products a row
             // over 518 columns, 225 words)
@@ -867,7 +873,7 @@ extern "C" __global__ void symbolic_global(
         __syncthreads();
         for (int w = threadIdx.x; w < words; w += blockDim.x) {
             const unsigned x = bits[w];
-            if (x) fresh += __popc(gridDim.y == 1 ? x : x & ~atomicOr(&global_bits[w], x));
+            if (x) fresh += __popc(team == 1 ? x : x & ~atomicOr(&global_bits[w], x));
         }
     }
     atomicAdd(&count, fresh);

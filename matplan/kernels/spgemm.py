@@ -675,7 +675,7 @@ def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz, peak: int) -> None:
             bitmaps.fill(0)
         _launch("symbolic_global", (min(G, n - b0), parts), GLOBAL_BLOCK_THREADS,
                 (A.indptr, A.indices, B.indptr, B.indices, s.csum, rows, np.int32(b0), bitmaps,
-                 np.int32(words), np.int32(in_shared), row_nnz), smem=4 * words if in_shared else 0)
+                 np.int32(words), np.int32(in_shared), np.int64(peak), row_nnz), smem=4 * words if in_shared else 0)
 
 
 def symbolic_bitmap_from(k: int, smem_limit: int) -> float:
