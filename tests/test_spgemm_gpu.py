@@ -17,13 +17,16 @@ def hs(cp):
     return spgemm
 
 
-@pytest.fixture(params=["slabs", "segments"])
+@pytest.fixture(params=["slabs", "segments", "segments-walk"])
 def global_path(request, hs, monkeypatch):
     """The global path a test takes: numeric by column segments in shared memory (forced however
     few rows there are), symbolic by bitmaps in shared memory; or numeric by dense slabs and
-    symbolic by bitmaps in global memory (segments and shared bitmaps off). The other rows take
-    symbolic tables whatever their size (test_symbolic_bitmap_rows has the bitmaps for them)."""
-    segments = request.param == "segments"
+    symbolic by bitmaps in global memory (segments and shared bitmaps off). Segments read only
+    their part of each sorted B row (rows of at least 32 A nonzeros), or ("segments-walk") walk
+    all of a row's products. The other rows take symbolic tables whatever their size
+    (test_symbolic_bitmap_rows has the bitmaps for them)."""
+    segments = request.param.startswith("segments")
+    monkeypatch.setattr(hs, "GLOBAL_SEG_B_ROWS", request.param == "segments")
     monkeypatch.setattr(hs, "SYMBOLIC_GLOBAL_SHARED", segments)
     monkeypatch.setattr(hs, "SYMBOLIC_BITMAP_RATIO", float("inf"))   # symbolic tables, which overflow
     monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if segments else float("inf"))
@@ -31,10 +34,15 @@ def global_path(request, hs, monkeypatch):
     return request.param
 
 
-def _check_global_path(info, global_path):
-    """The global rows went the fixture's way."""
+def _check_global_path(info, global_path, b_sorted=None):
+    """The global rows went the fixture's way (segments: over B's rows where ``b_sorted``, by the
+    walk where it is False; None: either)."""
     assert info["global_rows_numeric"] > 0
-    assert ("global_segments" in info) == (global_path == "segments")
+    assert ("global_segments" in info) == global_path.startswith("segments")
+    if global_path == "segments-walk" or (global_path == "segments" and b_sorted is False):
+        assert info["global_segment_walk"] == "products"
+    elif global_path == "segments" and b_sorted:
+        assert info["global_segment_walk"] == "B rows"
 
 
 def _dev(cp, M, dtype=np.float64):
@@ -153,7 +161,7 @@ def test_row_larger_than_every_shared_table(cp, hs, rng, monkeypatch, global_pat
     C, info = _check(cp, hs, A, B)
     assert info["global_rows_numeric"] == 2
     assert info["symbolic_overflowed"] == 1 and info["global_rows_symbolic"] == 2
-    _check_global_path(info, global_path)
+    _check_global_path(info, global_path, b_sorted=True)
 
 
 def test_paper_48kb_limit_uses_global_path(cp, hs, rng, global_path):
@@ -176,7 +184,26 @@ def test_global_path_in_batches_with_many_blocks_a_row(cp, hs, rng, monkeypatch,
     assert hs._global_parts(3000, 3) == hs.GLOBAL_MAX_PARTS and hs._global_segments(12_000, 3)[0] == 3
     C, info = _check(cp, hs, A, B, smem_limit=9 * 1024)   # tables up to 2,048 keys / 512 slots
     assert info["global_rows_symbolic"] > 3 and info["global_rows_numeric"] > 3
-    _check_global_path(info, global_path)
+    _check_global_path(info, global_path, b_sorted=True)
+
+
+def test_global_segments_over_long_sorted_b_rows(cp, hs, rng, global_path):
+    """Global rows over long sorted B rows (~400 entries, 50 of them 6,000): segments of ~20,000
+    columns read their part of each B row, parts past SEG_LONG_PART (1,024) left to the whole
+    block, and past SEG_LONG_MAX (32) of them a row (row 1: 40 long rows of B) kept by their warp;
+    row 2 (20 long rows of B) has fewer nonzeros of A than a block has warps and walks its
+    products."""
+    n, k = 2000, 60_000
+    lengths = np.full(n, 400)
+    lengths[:50] = 6000
+    B = _rows_csr([np.sort(rng.choice(k, m, replace=False)) for m in lengths], k, rng)
+    rows = [rng.choice(np.arange(50, n), 100, replace=False), np.r_[np.arange(40), rng.choice(np.arange(50, n), 60)],
+            rng.choice(50, 20, replace=False), []]
+    A = _rows_csr(rows, n, rng)
+    C, info = _check(cp, hs, A, B)
+    _check_global_path(info, global_path, b_sorted=True)
+    if global_path.startswith("segments"):
+        assert info["global_segments"] >= 2
 
 
 def test_global_rows_of_one_block_each(cp, hs, rng, monkeypatch, global_path):
@@ -215,8 +242,9 @@ def test_symbolic_bitmap_rows(cp, hs, rng, monkeypatch, dtype, ratio):
     assert info["global_rows_symbolic"] == 0 and info["symbolic_overflowed"] == 0
 
 
+@pytest.mark.parametrize("sorted_b", [False, True])
 @pytest.mark.parametrize("smem_limit", [None, 9 * 1024])
-def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, smem_limit, global_path):
+def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, smem_limit, sorted_b, global_path):
     """Rows of A over runs of empty rows of B (csum repeats) and one 6,000-nonzero row: each
     warp's equal range of a row's products may start inside the long row or after empty ones.
     Shared tables of up to 1,024 threads a row, or (9 KB) the global path, many blocks a row."""
@@ -228,6 +256,8 @@ def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, sm
     B = sp.csr_matrix((rng.random(lengths.sum()) + 0.5,
                        np.concatenate([rng.choice(k, m, replace=False) for m in lengths]),
                        np.concatenate([[0], np.cumsum(lengths)])), shape=(n, k))
+    if sorted_b:   # segments read their part of each B row (binary searches), else walk the products
+        B.sort_indices()
     empty_b = np.flatnonzero(lengths == 0)
     rows = [np.arange(n), np.union1d(rng.choice(n, 300, replace=False), [1234]), np.array([1234]),
             empty_b[:50], np.array([], dtype=np.int64), np.sort(np.append(empty_b[:700], 1234))]
@@ -237,7 +267,7 @@ def test_products_concentrated_in_one_long_row_of_b(cp, hs, rng, monkeypatch, sm
     assert C.indptr[4] == C.indptr[5] == C.indptr[3]   # rows over empty rows of B only: empty
     if smem_limit:
         assert info["global_rows_numeric"] >= 2
-        _check_global_path(info, global_path)
+        _check_global_path(info, global_path, b_sorted=sorted_b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

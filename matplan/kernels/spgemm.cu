@@ -968,14 +968,30 @@ __global__ void numeric_global_out(
 // (count << 2) | 1 once a segment has counted its columns, (inclusive count << 2) | 2 once the
 // counts up to it are known. The bitmap, scanned in order, then writes the segment sorted. Every
 // segment reads the row's B indices again: spgemm.py takes this path for few segments a row.
+// With `b_sorted` (B's rows sorted by column) a segment of a row of at least one A nonzero a warp
+// and long B rows reads only its own part of each B row: a warp an A nonzero at a time finds the
+// part by two binary searches and its lanes take it (long parts: the whole block).
 #define SEG_THREADS 1024
+#define SEG_LONG_PART 1024   // entries of a B row's part past which the whole block takes it
+#define SEG_LONG_MAX 32      // such parts a block holds (static shared memory: within STATIC_SMEM)
+
+// First position in Bj[b0, b1) (sorted) of a column >= c.
+__device__ __forceinline__ int lower_bound_col(const int* __restrict__ Bj, int b0, int b1, const long long c) {
+    while (b0 < b1) {
+        const int mid = (b0 + b1) >> 1;
+        if (Bj[mid] < c) b0 = mid + 1; else b1 = mid;
+    }
+    return b0;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const int nseg, const int seg_cols, unsigned long long* __restrict__ status,
-        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
+        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx,
+        const int b_sorted) {
     __shared__ int warp_sums[33];
     __shared__ long long s_ticket, s_out;
     T* vals = reinterpret_cast<T*>(smem);
@@ -988,15 +1004,50 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
     const int q = (int)(s_ticket / nseg), seg = (int)(s_ticket % nseg);
     const long long lo = (long long)seg * seg_cols;
     const int row = rows[q];
-    for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
-        [&](int k, int e, int b) {
-            const long long c = k - lo;
-            if (c >= 0 && c < seg_cols) {
-                atomicAdd(&vals[c], Ax[e] * Bx[b]);
-                atomicOr(&bits[c >> 5], 1u << (c & 31));
+    auto add = [&](const int c, const T v) {
+        atomicAdd(&vals[c], v);
+        atomicOr(&bits[c >> 5], 1u << (c & 31));
+    };
+    const int na = Ap[row + 1] - Ap[row];
+    // B rows: at least a nonzero of A a warp, and parts of a warp's width on average (the row's
+    // products over its nonzeros and segments); shorter parts leave each warp a chain of searches
+    // per nonzero of A (skewed-spgemm, 2.8 products a nonzero over 18 segments: 256 -> 1494 us)
+    if (b_sorted && na >= (int)(blockDim.x >> 5) &&
+        csum[Ap[row + 1]] - csum[Ap[row]] >= 32LL * na * nseg) {
+        // parts longer than SEG_LONG_PART are left to the whole block afterwards (up to
+        // SEG_LONG_MAX of them), so one long B row does not hold its warp while the others idle
+        __shared__ int s_nlong, s_lb0[SEG_LONG_MAX], s_lb1[SEG_LONG_MAX];
+        __shared__ T s_la[SEG_LONG_MAX];
+        if (threadIdx.x == 0) s_nlong = 0;
+        __syncthreads();
+        const int lane = threadIdx.x & 31;
+        for (int e = Ap[row] + (threadIdx.x >> 5); e < Ap[row + 1]; e += blockDim.x >> 5) {
+            const int j = Aj[e];
+            const int b0 = lower_bound_col(Bj, Bp[j], Bp[j + 1], lo);
+            const int b1 = lower_bound_col(Bj, b0, Bp[j + 1], lo + seg_cols);
+            const T a = Ax[e];
+            if (b1 - b0 > SEG_LONG_PART) {   // the same on every lane of the warp
+                int slot = 0;
+                if (lane == 0) slot = atomicAdd(&s_nlong, 1);
+                slot = __shfl_sync(FULL_MASK, slot, 0);
+                if (slot < SEG_LONG_MAX) {
+                    if (lane == 0) { s_lb0[slot] = b0; s_lb1[slot] = b1; s_la[slot] = a; }
+                    continue;
+                }
             }
-            return false;
-        });
+            for (int b = b0 + lane; b < b1; b += 32) add((int)(Bj[b] - lo), a * Bx[b]);
+        }
+        __syncthreads();
+        for (int i = 0; i < min(s_nlong, SEG_LONG_MAX); ++i)
+            for (int b = s_lb0[i] + threadIdx.x; b < s_lb1[i]; b += blockDim.x) add((int)(Bj[b] - lo), s_la[i] * Bx[b]);
+    } else {
+        for_each_product<32>(Ap, Aj, Bp, Bj, csum, row, threadIdx.x, blockDim.x,
+            [&](int k, int e, int b) {
+                const long long c = k - lo;
+                if (c >= 0 && c < seg_cols) add((int)c, Ax[e] * Bx[b]);
+                return false;
+            });
+    }
     __syncthreads();
     int w0, w1, total;
     const int n = bitmap_share(bits, words, &w0, &w1);
@@ -1113,10 +1164,10 @@ template __global__ void numeric_global_acc<double>(const int*, const int*, cons
         const double*, const long long*, const int*, int, int*, double*, long long);
 template __global__ void numeric_global_seg<float>(const int*, const int*, const float*, const int*, const int*,
         const float*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
-        int*, float*);
+        int*, float*, int);
 template __global__ void numeric_global_seg<double>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
-        int*, double*);
+        int*, double*, int);
 template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, long long,
         const int*, const long long*, long long, int*, float*);
 template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, long long,

@@ -195,6 +195,14 @@ GLOBAL_MAX_SEGMENTS = 64
 #: GLOBAL_SEG_MAX_SEGMENTS segments a row when the global rows' segments give every SM at least
 #: GLOBAL_SEG_MIN_BLOCKS_PER_SM blocks, else the slab path.
 GLOBAL_SEG_THREADS = 1024
+GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
+GLOBAL_SEG_MAX_SEGMENTS = 32
+#: Where B's rows are sorted by column (B.has_sorted_indices), a segment of a row with at least
+#: one A nonzero a warp and 32 products a nonzero a segment reads only its part of each B row (two
+#: binary searches a nonzero of A) instead of walking all of the row's products (False: always
+#: the walk). H100 (spgemm-segments-b-rows-h100-2026-11-24.log): numeric_global_seg R-MAT 16
+#: 4791 -> 4214 us, R-MAT 17 26.5 -> 20.0 ms, skewed 253 -> 246.
+GLOBAL_SEG_B_ROWS = True
 #: symbolic_global marks a row's columns in a bitmap of B's columns in shared memory where it fits
 #: (False: in global memory, one per row, L2 atomics; benchmarks compare with --set).
 SYMBOLIC_GLOBAL_SHARED = True
@@ -207,8 +215,6 @@ SYMBOLIC_GLOBAL_SHARED = True
 #: 1304, ice40 1759 / 1808 / 1806. Without the read first (an atomic a product), block-dense's
 #: 34,596 products a row over 225 words lost: 1668 against 1299 us.
 SYMBOLIC_BITMAP_RATIO = 0.25
-GLOBAL_SEG_MIN_BLOCKS_PER_SM = 1.0
-GLOBAL_SEG_MAX_SEGMENTS = 32
 #: Sorted rows of tables past RANK_SORT_MAX slots (spgemm.cu's, the rank sort's limit) are ordered
 #: by a bitmap of B's columns instead of a bitonic sort of the table (numeric_shared; bitmap_words)
 #: when the bitmap fits beside the table and has at most BITMAP_WORDS_PER_SLOT 32-bit words a slot
@@ -650,12 +656,14 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, 
     if shape is None:
         return False
     cols, nseg = shape
+    b_sorted = GLOBAL_SEG_B_ROWS and nseg > 1 and bool(B.has_sorted_indices)   # may check B (a host transfer)
     with fork_stream:   # the look-back's status words, then its ticket counter, zeroed
         status = cp.zeros(n_glob * nseg + 1, dtype=cp.uint64)
         _launch(f"numeric_global_seg<{_cuda.ctype(s.dtype)}>", n_glob * nseg, GLOBAL_SEG_THREADS,
                 (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n_glob),
-                 np.int32(nseg), np.int32(cols), status, s.Cp, base, Cj, Cx), smem=cols * itemsize + cols // 8)
-    s.info["global_segments"] = nseg
+                 np.int32(nseg), np.int32(cols), status, s.Cp, base, Cj, Cx, np.int32(b_sorted)),
+                smem=cols * itemsize + cols // 8)
+    s.info.update(global_segments=nseg, global_segment_walk="B rows" if b_sorted else "products")
     return True
 
 
