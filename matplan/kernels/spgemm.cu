@@ -14,14 +14,16 @@
 //   as large as the row's exact nnz, so it never overflows. The row's table is then bitonic-sorted
 //   by key (empty keys = INT_MAX sort last) and its first nnz entries written out, or, unsorted,
 //   compacted with a shared counter.
-// * symbolic_global: rows too large for any shared table count their columns in a bitmap of
-//   B's columns (shared memory where it fits), several blocks a row.
+// * symbolic_global: rows too large for any shared table, and the rows of big tables
+//   (spgemm.SYMBOLIC_BITMAP_RATIO), count their columns in a bitmap of B's columns (shared memory
+//   where it fits), a block or a team of blocks a row.
 // * numeric_global_acc + numeric_global_out: their numeric pass by a dense accumulator of
 //   B.shape[1] slots in global memory, one slab per row of a batch, several blocks per row; marks
 //   are stamped with row + 1 so a slab is never cleared between rows; numeric_global_out scans
 //   the columns in order, so its output is sorted.
 // * numeric_global_seg: the numeric pass of such rows by column segments that fit in shared
-//   memory, a block a segment of a row (spgemm.py chooses it or the slabs).
+//   memory, a block a segment of a row, reading all of the row's products or (sorted B) its part
+//   of each B row (spgemm.py chooses it or the slabs).
 //
 // Several rows can share a block (RPB rows, TPR = blockDim.x / RPB threads each); the table size
 // S (a power of two) and RPB are launch arguments, shared memory is dynamic.

@@ -627,9 +627,9 @@ def _global_segments(ncols: int, batch_rows: int) -> tuple:
 def global_seg_cols(k: int, itemsize: int, smem_limit: int) -> int:
     """Columns of a segment of numeric_global_seg: k cut into as few equal segments (multiples of
     32 columns, at least 32) as fit in ``smem_limit`` beside STATIC_SMEM with their values and
-    bitmap. Each segment walks all of its row's products, so fewer segments are less work: on an
-    H100 (227 KB) R-MAT 16 / 17 / 18 take 3 / 5 / 10 float64 segments of ~28k columns at most,
-    where powers of two (16,384) took 4 / 8 / 16."""
+    bitmap. Each segment reads its row's B rows again (all their entries, or its part of sorted
+    ones), so fewer segments are less work: on an H100 (227 KB) R-MAT 16 / 17 / 18 take 3 / 5 / 10
+    float64 segments of ~28k columns at most, where powers of two (16,384) took 4 / 8 / 16."""
     most = max(32, (8 * (smem_limit - STATIC_SMEM)) // (8 * itemsize + 1) // 32 * 32)
     nseg = -(-k // most)
     return -(-(-(-k // nseg)) // 32) * 32
@@ -675,8 +675,11 @@ def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz, peak: int) -> None:
     A, B, words = s.A, s.B, -(-s.shape[1] // 32)
     in_shared = SYMBOLIC_GLOBAL_SHARED and 4 * words + STATIC_SMEM <= s.smem_limit
     parts = _global_parts(peak, min(n, _global_target_blocks()))
-    G = n if in_shared and parts == 1 else _global_blocks(n, 4 * words, "symbolic")
-    parts = _global_parts(peak, min(G, n))
+    if in_shared and parts == 1:   # a block a row, its bitmap in shared memory alone: one launch
+        G = n
+    else:                          # batches of rows that hold a bitmap each in global memory
+        G = _global_blocks(n, 4 * words, "symbolic")
+        parts = _global_parts(peak, min(G, n))
     bitmaps = cp.empty(G * words if parts > 1 or not in_shared else 1, dtype=cp.uint32)
     for b0 in range(0, n, G):   # batches of G rows, a bitmap each
         if bitmaps.size > 1:
