@@ -153,6 +153,25 @@ def test_cost_names_global_rows():
     assert f.rowct_max / math.pi > 16384 and n_global >= 1 and "global-memory path" in why
 
 
+def test_cost_charges_slabs_only_where_the_global_rows_take_them(monkeypatch):
+    """The global rows' dense slabs (B.shape[1] columns written and scanned, a row) are charged
+    where global_seg_shape sends them there; by column segments in shared memory the products'
+    traffic already covers them, and the cost says which."""
+    h100 = device_mod.known("H100")
+    n = 60000
+    dense_row = sp.csr_matrix((np.ones(n), (np.zeros(n, int), np.arange(n))), shape=(n, n))
+    f = _features((dense_row + sp.eye(n)).tocsr(), sp.eye(n, format="csr"))
+    n_global = hs.describe_groups(f, h100.smem_per_block)[2]
+    kernel = hs.HashSpGEMM()
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0)
+    seg = kernel.cost(f, {"sort": True}, h100)
+    assert "column segment" in seg.why and "slabs" not in seg.why
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", float("inf"))
+    slabs = kernel.cost(f, {"sort": True}, h100)
+    assert "dense slabs" in slabs.why
+    assert slabs.run_s - seg.run_s == pytest.approx(n_global * n * (hs.KEY_BYTES + 8) * 2 / h100.mem_bandwidth)
+
+
 def test_planner_explains_hash_when_costed():
     h100 = device_mod.known("H100")
     A = sp.random(3000, 3000, density=0.003, format="csr", random_state=1) + sp.eye(3000)

@@ -1435,6 +1435,9 @@ def transpose_sort(A):
 #: sorted and written; a repeated key is one atomic add. The fit is within 0.6-1.4x on the corpus
 #: but under-predicts R-MAT medium (0.3x) and ice40 (0.5x): large rows with many distinct columns
 #: (big tables, few resident blocks, the global path) cost more than a linear model says.
+#: Global rows that take dense slabs are charged the slabs' bytes on top; by column segments in
+#: shared memory they are not (the slab term had R-MAT 16 / 17 at 26 / 89 ms predicted against
+#: 13 / 37 measured at 697e0e7; without it 15.6 / 44.0).
 HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
 #: The fixed cost of a call outside the pass kernels (product scan, classification, allocation,
 #: host round trips), by the path spgemm() takes (hash_path): whole calls on the smallest corpus
@@ -1546,7 +1549,12 @@ class HashSpGEMM(Kernel):
         est_c = traffic.spgemm_nnz_c(f)
         nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, HASH_BYTES)
         t = nbytes / device.mem_bandwidth
-        t += n_global * f.k * (KEY_BYTES + itemsize) * 2 / device.mem_bandwidth
+        seg = global_seg_shape(f.k, itemsize, device.smem_per_block, n_global, device.sms) if n_global else None
+        if n_global and seg is None:   # dense slabs of B.shape[1] columns, written and scanned
+            t += n_global * f.k * (KEY_BYTES + itemsize) * 2 / device.mem_bandwidth
+            why += f" (dense slabs of {f.k:,} columns in global memory)"
+        elif n_global:   # by segments in shared memory: the products' traffic above covers them
+            why += f" (by {seg[1]} column segment(s) of {seg[0]:,} columns in shared memory)"
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
         t += HASH_FIXED_S[path] + launches * LAUNCH_S
         free = _free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
