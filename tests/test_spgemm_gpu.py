@@ -22,8 +22,8 @@ def global_path(request, hs, monkeypatch):
     """The global path a test takes: numeric by column segments in shared memory (forced however
     few rows there are), symbolic by bitmaps in shared memory; or numeric by dense slabs and
     symbolic by bitmaps in global memory (segments and shared bitmaps off). Segments read only
-    their part of each sorted B row (rows of at least 32 A nonzeros), or ("segments-walk") walk
-    all of a row's products. The other rows take symbolic tables whatever their size
+    their part of each sorted B row (rows of at least 32 A nonzeros and 32 products a nonzero a
+    segment), or ("segments-walk") walk all of a row's products. The other rows take symbolic tables whatever their size
     (test_symbolic_bitmap_rows has the bitmaps for them)."""
     segments = request.param.startswith("segments")
     monkeypatch.setattr(hs, "GLOBAL_SEG_B_ROWS", request.param == "segments")
