@@ -288,6 +288,17 @@ def test_global_segment_columns_fit_shared_memory():
     assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm.cu")
 
 
+def test_symbolic_bitmap_takes_big_tables(monkeypatch):
+    """Rows of symbolic tables of at least SYMBOLIC_BITMAP_RATIO slots a word of B's column bitmap
+    count their columns in the bitmap (R-MAT 16, k = 65,536: 2,048 words, tables of 512 slots and
+    up); none where the bitmap is past shared memory or the shared bitmaps are off."""
+    smem = 227 * KB
+    assert hs.symbolic_bitmap_from(65_536, smem) == hs.SYMBOLIC_BITMAP_RATIO * 2048 == 512
+    assert hs.symbolic_bitmap_from(8 * smem, smem) == math.inf            # a bitmap of smem bytes
+    monkeypatch.setattr(hs, "SYMBOLIC_GLOBAL_SHARED", False)
+    assert hs.symbolic_bitmap_from(65_536, smem) == math.inf
+
+
 def test_global_segments_or_slabs():
     """Segments for at most GLOBAL_SEG_MAX_SEGMENTS a row that give every SM a block (H100:
     R-MAT 16's 2,938 rows x 3 float64 segments; R-MAT 18's 10), slabs otherwise (ice40's 8 rows
