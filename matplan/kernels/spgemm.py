@@ -459,6 +459,11 @@ def lift_index(counts, ladder: tuple, sms: int, peak: int) -> int:
     return lift
 
 
+def _lifted_rows(c: "_Classes", lift: int) -> int:
+    """Rows that lift index ``lift`` (lift_index; -1: none) moves from c's tables to the global path."""
+    return int(c.counts[lift + 1:-1].sum()) if lift >= 0 else 0
+
+
 # ----------------------------------------------------------------------------- GPU
 #: Extra NVRTC options for spgemm.cu, e.g. ("-DSUBWARP_MIN_BLOCKS=6",) (benchmarks/spgemm_phases.py
 #: --define: compile-time variants in one run).
@@ -673,7 +678,7 @@ def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz, peak: int) -> None:
     in batches of rows, for rows of several blocks (their union) or past shared memory."""
     cp = cupy_module()
     A, B, words = s.A, s.B, -(-s.shape[1] // 32)
-    in_shared = SYMBOLIC_GLOBAL_SHARED and 4 * words + STATIC_SMEM <= s.smem_limit
+    in_shared = _symbolic_bitmap_shared(s.shape[1], s.smem_limit)
     parts = _global_parts(peak, min(n, _global_target_blocks()))
     if in_shared and parts == 1:   # a block a row, its bitmap in shared memory alone: one launch
         G = n
@@ -689,14 +694,17 @@ def _symbolic_global(s: "_Symbolic", rows, n: int, row_nnz, peak: int) -> None:
                  np.int32(words), np.int32(in_shared), np.int64(peak), row_nnz), smem=4 * words if in_shared else 0)
 
 
+def _symbolic_bitmap_shared(k: int, smem_limit: int) -> bool:
+    """Whether symbolic_global keeps its bitmap of B's k columns in shared memory: allowed
+    (SYMBOLIC_GLOBAL_SHARED) and its k / 32 words fit beside STATIC_SMEM."""
+    return SYMBOLIC_GLOBAL_SHARED and 4 * -(-k // 32) + STATIC_SMEM <= smem_limit
+
+
 def symbolic_bitmap_from(k: int, smem_limit: int) -> float:
     """The smallest symbolic table whose rows count their columns in a bitmap of B's k columns
     instead (symbolic_global): SYMBOLIC_BITMAP_RATIO slots a 32-bit word of the bitmap, where the
-    bitmap fits in shared memory; infinity otherwise."""
-    words = -(-k // 32)
-    if not SYMBOLIC_GLOBAL_SHARED or 4 * words + STATIC_SMEM > smem_limit:
-        return math.inf
-    return SYMBOLIC_BITMAP_RATIO * words
+    bitmap is in shared memory; infinity otherwise."""
+    return SYMBOLIC_BITMAP_RATIO * -(-k // 32) if _symbolic_bitmap_shared(k, smem_limit) else math.inf
 
 
 def _global_blocks(nrows, slab_bytes, what):
@@ -966,7 +974,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     sms = _device_limits(_device_id())[1]
     sym_lift = -1 if bal else lift_index(sym.counts, sym_ladder, sms, s.rowct_max)
     sym_order, sym_counts = _group(sym, len(sym_ladder), bal, sym_lift)
-    lifted_sym = int(sym.counts[sym_lift + 1:-1].sum()) if sym_lift >= 0 else 0
+    lifted_sym = _lifted_rows(sym, sym_lift)
     risky = sym.risky
     info.update(symbolic_tables={size: int(c) for size, c in zip(sym_ladder, sym_counts[1:-1]) if c})
     del sym
@@ -1017,8 +1025,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     num_lift = -1 if bal else lift_index(num.counts, num_ladder, sms, s.rowct_max)
     order, counts = _group(num, len(num_ladder), bal, num_lift)
     s.Cp, s.Cp32, s.nnz_c, s.num_idx, s.whole = Cp, Cp32, num.total, num.idx, (order, counts)
-    info.update(lifted_rows={"symbolic": lifted_sym,
-                             "numeric": int(num.counts[num_lift + 1:-1].sum()) if num_lift >= 0 else 0})
+    info.update(lifted_rows={"symbolic": lifted_sym, "numeric": _lifted_rows(num, num_lift)})
     info.update(nnz_c=s.nnz_c, global_rows_symbolic=n_global_sym,
                 symbolic_overflowed=n_global_sym - n_direct, smem_limit=int(smem_limit),
                 numeric_tables={}, global_rows_numeric=0)
