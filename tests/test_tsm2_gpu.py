@@ -1,4 +1,6 @@
 """TSM2 CUDA kernels against NumPy float64 on fresh random data (GPU only; skipped without CuPy)."""
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import check_dense_product, nonzero_random as _random
@@ -298,3 +300,52 @@ def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, o
             _check(out, A_h, B_h[:, offset:], dtype)
         # (16, C) reused; the async path copies the offset B to a contiguous one, whose key is the first
         assert len(tsm2._LAUNCHES) == (3 if async_variant else 4)
+
+
+def _poison_pool(cp, shape, dtype, blocks=4):
+    """Free NaN-filled blocks of ``shape`` into CuPy's pool, so an output allocated next holds NaN
+    wherever a kernel does not write it."""
+    blocks = [cp.full(shape, cp.nan, dtype=dtype) for _ in range(blocks)]
+    del blocks
+
+
+@pytest.mark.parametrize("async_variant", [None, "preset"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_plan_run_keeps_a_launch_per_operand_layout(cp, rng, monkeypatch, async_variant, order):
+    """plan.run goes through TSM2's runner: the first call for an A layout and alignment and a B
+    shape and strides prepares and runs, later ones launch the kept launch. Repeated calls, a B
+    view of another k with the same strides, a B at an odd offset, out= given, and A in the other
+    layout (the plan's ValueError, naming A) each give NumPy's product in a NaN-poisoned output."""
+    dtype = np.float32
+    m, n, k = 300, 4096, 16
+    A_h, W_h = _random(rng, (m, n), dtype), _random(rng, (n, k + 1), dtype)
+    A, W = cp.asarray(A_h, order=order), cp.asarray(W_h)
+    B = cp.ascontiguousarray(W[:, :k])
+    plan = planner.plan(A, B, kernels=["tsgemm.tsm2"], measure="never")
+    if async_variant:
+        plan = dataclasses.replace(plan, params={**plan.params, "async": async_variant})
+    kern, prepared = get("tsgemm.tsm2"), []
+    monkeypatch.setattr(kern, "prepare", lambda A, p: prepared.append(1) or type(kern).prepare(kern, A, p))
+    for B_call, B_ref in ((B, W_h[:, :k]), (B, W_h[:, :k]), (W[:, :8], W_h[:, :8]), (W[:, 1:], W_h[:, 1:]), (B, W_h[:, :k])):
+        _poison_pool(cp, (m, B_ref.shape[1]), dtype)
+        _check(plan.run(A, B_call), A_h, B_ref, dtype)
+    assert len(prepared) == 3   # B, the k = 8 view, the odd offset; the repeats launch the kept ones
+    out = cp.full((m, k), cp.nan, dtype=dtype)
+    assert plan.run(A, B, out=out) is out
+    _check(out, A_h, W_h[:, :k], dtype)
+    other = cp.asfortranarray(A) if order == "C" else cp.ascontiguousarray(A)
+    with pytest.raises(ValueError, match="A: this plan's TSM2 kernel is for"):
+        plan.run(other, B)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_cublas_plan_runs_cupy_matmul(cp, rng, order):
+    """A cuBLAS plan's run is cupy.matmul's product, with out= too (copied into it)."""
+    dtype = np.float64
+    A_h, B_h = _random(rng, (500, 700), dtype), _random(rng, (700, 5), dtype)
+    A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
+    plan = planner.plan(A, B, kernels=["gemm.cublas"], measure="never")
+    _check(plan.run(A, B), A_h, B_h, dtype)
+    out = cp.full((500, 5), cp.nan, dtype=dtype)
+    assert plan.run(A, B, out=out) is out
+    _check(out, A_h, B_h, dtype)

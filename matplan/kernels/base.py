@@ -6,7 +6,9 @@ A kernel is a stateless strategy object:
 * ``cost(features, params, device)`` predicts ``Cost(prepare_s, run_s, why)``
   from the analytic model (the learned model may override it);
 * ``prepare(A, params)`` converts A to the kernel's format (timed separately);
-* ``run(prepared, B, out=None)`` computes the product.
+* ``run(prepared, B, out=None)`` computes the product;
+* ``runner(params)`` returns what ``Plan.run`` calls, ``(A, B, out=None) -> C``: by default
+  prepare then run; a kernel whose call is dominated by host time gives a shorter path.
 
 ``Prepared`` carries the converted arrays and their byte size, so plan caches
 can bound themselves by bytes.
@@ -90,6 +92,13 @@ class Kernel:
 
     def run(self, prepared: Prepared, B, out=None):
         raise NotImplementedError
+
+    def runner(self, params: dict):
+        """``Plan.run``'s call ``(A, B, out=None) -> C`` for operands already validated against the
+        plan (type, shape, dtype): prepare A, then run. One is made per plan and kept."""
+        def run(A, B, out=None):
+            return self.run(self.prepare(A, dict(params)), B, out=out)
+        return run
 
     def __repr__(self) -> str:
         return f"<kernel {self.name} ops={self.ops} backend={self.backend}>"
