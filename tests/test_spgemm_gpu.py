@@ -453,7 +453,7 @@ def test_output_past_free_memory_raises(cp, hs, rng, monkeypatch):
 def test_one_pass_path(cp, hs, rng, dtype, sort):
     """Rows whose bound min(nnz_RowCt, k) fits ONE_PASS_MAX_TABLE take the one-pass path (no
     symbolic pass): empty rows, a row at the bound, duplicates and unsorted indices included;
-    a row past the bound sends the product to the two passes."""
+    a row past the bound takes the global path's slabs inside it."""
     m = 3000
     A = random_csr(rng, m, m, 3 / m)
     A = A.tolil()
@@ -477,7 +477,49 @@ def test_one_pass_path(cp, hs, rng, dtype, sort):
     big = big.tocsr()
     wide = {}
     _check_one(cp, hs, big, A, dtype, sort, wide)
-    assert not wide["one_pass"]
+    assert wide["one_pass"] and wide["global_rows_numeric"] == 1   # that row by the global slabs
+
+
+def _poison_pool(cp, nbytes: int, blocks: int = 4):
+    """Free blocks of ``nbytes`` of 0xFF bytes into CuPy's pool (column -1, value NaN), so a
+    buffer allocated next shows any entry a kernel leaves unwritten."""
+    held = [cp.full(nbytes, 0xFF, dtype=cp.uint8) for _ in range(blocks)]
+    del held
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sort", [True, False])
+def test_one_pass_takes_few_long_rows_by_slabs(cp, hs, rng, monkeypatch, dtype, sort):
+    """Up to ONE_PASS_LONG_ROWS rows past the one-pass classes take the global path's slabs in
+    the one-pass layout (each row at its products' offset, its count from its last column
+    segment): A @ A and A @ B for a B wide enough for many segments a row match SciPy from a
+    poisoned memory pool, empty rows, duplicates and unsorted indices included; one long row more
+    than the limit, or slabs past ONE_PASS_LONG_BYTES, send the product to the two passes."""
+    m = 3000
+    S = random_csr(rng, m, m, 3 / m).tolil()
+    S[5, :] = 0
+    A = S.copy()
+    for r in (9, 100, 2999):                       # rows of ~3m products, bound m: past the tables
+        A[r, :] = rng.random(m) + 0.5
+    A, S = A.tocsr(), S.tocsr()
+    W = random_csr(rng, m, 40 * 1024, 20 / (40 * 1024))   # 40k columns: many segments a long row
+    M = messy_csr(rng, m, m)                       # duplicates, unsorted indices, a long row
+    for right, exact in ((S, True), (W, True), (M, False)):   # M's long row makes a few more
+        info = {}
+        products = int((sp.csr_matrix(A).astype(bool).astype(np.int64) @ np.diff(right.indptr)).sum())
+        _poison_pool(cp, products * 8)
+        _check_one(cp, hs, A, right, dtype, sort, info)
+        assert info["one_pass"]
+        assert info["global_rows_numeric"] == 3 if exact else 3 <= info["global_rows_numeric"] <= hs.ONE_PASS_LONG_ROWS
+    monkeypatch.setattr(hs, "ONE_PASS_LONG_ROWS", 2)
+    info = {}
+    _check_one(cp, hs, A, S, dtype, sort, info)
+    assert not info["one_pass"]
+    monkeypatch.setattr(hs, "ONE_PASS_LONG_ROWS", 64)
+    monkeypatch.setattr(hs, "ONE_PASS_LONG_BYTES", 3 * m * 12 - 1)
+    info = {}
+    _check_one(cp, hs, A, S, np.float64, sort, info)
+    assert not info["one_pass"]
 
 
 @pytest.mark.parametrize("range_below", [0, 10 ** 9])

@@ -924,22 +924,25 @@ extern "C" __global__ void global_segment_counts(
 }
 
 // Sorted output of the batch's rows: each block writes its segment's marked columns in order,
-// and zeroes their accumulators for the next batch.
+// and zeroes their accumulators for the next batch. Cp null: the one-pass layout (the row at its
+// products' offset csum[Ap[row]], its count to row_nnz by the row's last segment).
 template <typename T>
 __global__ void numeric_global_out(
         const int* __restrict__ rows, const int r0, const int* __restrict__ marks,
         T* __restrict__ acc, const long long ncols, const long long seg_cols,
         const int* __restrict__ seg_counts, const long long* __restrict__ Cp,
-        const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx) {
+        const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx,
+        const int* __restrict__ Ap, const long long* __restrict__ csum, long long* __restrict__ row_nnz) {
     __shared__ int warp_sums[33];
-    __shared__ long long s_out;
+    __shared__ long long s_out, s_before;
     const int* mark = marks + (long long)blockIdx.x * ncols;
     T* a = acc + (long long)blockIdx.x * ncols;
     const int row = rows[r0 + blockIdx.x], stamp = row + 1;
     if (threadIdx.x == 0) {
         long long before = 0;
         for (int q = 0; q < (int)blockIdx.y; ++q) before += seg_counts[blockIdx.x * gridDim.y + q];
-        s_out = Cp[row] - c_base + before;
+        s_before = before;
+        s_out = (Cp ? Cp[row] - c_base : csum[Ap[row]]) + before;
     }
     __syncthreads();
     long long out = s_out;
@@ -959,6 +962,7 @@ __global__ void numeric_global_out(
         }
         out += total;
     }
+    if (row_nnz && threadIdx.x == 0 && blockIdx.y == gridDim.y - 1) row_nnz[row] = s_before + (out - s_out);
 }
 
 // The global path by column segments: the block of ticket t (taken from a counter, so a block
@@ -1171,6 +1175,6 @@ template __global__ void numeric_global_seg<double>(const int*, const int*, cons
         const double*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
         int*, double*, int);
 template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, long long,
-        const int*, const long long*, long long, int*, float*);
+        const int*, const long long*, long long, int*, float*, const int*, const long long*, long long*);
 template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, long long,
-        const int*, const long long*, long long, int*, double*);
+        const int*, const long long*, long long, int*, double*, const int*, const long long*, long long*);

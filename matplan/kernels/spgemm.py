@@ -25,14 +25,16 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
 5. the groups' launches go to separate streams, joined to the caller's stream by events.
 
 One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
-min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots, or every row's products fit the largest
-numeric_esc class (512), and an upper-bound buffer of ``products`` entries is small
-(one_pass_table), steps 2-3 are skipped: the analysis's launch also gives every row's one-pass
+min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots or its products fit the largest
+numeric_esc class (512), but for at most ONE_PASS_LONG_ROWS long rows (one_pass_long), and an
+upper-bound buffer of ``products`` entries is small (one_pass_table, upper_bound_fits), steps
+2-3 are skipped: the analysis's launch also gives every row's one-pass
 class; rows of at most 512 products take ``numeric_esc`` (the products expanded into registers,
 bitonic-sorted by column a W-lane group a row, runs summed by a segmented scan: no table, no
 atomics, deterministic sums; a row whose columns span at most its W * P slots is summed in a dense
 window of them instead, ESC_WINDOW), the others a table sized from their bound at full load (no overflow
-possible); each sorted row goes to its products' offset of that buffer with its count, the
+possible), the long rows the global path's slabs; each sorted row goes to its products' offset
+of that buffer with its count, the
 counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
 into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
 their GPU time in the symbolic pass and the host round trip after it.
@@ -807,6 +809,12 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 #: buffer of at most this fraction of the device's memory.
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
+#: ... and also when at most ONE_PASS_LONG_ROWS rows fit neither (their slabs of B.shape[1] columns
+#: at most ONE_PASS_LONG_BYTES): those take the global path's slabs in the one-pass layout, which
+#: saves the symbolic pass and two of the four host round trips of the two passes (skewed-spgemm:
+#: 34 such rows of 499,966 short ones).
+ONE_PASS_LONG_ROWS = 64
+ONE_PASS_LONG_BYTES = 256 << 20
 #: compact_rows: lanes a row on the one-pass path (fewer for the hybrid's short rows); compact_ranges: rows a block of 256
 #: threads (COMPACT_ROWS), taken when C's rows hold fewer than COMPACT_RANGE_BELOW entries on average.
 COMPACT_LANES = 32
@@ -952,9 +960,15 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal)
     s.csum = csum
     info["one_pass"] = False
-    if passes == "auto" and one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
-                                           _device_total_bytes(), (sorts or (0,))[-1]):
-        s.one_pass = (bal, zeros, sym.second, classes)
+    if passes == "auto":
+        lift = one_pass_lift(classes, s.n_esc)
+        n_long = int(sym.second.counts[lift + 1:].sum())
+        short = one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
+                               _device_total_bytes(), (sorts or (0,))[-1])
+        if short or (one_pass_long(n_long, k, dtype.itemsize)
+                     and upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes())):
+            s.one_pass = (bal, zeros, sym.second, classes, lift if n_long else -1)
+    if s.one_pass is not None:
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
         return s
@@ -1040,8 +1054,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     table size on its own stream; rows past every shared table use the global-memory path."""
     cp = cupy_module()
     t0 = time.perf_counter()
-    A, B, k, dtype, ladder = s.A, s.B, s.shape[1], s.dtype, s.num_ladder
-    num_slot = KEY_BYTES + dtype.itemsize
+    k, dtype, ladder = s.shape[1], s.dtype, s.num_ladder
     nnz = c1 - c0
     if nnz > INT32_MAX:  # panel_bounds keeps panels below this; a guard, not a path
         raise OverflowError(f"spgemm: panel rows [{r0}, {r1}) have {nnz:,} nonzeros, past 2^31 - 1")
@@ -1054,31 +1067,14 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     Cj = cp.empty(nnz, dtype=cp.int32)
     Cx = cp.empty(nnz, dtype=dtype)
     starts = _starts(counts)
-    ct = _cuda.ctype(dtype)
     base = np.int64(c0)
     fork = _Fork(counts[1:])   # the shared tables, then the global path
     _numeric_tables(s, fork, order, starts, counts, s.Cp, base, Cj, Cx, _NULL)
     n_glob = int(counts[-1])
     rows = order[starts[-2]:starts[-1]] if n_glob else None
     if n_glob and not _global_segmented(s, fork.stream(len(ladder)), rows, n_glob, base, Cj, Cx):
-        G = _global_blocks(n_glob, k * num_slot, "numeric")
-        parts = _global_parts(s.rowct_max, min(G, n_glob))
-        segs, seg_cols = _global_segments(k, min(G, n_glob))
         with fork.stream(len(ladder)):
-            marks = cp.zeros(G * k, dtype=cp.int32)
-            acc = cp.zeros(G * k, dtype=dtype)
-            seg_counts = cp.empty(G * segs, dtype=cp.int32)
-            for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
-                nb = min(G, n_glob - b0)
-                _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,
-                        (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-                         np.int32(b0), marks, acc, np.int64(k)))
-                if segs > 1:   # one segment a row starts at the row's start: nothing to count
-                    _launch("global_segment_counts", (nb, segs), GLOBAL_BLOCK_THREADS,
-                            (rows, np.int32(b0), marks, np.int64(k), np.int64(seg_cols), seg_counts))
-                _launch(f"numeric_global_out<{ct}>", (nb, segs), GLOBAL_BLOCK_THREADS,
-                        (rows, np.int32(b0), marks, acc, np.int64(k), np.int64(seg_cols), seg_counts,
-                         s.Cp, base, Cj, Cx))
+            _global_slabs(s, rows, n_glob, s.Cp, base, Cj, Cx, _NULL)
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
@@ -1098,6 +1094,32 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     s.info["global_rows_numeric"] += n_glob
     s.host_ms["numeric_launch"] = s.host_ms.get("numeric_launch", 0.0) + (time.perf_counter() - t0) * 1e3
     return C
+
+
+def _global_slabs(s: _Symbolic, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) -> None:
+    """The global-memory path of ``n_glob`` rows by dense slabs (numeric_global_acc, then
+    global_segment_counts and numeric_global_out over column segments), in batches of as many rows
+    as there are slabs; Cp null (_NULL): the one-pass layout, each row's count to row_nnz."""
+    cp = cupy_module()
+    A, B, k, dtype = s.A, s.B, s.shape[1], s.dtype
+    ct = _cuda.ctype(dtype)
+    G = _global_blocks(n_glob, k * (KEY_BYTES + dtype.itemsize), "numeric")
+    parts = _global_parts(s.rowct_max, min(G, n_glob))
+    segs, seg_cols = _global_segments(k, min(G, n_glob))
+    marks = cp.zeros(G * k, dtype=cp.int32)
+    acc = cp.zeros(G * k, dtype=dtype)
+    seg_counts = cp.empty(G * segs, dtype=cp.int32)
+    for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
+        nb = min(G, n_glob - b0)
+        _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,
+                (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
+                 np.int32(b0), marks, acc, np.int64(k)))
+        if segs > 1:   # one segment a row starts at the row's start: nothing to count
+            _launch("global_segment_counts", (nb, segs), GLOBAL_BLOCK_THREADS,
+                    (rows, np.int32(b0), marks, np.int64(k), np.int64(seg_cols), seg_counts))
+        _launch(f"numeric_global_out<{ct}>", (nb, segs), GLOBAL_BLOCK_THREADS,
+                (rows, np.int32(b0), marks, acc, np.int64(k), np.int64(seg_cols), seg_counts,
+                 Cp, base, Cj, Cx, A.indptr, s.csum, row_nnz))
 
 
 def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz, first: int = 0):
@@ -1204,13 +1226,27 @@ def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, to
             and upper_bound_fits(products, itemsize, total_bytes))
 
 
+def one_pass_lift(classes: tuple, n_esc: int) -> int:
+    """The first one-pass class (numeric_esc's n_esc, then the tables) of rows too long for the
+    one-pass tables: the first table past ONE_PASS_MAX_TABLE slots, else len(classes) (the rows no
+    class holds)."""
+    return next((c for c in range(n_esc, len(classes)) if classes[c] > ONE_PASS_MAX_TABLE), len(classes))
+
+
+def one_pass_long(n_long: int, k: int, itemsize: int) -> bool:
+    """Whether ``n_long`` rows past the one-pass classes (one_pass_lift) may take the global path's
+    slabs inside the one-pass path: at most ONE_PASS_LONG_ROWS, their slabs of k columns at most
+    ONE_PASS_LONG_BYTES."""
+    return n_long <= ONE_PASS_LONG_ROWS and n_long * k * (KEY_BYTES + itemsize) <= ONE_PASS_LONG_BYTES
+
+
 def upper_bound_fits(products: int, itemsize: int, total_bytes) -> bool:
     """Whether an upper-bound buffer of ``products`` entries (the one-pass path, the hybrid's
     numeric_esc rows) is below 2^31 entries and ONE_PASS_MEM_FRACTION of the device's memory."""
     return products <= INT32_MAX and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes
 
 
-def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
+def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lift: int = -1):
     """Steps 2-4 for rows of short bounds (one_pass_table): no symbolic pass. Each row's table is
     sized from its bound min(nnz_RowCt, k) at full load (it cannot overflow); the numeric pass
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
@@ -1219,13 +1255,15 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     and the symbolic pass's launch is saved. Each row's class (``one``, from the analysis's
     launch) is one of ``classes``: numeric_esc's product limits (ESC_CAPS, when spgemm's ``esc``),
     then the tables. Under the balanced rule (one class for every row) the rows run in row order
-    in the class of the largest row."""
+    in the class of the largest row. ``lift`` >= 0: the rows of classes lift .. (few, one_pass_long)
+    take the global path's slabs, written in the same layout."""
     cp = cupy_module()
     dtype, ladder = s.dtype, s.num_ladder
     m, k = s.shape
     Uj, Ux = _upper_bound(s)
     sort_caps = classes[:s.n_esc]
-    if bal:
+    n_glob = 0
+    if bal and lift < 0:
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
@@ -1236,13 +1274,17 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
             _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
             tables, escs = {size: m}, {}
     else:
-        order, counts = _group(one, len(classes), False)
+        order, counts = _group(one, len(classes), False, lift)
         row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
         starts = _starts(counts)
         fork = _Fork(counts[1:])
         escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
         e = len(sort_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
+        n_glob = int(counts[-1])
+        if n_glob:
+            with fork.stream(len(classes)):
+                _global_slabs(s, order[starts[-2]:starts[-1]], n_glob, _NULL, np.int64(0), Uj, Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
@@ -1250,7 +1292,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple):
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
-    s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
+    s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
