@@ -489,36 +489,38 @@ def _poison_pool(cp, nbytes: int, blocks: int = 4):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("sort", [True, False])
-def test_one_pass_takes_few_long_rows_by_slabs(cp, hs, rng, monkeypatch, dtype, sort):
-    """Up to ONE_PASS_LONG_ROWS rows past the one-pass classes take the global path's slabs in
-    the one-pass layout (each row at its products' offset, its count from its last column
-    segment): A @ A and A @ B for a B wide enough for many segments a row match SciPy from a
-    poisoned memory pool, empty rows, duplicates and unsorted indices included; one long row more
-    than the limit, or slabs past ONE_PASS_LONG_BYTES, send the product to the two passes."""
-    m = 3000
+def test_one_pass_takes_few_long_rows(cp, hs, rng, monkeypatch, dtype, sort, global_path):
+    """Up to ONE_PASS_LONG_ROWS rows past the one-pass classes take the global path (slabs, or
+    column segments: 48 KB tables give a 40k-column row several) in the one-pass layout, each row
+    at its products' offset with its count from its last segment: A @ A, A @ B for a wide B and
+    for a B of duplicate and unsorted indices match SciPy from a poisoned memory pool; one long
+    row more than the limit, or slabs past ONE_PASS_LONG_BYTES, send the product to the two
+    passes."""
+    m, smem = 3000, 48 * 1024
     S = random_csr(rng, m, m, 3 / m).tolil()
     S[5, :] = 0
     A = S.copy()
     for r in (9, 100, 2999):                       # rows of ~3m products, bound m: past the tables
         A[r, :] = rng.random(m) + 0.5
     A, S = A.tocsr(), S.tocsr()
-    W = random_csr(rng, m, 40 * 1024, 20 / (40 * 1024))   # 40k columns: many segments a long row
+    W = random_csr(rng, m, 40 * 1024, 20 / (40 * 1024))   # 40k columns: several segments a long row
     M = messy_csr(rng, m, m)                       # duplicates, unsorted indices, a long row
     for right, exact in ((S, True), (W, True), (M, False)):   # M's long row makes a few more
         info = {}
         products = int((sp.csr_matrix(A).astype(bool).astype(np.int64) @ np.diff(right.indptr)).sum())
         _poison_pool(cp, products * 8)
-        _check_one(cp, hs, A, right, dtype, sort, info)
+        _check_one(cp, hs, A, right, dtype, sort, info, smem_limit=smem)
         assert info["one_pass"]
         assert info["global_rows_numeric"] == 3 if exact else 3 <= info["global_rows_numeric"] <= hs.ONE_PASS_LONG_ROWS
+        _check_global_path(info, global_path)
     monkeypatch.setattr(hs, "ONE_PASS_LONG_ROWS", 2)
     info = {}
-    _check_one(cp, hs, A, S, dtype, sort, info)
+    _check_one(cp, hs, A, S, dtype, sort, info, smem_limit=smem)
     assert not info["one_pass"]
     monkeypatch.setattr(hs, "ONE_PASS_LONG_ROWS", 64)
     monkeypatch.setattr(hs, "ONE_PASS_LONG_BYTES", 3 * m * 12 - 1)
     info = {}
-    _check_one(cp, hs, A, S, np.float64, sort, info)
+    _check_one(cp, hs, A, S, np.float64, sort, info, smem_limit=smem)
     assert not info["one_pass"]
 
 
@@ -622,10 +624,11 @@ def test_sort_based_rows_need_b_narrow_enough_to_pack(cp, hs, rng):
 @pytest.mark.parametrize("dtype,short", [(np.float32, [0, 3, 17, 100, 0, 300]), (np.float64, [0, 3, 17, 100, 0, 300]),
                                          (np.float64, [0, 3, 9, 1, 0, 16])])
 def test_hybrid_sorts_short_rows_beside_the_two_passes(cp, hs, rng, monkeypatch, dtype, short):
-    """Long rows (products past 512 and bound past 256) force the two passes; the rows numeric_esc
-    can take skip the symbolic pass (the hybrid) and are copied into C after the scan. == SciPy
-    with the hybrid, with esc=False, and when its upper-bound buffer does not fit (then the short
-    rows are classified again for the symbolic tables)."""
+    """Long rows (products past 512 and bound past 256) more than ONE_PASS_LONG_ROWS force the two
+    passes; the rows numeric_esc can take skip the symbolic pass (the hybrid) and are copied into
+    C after the scan. == SciPy with the hybrid, with esc=False, and when its upper-bound buffer
+    does not fit (then the short rows are classified again for the symbolic tables)."""
+    monkeypatch.setattr(hs, "ONE_PASS_LONG_ROWS", 0)   # the two long rows alone force the two passes
     A, B = _rows_of_products(rng, short * 40 + [599, 600, 2], long_a={3, 241}, ncols=400)
     info = {}
     _check_one(cp, hs, A, B, dtype, True, info)   # only 16-product rows: the copy takes 4 lanes a row

@@ -997,7 +997,7 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const int nseg, const int seg_cols, unsigned long long* __restrict__ status,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj, T* __restrict__ Cx,
-        const int b_sorted) {
+        const int b_sorted, long long* __restrict__ row_nnz) {
     __shared__ int warp_sums[33];
     __shared__ long long s_ticket, s_out;
     T* vals = reinterpret_cast<T*>(smem);
@@ -1071,7 +1071,9 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
             }
         }
         atomicExch(st + seg, ((unsigned long long)(before + total) << 2) | 2ULL);
-        s_out = Cp[row] - c_base + before;
+        // Cp null: the one-pass layout (at the row's products' offset; the last segment counts it)
+        s_out = (Cp ? Cp[row] - c_base : csum[Ap[row]]) + before;
+        if (row_nnz && seg == nseg - 1) row_nnz[row] = before + total;
     }
     __syncthreads();
     write_bits(bits, w0, w1, s_out + excl, lo, Cj, Cx, [&](int c) { return vals[c]; });
@@ -1170,10 +1172,10 @@ template __global__ void numeric_global_acc<double>(const int*, const int*, cons
         const double*, const long long*, const int*, int, int*, double*, long long);
 template __global__ void numeric_global_seg<float>(const int*, const int*, const float*, const int*, const int*,
         const float*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
-        int*, float*, int);
+        int*, float*, int, long long*);
 template __global__ void numeric_global_seg<double>(const int*, const int*, const double*, const int*, const int*,
         const double*, const long long*, const int*, int, int, int, unsigned long long*, const long long*, long long,
-        int*, double*, int);
+        int*, double*, int, long long*);
 template __global__ void numeric_global_out<float>(const int*, int, const int*, float*, long long, long long,
         const int*, const long long*, long long, int*, float*, const int*, const long long*, long long*);
 template __global__ void numeric_global_out<double>(const int*, int, const int*, double*, long long, long long,

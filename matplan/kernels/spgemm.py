@@ -33,7 +33,7 @@ class; rows of at most 512 products take ``numeric_esc`` (the products expanded 
 bitonic-sorted by column a W-lane group a row, runs summed by a segmented scan: no table, no
 atomics, deterministic sums; a row whose columns span at most its W * P slots is summed in a dense
 window of them instead, ESC_WINDOW), the others a table sized from their bound at full load (no overflow
-possible), the long rows the global path's slabs; each sorted row goes to its products' offset
+possible), the long rows the global path; each sorted row goes to its products' offset
 of that buffer with its count, the
 counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
 into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
@@ -654,7 +654,15 @@ def global_seg_shape(k: int, itemsize: int, smem_limit: int, n_glob: int, sms: i
     return cols, nseg
 
 
-def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, Cx) -> bool:
+def _global_rows(s: "_Symbolic", fork_stream, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) -> None:
+    """The numeric global path of ``rows`` (n_glob of them) on ``fork_stream``: by column segments
+    where global_seg_shape takes them, else by slabs; Cp null (_NULL): the one-pass layout."""
+    if not _global_segmented(s, fork_stream, rows, n_glob, Cp, base, Cj, Cx, row_nnz):
+        with fork_stream:
+            _global_slabs(s, rows, n_glob, Cp, base, Cj, Cx, row_nnz)
+
+
+def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) -> bool:
     """The numeric global path by column segments for ``rows`` (n_glob of them) where
     global_seg_shape takes them; False (nothing launched) otherwise."""
     cp = cupy_module()
@@ -668,7 +676,7 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, base, Cj, 
         status = cp.zeros(n_glob * nseg + 1, dtype=cp.uint64)
         _launch(f"numeric_global_seg<{_cuda.ctype(s.dtype)}>", n_glob * nseg, GLOBAL_SEG_THREADS,
                 (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n_glob),
-                 np.int32(nseg), np.int32(cols), status, s.Cp, base, Cj, Cx, np.int32(b_sorted)),
+                 np.int32(nseg), np.int32(cols), status, Cp, base, Cj, Cx, np.int32(b_sorted), row_nnz),
                 smem=cols * itemsize + cols // 8)
     s.info.update(global_segments=nseg, global_segment_walk="B rows" if b_sorted else "products")
     return True
@@ -810,7 +818,7 @@ SMALL_OUTPUT_FRACTION = 1 / 16
 ONE_PASS_MAX_TABLE = 256
 ONE_PASS_MEM_FRACTION = 1 / 16
 #: ... and also when at most ONE_PASS_LONG_ROWS rows fit neither (their slabs of B.shape[1] columns
-#: at most ONE_PASS_LONG_BYTES): those take the global path's slabs in the one-pass layout, which
+#: at most ONE_PASS_LONG_BYTES): those take the global path in the one-pass layout, which
 #: saves the symbolic pass and two of the four host round trips of the two passes (skewed-spgemm:
 #: 34 such rows of 499,966 short ones).
 ONE_PASS_LONG_ROWS = 64
@@ -1072,9 +1080,8 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     _numeric_tables(s, fork, order, starts, counts, s.Cp, base, Cj, Cx, _NULL)
     n_glob = int(counts[-1])
     rows = order[starts[-2]:starts[-1]] if n_glob else None
-    if n_glob and not _global_segmented(s, fork.stream(len(ladder)), rows, n_glob, base, Cj, Cx):
-        with fork.stream(len(ladder)):
-            _global_slabs(s, rows, n_glob, s.Cp, base, Cj, Cx, _NULL)
+    if n_glob:
+        _global_rows(s, fork.stream(len(ladder)), rows, n_glob, s.Cp, base, Cj, Cx, _NULL)
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
@@ -1283,8 +1290,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         n_glob = int(counts[-1])
         if n_glob:
-            with fork.stream(len(classes)):
-                _global_slabs(s, order[starts[-2]:starts[-1]], n_glob, _NULL, np.int64(0), Uj, Ux, row_nnz)
+            _global_rows(s, fork.stream(len(classes)), order[starts[-2]:starts[-1]], n_glob, _NULL,
+                         np.int64(0), Uj, Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
