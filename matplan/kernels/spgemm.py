@@ -1085,8 +1085,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
-        widest = max(s.info["esc_rows"])   # lanes a row from the widest sort class used
-        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=min(COMPACT_LANES, max(4, widest // 4)))
+        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=_compact_lanes(s.info["esc_rows"]))
         s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
@@ -1199,10 +1198,16 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
 
 
+def _compact_lanes(esc_rows: dict, tables=None) -> int:
+    """compact_rows' lanes a row for rows of numeric_esc's classes (``esc_rows``: {class cap: rows})
+    and no tables: from the widest class used, a quarter of its products, 4 to COMPACT_LANES."""
+    return COMPACT_LANES if tables or not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
+
+
 def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES):
     """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
-    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= 32) a row, or
-    compact_ranges (every row; for short rows)."""
+    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS;
+    BLOCK_THREADS: a block a row) a row, or compact_ranges (every row; for short rows)."""
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
     args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
@@ -1263,7 +1268,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     launch) is one of ``classes``: numeric_esc's product limits (ESC_CAPS, when spgemm's ``esc``),
     then the tables. Under the balanced rule (one class for every row) the rows run in row order
     in the class of the largest row. ``lift`` >= 0: the rows of classes lift .. (few, one_pass_long)
-    take the global path's slabs, written in the same layout."""
+    take the global path, written in the same layout."""
     cp = cupy_module()
     dtype, ladder = s.dtype, s.num_ladder
     m, k = s.shape
@@ -1298,7 +1303,12 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
+    if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
+        #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows
+        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]], lanes=_compact_lanes(escs, tables))
+        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[-2]:starts[-1]], lanes=BLOCK_THREADS)
+    else:
+        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
