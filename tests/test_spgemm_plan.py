@@ -112,8 +112,9 @@ def test_cost_explains_balanced_and_grouped(rng):
 
 def test_hash_path_follows_spgemm_rule():
     """The cost model's path is spgemm()'s own choice: one pass while every row's bound fits
-    ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule), the hybrid when few rows are
-    long, else two passes; each path's fixed cost is in the cost and named in the why."""
+    ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule) or the long rows are very few
+    (one_pass_long), the hybrid when few rows are long, else two passes; each path's fixed cost
+    is in the cost and named in the why."""
     h100 = device_mod.known("H100")
     kernel = hs.HashSpGEMM()
     n = 3000
@@ -133,7 +134,12 @@ def test_hash_path_follows_spgemm_rule():
     hub = sp.csr_matrix((np.ones(n), (np.zeros(n, int), np.arange(n))), shape=(n, n)) + sp.eye(n)
     f = _features(hub.tocsr(), hub.tocsr())
     assert min(f.rowct_max, f.k) > hs.ONE_PASS_MAX_TABLE
-    assert hs.hash_path(f, h100.smem_per_block) == "hybrid"       # one long row, the rest sorted
+    assert hs.hash_path(f, h100.smem_per_block) == "one pass, grouped"   # one long row: one_pass_long
+    w, h = 7000, hs.ONE_PASS_LONG_ROWS + 6                       # h long rows: past one_pass_long, within
+    hubs = sp.csr_matrix((np.ones(h * 200), (np.repeat(np.arange(h), 200), np.tile(np.arange(200), h))),
+                         shape=(w, w)) + sp.eye(w)                 # HYBRID_LONG_ROWS of 7000
+    f = _features(hubs.tocsr(), hubs.tocsr())
+    assert hs.hash_path(f, h100.smem_per_block) == "hybrid"       # the long rows hashed, the rest sorted
     hybrid = kernel.cost(f, {"sort": True}, h100)
     assert "hybrid" in hybrid.why and hybrid.run_s >= hs.HASH_FIXED_S["hybrid"]
     dense = sp.random(300, 300, density=0.5, format="csr", random_state=1)   # every row long

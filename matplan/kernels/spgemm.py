@@ -1562,8 +1562,10 @@ def hash_path(f, smem_bytes: int) -> str:
     one_pass_table allows (its device-memory bound is left out: it binds only past ~300M products
     on an 80 GB GPU, where the fixed cost no longer matters, and the planner's features must not
     depend on the memory of the machine that computes them), balanced or grouped by the RBSparse
-    rule; else the hybrid when few rows are long (HYBRID_LONG_ROWS) and none passes the shared
-    tables; else two passes."""
+    rule; grouped also when the long rows (alpha past 256: about nnz_RowCt > 804, the features'
+    nearest bound to the one-pass classes' 512) are few enough for one_pass_long; else the
+    hybrid when few rows are long (HYBRID_LONG_ROWS) and none passes the shared tables; else two
+    passes."""
     itemsize = np.dtype(f.dtype).itemsize
     top = table_ladder(smem_bytes, KEY_BYTES + itemsize)[-1]
     caps = esc_caps(f.k)
@@ -1571,6 +1573,8 @@ def hash_path(f, smem_bytes: int) -> str:
                       esc_cap=(caps or (0,))[-1]):
         return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
     long_rows = sum(f.rbs_groups[4:]) if len(f.rbs_groups) > 4 else f.m
+    if one_pass_long(long_rows, f.k, itemsize) and upper_bound_fits(f.products, itemsize, math.inf):
+        return "one pass, grouped"
     if caps and long_rows <= HYBRID_LONG_ROWS * f.m and f.rowct_max / analytic.RBS_COMPRESSION <= top:
         return "hybrid"
     return "two passes"
