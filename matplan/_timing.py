@@ -13,7 +13,11 @@ def cuda_times_s(fn, repeats: int, warmup: int = 2) -> list:
 
 def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
     """{name: [seconds of each call]}: ``repeats`` rounds in which each of ``fns`` is called once
-    between two CUDA events, after ``warmup`` such rounds untimed."""
+    between two CUDA events, after ``warmup`` such rounds untimed. Round r starts at the r-th
+    function (a rotation), so each follows each other equally often: what a call leaves behind
+    (the L2's contents, the memory pool's free blocks) falls on all alike. In a fixed order the
+    planner's hash SpGEMM call, timed right after cuSPARSE's, read 40-100 us slower than the same
+    kernel timed after it (spgemm.py, H100, 2026-11-24)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError(f"{caller} needs CuPy and a GPU")
@@ -25,8 +29,9 @@ def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
     cp.cuda.get_current_stream().synchronize()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for r in range(repeats):
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
             start.record()
             fn()
             stop.record()
@@ -66,8 +71,9 @@ def cuda_queued_s(fn, calls: int, rounds: int, warmup: int = 1) -> float:
 
 def cuda_medians_alternating_s(fns: dict, repeats: int, warmup: int = 2) -> dict:
     """{name: median seconds} of each ``fns[name]()`` (CUDA events around each call), the calls
-    taken in turn round by round after ``warmup`` rounds, each result dropped at once. A change
-    of the host's speed during a measurement (20-40% for calls of about a millisecond on H100
-    hosts, 2026-11-24) then falls on every function alike, so their ratios hold."""
+    taken in turn round by round (each round in a rotated order) after ``warmup`` rounds, each
+    result dropped at once. A change of the host's speed during a measurement (20-40% for calls
+    of about a millisecond on H100 hosts, 2026-11-24) then falls on every function alike, so
+    their ratios hold."""
     times = _event_times(fns, repeats, warmup, "cuda_medians_alternating_s")
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
