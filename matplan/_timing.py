@@ -15,9 +15,9 @@ def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
     """{name: [seconds of each call]}: ``repeats`` rounds in which each of ``fns`` is called once
     between two CUDA events, after ``warmup`` such rounds untimed. Round r starts at the r-th
     function (a rotation), so each follows each other equally often: what a call leaves behind
-    (the L2's contents, the memory pool's free blocks) falls on all alike. In a fixed order the
-    planner's hash SpGEMM call, timed right after cuSPARSE's, read 40-100 us slower than the same
-    kernel timed after it (spgemm.py, H100, 2026-11-24)."""
+    (the L2's contents, the memory pool's free blocks) falls on all alike. In a fixed order
+    spgemm.py's plan.run, timed right after cuSPARSE, read 25-100 us (6-17%) over the same hash
+    call timed after it; rotated, 7-70 us (1-11%) (H100, 2026-11-24, 5b76d8b and ff72853)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError(f"{caller} needs CuPy and a GPU")

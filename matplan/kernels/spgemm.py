@@ -1246,9 +1246,9 @@ def one_pass_lift(classes: tuple, n_esc: int) -> int:
 
 
 def one_pass_long(n_long: int, k: int, itemsize: int) -> bool:
-    """Whether ``n_long`` rows past the one-pass classes (one_pass_lift) may take the global path's
-    slabs inside the one-pass path: at most ONE_PASS_LONG_ROWS, their slabs of k columns at most
-    ONE_PASS_LONG_BYTES."""
+    """Whether ``n_long`` rows past the one-pass classes (one_pass_lift) may take the global path
+    inside the one-pass path: at most ONE_PASS_LONG_ROWS, their slabs of k columns (where the
+    segments do not take them) at most ONE_PASS_LONG_BYTES."""
     return n_long <= ONE_PASS_LONG_ROWS and n_long * k * (KEY_BYTES + itemsize) <= ONE_PASS_LONG_BYTES
 
 
