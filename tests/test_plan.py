@@ -44,6 +44,18 @@ def test_plan_is_immutable_and_roundtrips(problems):
     assert q == p and str(q) == str(p)
 
 
+@pytest.mark.parametrize("op", ["spmv", "tsgemm"])
+def test_plan_pickles_after_a_run(problems, op):
+    """A plan that has run (its runner cached) pickles and unpickles, equal, and runs again."""
+    import pickle
+    A, B = problems[op]
+    p = planner.plan(A, B)
+    first = p.run(A, B)
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p
+    np.testing.assert_array_equal(q.run(A, B), first)
+
+
 def test_plan_explains_itself(problems):
     p = planner.plan(*problems["spgemm"])
     text = str(p)

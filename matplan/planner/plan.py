@@ -102,6 +102,11 @@ class Plan:
             A, B = problem.A, problem.B
         return runner(A, B, out)
 
+    def __getstate__(self):
+        """Pickle the plan's fields, not the run cache (``_fast`` holds the kernel's runner, a
+        closure): a plan pickled after a run unpickles and runs as one never run."""
+        return {k: v for k, v in self.__dict__.items() if k != "_fast"}
+
     # -- explanation -------------------------------------------------------
     def __str__(self) -> str:
         f = self.features
