@@ -263,6 +263,11 @@ __device__ __forceinline__ void write_bits(const unsigned* bits, const int w0, c
 // (16384 slots: 105 stages; R-MAT scale 16, H100: the sort was 22.6 of the 35.3 ms of
 // numeric_shared, helper measurement 2026-11-24).
 #define RANK_SORT_MAX 256
+// The bitmap branch writes a row through its slots (BITMAP_STAGED 1) or each thread its run of
+// the row straight from the bitmap (0): see numeric_shared.
+#ifndef BITMAP_STAGED
+#define BITMAP_STAGED 1
+#endif
 #define RANK_SLOTS (W < 32 ? 4 : 2)
 
 template <typename T, int W>
@@ -337,7 +342,25 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
         int w0, w1, total;
         const int n = bitmap_share(bm, bm_words, &w0, &w1);
         const long long pos = base + block_exclusive_sum(n, warp_sums, &total);   // every thread: a block barrier
+#if BITMAP_STAGED
+        // each column's slot first, into Cj at its output position (scratch), then, after a
+        // barrier, every output entry from its slot, a thread an entry: those writes coalesce,
+        // where each thread writing its own run of the row did not
+        if (row >= 0) {
+            long long p = pos;
+            for (int w = w0; w < w1; ++w)
+                for (unsigned x = bm[w]; x; x &= x - 1, ++p) Cj[p] = hash_find(keys, S, (w << 5) | (__ffs(x) - 1));
+        }
+        __syncthreads();
+        if (row >= 0)
+            for (int j = threadIdx.x; j < total; j += blockDim.x) {
+                const int h = Cj[base + j];
+                Cj[base + j] = keys[h];
+                Cx[base + j] = vals[h];
+            }
+#else
         if (row >= 0) write_bits(bm, w0, w1, pos, 0, Cj, Cx, [&](int k) { return vals[hash_find(keys, S, k)]; });
+#endif
     } else if (sort) {
         // Bitonic sort of every row's whole table (all rows of the block share S).
         for (int k = 2; k <= S; k <<= 1) {
