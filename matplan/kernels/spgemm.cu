@@ -281,7 +281,7 @@ __device__ __forceinline__ void write_bits_staged(const unsigned* bits, const in
 // shared memory beside the table), a bitmap of B's columns: each occupied slot sets its column's
 // bit, a block scan of the bit counts over contiguous word ranges (one a thread) gives each range's
 // first output position, and each thread walks its range's bits in column order, finds each
-// column's slot again (hash_find) and writes it out. Its cost is ~k/32 words and nnz probes a row
+// column's slot again (hash_find) and writes it out (write_bits_staged). Its cost is ~k/32 words and nnz probes a row
 // instead of the bitonic network's log2(S)(log2(S) + 1)/2 barrier-separated stages over all S slots
 // (16384 slots: 105 stages; R-MAT scale 16, H100: the sort was 22.6 of the 35.3 ms of
 // numeric_shared, helper measurement 2026-11-24).
