@@ -202,15 +202,17 @@ def test_global_segments_cover_columns(monkeypatch, ncols, batch_rows):
 def test_one_pass_long_rows_rule():
     """The one-pass path also takes a few rows past its classes (the first table past
     ONE_PASS_MAX_TABLE, or none): at most ONE_PASS_LONG_ROWS of them, their slabs within
-    ONE_PASS_LONG_BYTES."""
+    ONE_PASS_LONG_BYTES, and its upper-bound buffer within upper_bound_fits."""
     classes = (16, 32, 64, 128, 256, 512, 64, 128, 256, 512, 1024)   # 6 numeric_esc classes, then tables
     assert hs.one_pass_lift(classes, 6) == 9            # the 512-slot table
     assert hs.one_pass_lift((16, 32, 64, 128, 256), 2) == 5   # no table past 256: only the unclassed rows
-    assert hs.one_pass_long(0, 10**6, 8)
-    assert hs.one_pass_long(hs.ONE_PASS_LONG_ROWS, 1000, 8)
-    assert not hs.one_pass_long(hs.ONE_PASS_LONG_ROWS + 1, 1000, 8)
+    big = 2 ** 40                                        # device bytes: the upper-bound buffer fits
+    assert hs.one_pass_long(0, 10**6, 10**6, 8, big)
+    assert hs.one_pass_long(hs.ONE_PASS_LONG_ROWS, 1000, 10**6, 8, big)
+    assert not hs.one_pass_long(hs.ONE_PASS_LONG_ROWS + 1, 1000, 10**6, 8, big)
     k = hs.ONE_PASS_LONG_BYTES // 12
-    assert hs.one_pass_long(1, k, 8) and not hs.one_pass_long(1, k + 1, 8)
+    assert hs.one_pass_long(1, k, 10**6, 8, big) and not hs.one_pass_long(1, k + 1, 10**6, 8, big)
+    assert not hs.one_pass_long(1, 1000, 2**31, 4, 2**50)     # 2^31 products: no upper-bound buffer
 
 
 def test_one_pass_table_rule():

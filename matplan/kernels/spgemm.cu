@@ -105,6 +105,14 @@ __device__ __forceinline__ void for_each_product(
     }
 }
 
+// Where the numeric kernels write row `row`: C's offset Cp[row] - c_base (row panels, above), or,
+// Cp null, the one-pass layout: the row's products' offset csum[Ap[row]] of the upper-bound buffer.
+__device__ __forceinline__ long long row_offset(const long long* __restrict__ Cp, const long long c_base,
+                                                const long long* __restrict__ csum, const int* __restrict__ Ap,
+                                                const int row) {
+    return Cp ? Cp[row] - c_base : csum[Ap[row]];
+}
+
 // Insert key k into table keys[0..S) (S a power of two). Returns the slot, or -1 when the table is full.
 // Counts a newly claimed slot in *fresh.
 // The first slot is Fibonacci hashing (the top log2(S) bits of k * 2^32/phi), not k mod S:
@@ -327,7 +335,7 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
     __syncthreads();
     // one pass (Cp null): the row goes to its products' range csum[Ap[row]] of an upper-bound
     // buffer and its count to row_nnz; else to C's exact offsets
-    const long long base = row < 0 ? 0 : (Cp ? Cp[row] - c_base : csum[Ap[row]]);
+    const long long base = row < 0 ? 0 : row_offset(Cp, c_base, csum, Ap, row);
     if (row >= 0 && row_nnz && lane == 0) row_nnz[row] = distinct[slot];
     if (sort && S <= RANK_SORT_MAX && S <= RANK_SLOTS * tpr) {
         int mk[RANK_SLOTS];
@@ -975,7 +983,7 @@ __global__ void numeric_global_out(
         long long before = 0;
         for (int q = 0; q < (int)blockIdx.y; ++q) before += seg_counts[blockIdx.x * gridDim.y + q];
         s_before = before;
-        s_out = (Cp ? Cp[row] - c_base : csum[Ap[row]]) + before;
+        s_out = row_offset(Cp, c_base, csum, Ap, row) + before;
     }
     __syncthreads();
     long long out = s_out;
@@ -1104,8 +1112,8 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
             }
         }
         atomicExch(st + seg, ((unsigned long long)(before + total) << 2) | 2ULL);
-        // Cp null: the one-pass layout (at the row's products' offset; the last segment counts it)
-        s_out = (Cp ? Cp[row] - c_base : csum[Ap[row]]) + before;
+        // Cp null (one pass): the last segment writes the row's count
+        s_out = row_offset(Cp, c_base, csum, Ap, row) + before;
         if (row_nnz && seg == nseg - 1) row_nnz[row] = before + total;
     }
     __syncthreads();

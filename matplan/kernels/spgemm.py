@@ -26,8 +26,8 @@ C = A @ B for cupyx CSR A (m x n) and B (n x k), float32 or float64, in five ste
 
 One-pass path (``passes="auto"``, the default of ``spgemm(out='device')``): when every row's bound
 min(nnz_RowCt, k) fits a table of ONE_PASS_MAX_TABLE slots or its products fit the largest
-numeric_esc class (512), but for at most ONE_PASS_LONG_ROWS long rows (one_pass_long), and an
-upper-bound buffer of ``products`` entries is small (one_pass_table, upper_bound_fits), steps
+numeric_esc class (512), but for at most ONE_PASS_LONG_ROWS long rows, and an upper-bound
+buffer of ``products`` entries is small (one_pass_table, one_pass_long), steps
 2-3 are skipped: the analysis's launch also gives every row's one-pass
 class; rows of at most 512 products take ``numeric_esc`` (the products expanded into registers,
 bitonic-sorted by column a W-lane group a row, runs summed by a segmented scan: no table, no
@@ -971,10 +971,10 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     if passes == "auto":
         lift = one_pass_lift(classes, s.n_esc)
         n_long = int(sym.second.counts[lift + 1:].sum())
-        short = one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize,
-                               _device_total_bytes(), (sorts or (0,))[-1])
-        if short or (one_pass_long(n_long, k, dtype.itemsize)
-                     and upper_bound_fits(info["products"], dtype.itemsize, _device_total_bytes())):
+        total_bytes = _device_total_bytes()
+        if (one_pass_table(s.rowct_max, k, num_ladder[-1], info["products"], dtype.itemsize, total_bytes,
+                           (sorts or (0,))[-1])
+                or one_pass_long(n_long, k, info["products"], dtype.itemsize, total_bytes)):
             s.one_pass = (bal, zeros, sym.second, classes, lift if n_long else -1)
     if s.one_pass is not None:
         clock.append(time.perf_counter())
@@ -1245,11 +1245,13 @@ def one_pass_lift(classes: tuple, n_esc: int) -> int:
     return next((c for c in range(n_esc, len(classes)) if classes[c] > ONE_PASS_MAX_TABLE), len(classes))
 
 
-def one_pass_long(n_long: int, k: int, itemsize: int) -> bool:
-    """Whether ``n_long`` rows past the one-pass classes (one_pass_lift) may take the global path
-    inside the one-pass path: at most ONE_PASS_LONG_ROWS, their slabs of k columns (where the
-    segments do not take them) at most ONE_PASS_LONG_BYTES."""
-    return n_long <= ONE_PASS_LONG_ROWS and n_long * k * (KEY_BYTES + itemsize) <= ONE_PASS_LONG_BYTES
+def one_pass_long(n_long: int, k: int, products: int, itemsize: int, total_bytes) -> bool:
+    """Whether C = A @ B takes the one-pass path with ``n_long`` rows past its classes
+    (one_pass_lift) on the global path: at most ONE_PASS_LONG_ROWS, their slabs of k columns
+    (where the segments do not take them) at most ONE_PASS_LONG_BYTES, and the upper-bound buffer
+    fits (upper_bound_fits). The other way in is one_pass_table."""
+    return (n_long <= ONE_PASS_LONG_ROWS and n_long * k * (KEY_BYTES + itemsize) <= ONE_PASS_LONG_BYTES
+            and upper_bound_fits(products, itemsize, total_bytes))
 
 
 def upper_bound_fits(products: int, itemsize: int, total_bytes) -> bool:
@@ -1294,9 +1296,9 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         e = len(sort_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         n_glob = int(counts[-1])
+        long_rows = order[starts[-2]:starts[-1]]
         if n_glob:
-            _global_rows(s, fork.stream(len(classes)), order[starts[-2]:starts[-1]], n_glob, _NULL,
-                         np.int64(0), Uj, Ux, row_nnz)
+            _global_rows(s, fork.stream(len(classes)), long_rows, n_glob, _NULL, np.int64(0), Uj, Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
@@ -1306,7 +1308,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
         #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows
         _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]], lanes=_compact_lanes(escs, tables))
-        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[-2]:starts[-1]], lanes=BLOCK_THREADS)
+        _compact(s, Cp, Uj, Ux, Cj, Cx, long_rows, lanes=BLOCK_THREADS)
     else:
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
@@ -1573,7 +1575,7 @@ def hash_path(f, smem_bytes: int) -> str:
                       esc_cap=(caps or (0,))[-1]):
         return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
     long_rows = sum(f.rbs_groups[4:]) if len(f.rbs_groups) > 4 else f.m
-    if one_pass_long(long_rows, f.k, itemsize) and upper_bound_fits(f.products, itemsize, math.inf):
+    if one_pass_long(long_rows, f.k, f.products, itemsize, total_bytes=math.inf):
         return "one pass, grouped"
     if caps and long_rows <= HYBRID_LONG_ROWS * f.m and f.rowct_max / analytic.RBS_COMPRESSION <= top:
         return "hybrid"
