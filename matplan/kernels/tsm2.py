@@ -737,7 +737,7 @@ class TSM2(Kernel):
         if B2.dtype != A.dtype:
             raise ValueError(f"B: dtype {B2.dtype} does not match A's {A.dtype}")
         k = B2.shape[1]
-        if B2.strides[1] != B2.itemsize or B2.strides[0] < k * B2.itemsize:
+        if not _b_as_is(B2, bool(p.get("async"))):
             B2 = cp.ascontiguousarray(B2)   # n x k: small; A is never copied
         shape = (m,) if vector else (m, k)
         C = cp.empty(shape, dtype=A.dtype) if out is None else _check_out(out, shape, A.dtype)
@@ -747,8 +747,6 @@ class TSM2(Kernel):
         if n == 0:
             C2.fill(0)
             return C
-        if p.get("async"):
-            B2 = cp.ascontiguousarray(B2)
         _launch_for(A, B2, C2, p, prepared.meta["layout"], prepared.meta["lda"])(A, B2, C2)
         return C
 
@@ -774,15 +772,20 @@ class TSM2(Kernel):
                 return C
             C = general(A, B, out)
             m, n = A.shape
-            if (out is None and B.ndim == 2 and m and n and B.shape[1] and B.strides[1] == B.itemsize
-                    and B.strides[0] >= B.shape[1] * B.itemsize
-                    and (B.flags.c_contiguous or not needs_contiguous)):
+            if out is None and B.ndim == 2 and m and n and B.shape[1] and _b_as_is(B, needs_contiguous):
                 if len(kept) >= LAUNCH_CACHE_SIZE:
                     kept.clear()
                 layout, lda = layout_of(A)   # prepare (in general) checked it against the plan's
                 kept[key] = _launch_for(A, B, C, p, layout, lda)
             return C
         return run
+
+
+def _b_as_is(B2, contiguous: bool) -> bool:
+    """Whether the kernels read this n x k B without a copy: unit stride along its rows, rows not
+    overlapping, and C-contiguous where ``contiguous`` (the cp.async kernel)."""
+    return (B2.strides[1] == B2.itemsize and B2.strides[0] >= B2.shape[1] * B2.itemsize
+            and (B2.flags.c_contiguous or not contiguous))
 
 
 #: Launch decisions (:class:`Launch`, tsm2_async.AsyncLaunch) by everything they depend on: the
