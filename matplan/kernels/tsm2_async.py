@@ -172,8 +172,9 @@ def _is_cupy(x) -> bool:
     return cp is not None and isinstance(x, cp.ndarray)
 
 
-def check_a(A, col: bool = False) -> int:
-    """The leading dimension of A (elements) if the async path can stream it; else ValueError.
+def check_a(A, col: bool = False, kernel: str = "async") -> int:
+    """The leading dimension of A (elements) if the async path (or the ``kernel`` named, which
+    has the same needs: tsm2_tc) can stream it; else ValueError.
 
     Row-major (``col`` false): unit stride along the rows, rows starting on 16-byte boundaries
     (lda * itemsize a multiple of 16). Column-major: unit stride down the columns, columns
@@ -183,21 +184,22 @@ def check_a(A, col: bool = False) -> int:
     item = A.itemsize
     s_lead, s_unit = A.strides if not col else A.strides[::-1]   # leading stride, unit stride
     along, count = ("rows", n) if not col else ("columns", m)
+    what = f"the {kernel} {'column' if col else 'row'}-major TSM2 kernel"
+    fallback = "pass fallback=True or " if kernel == "async" else ""
     if count > 1 and s_unit != item:
-        raise ValueError(f"A: the async {'column' if col else 'row'}-major TSM2 kernel needs unit stride "
-                         f"along the {along}, got strides {A.strides} (bytes) for shape {A.shape}; pass "
-                         f"cupy.ascontiguousarray(A) or use the planner (matplan.planner.plan)")
+        raise ValueError(f"A: {what} needs unit stride along the {along}, got strides {A.strides} "
+                         f"(bytes) for shape {A.shape}; pass cupy.ascontiguousarray(A) or use the "
+                         f"planner (matplan.planner.plan)")
     if (n if col else m) <= 1:
         s_lead = -(-max(count, 1) * item // 16) * 16
     if s_lead <= 0 or s_lead % 16:
-        raise ValueError(f"A: the async {'column' if col else 'row'}-major TSM2 kernel needs {along} "
-                         f"starting on 16-byte boundaries, got a stride of {s_lead} bytes between them "
-                         f"(shape {A.shape}, itemsize {item}); pad them to a multiple of 16 bytes, pass "
-                         f"fallback=True, or use matplan's planner / tsm2 kernel")
+        raise ValueError(f"A: {what} needs {along} starting on 16-byte boundaries, got a stride of "
+                         f"{s_lead} bytes between them (shape {A.shape}, itemsize {item}); pad them to "
+                         f"a multiple of 16 bytes, {fallback}use matplan's planner / tsm2 kernel")
     if A.data.ptr % 16:
-        raise ValueError(f"A: the async TSM2 kernel needs a 16-byte aligned data pointer, got an "
-                         f"offset of {A.data.ptr % 16} bytes (a view starting mid-{along[:-1]}?); pass "
-                         f"fallback=True or use matplan's planner / tsm2 kernel")
+        raise ValueError(f"A: {what} needs a 16-byte aligned data pointer, got an offset of "
+                         f"{A.data.ptr % 16} bytes (a view starting mid-{along[:-1]}?); {fallback}use "
+                         f"matplan's planner / tsm2 kernel")
     return s_lead // item
 
 

@@ -1,0 +1,226 @@
+// TSM2 on tensor cores in float32 by 3xTF32: C (m x k) = A (m x n) . B (n x k), k small.
+//
+// Why: at k = 32 the FP32 kernels of tsm2.cu and tsm2_async.cu are bound by their FMAs, not by
+// reading A (2 k flops per element of A: 64 at k = 32; an H100's FP32 units reach 0.6 of the copy
+// bandwidth there, and so does cuBLAS). Tensor cores do the products instead, in TF32 with
+// float32 accuracy kept by the 3xTF32 split: a = a_hi + a_lo, a_hi = tf32(a), a_lo = tf32(a -
+// a_hi) (likewise b), and a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi accumulated in float32 (the
+// dropped a_lo.b_lo is below 2^-22 |a.b|). Inf in A or B gives NaN (Inf - Inf in the split), and
+// so do finite values past ~3.4e38 (a_hi rounds to Inf); NaN stays NaN.
+//
+// mma.sync.m16n8k8 (row.col, tf32 in, f32 accumulators): lane l = 4g + t (g = l / 4, t = l % 4)
+// holds A at (row g, k t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B at (k t, n g), (k t + 4, n g)
+// and C at (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). The order of the k terms of a sum
+// is free, and so is which physical row a fragment row stands for, so each layout maps the
+// fragments onto 16-byte loads of A that are fully used sectors:
+//   row-major A (A[i*lda + j]): lane (g, t) loads A[row][j + 4t .. j + 4t + 3] of its rows: the
+//     logical k (t, t + 4) of k-step s (two k-steps a 16-column step) are columns 4t + 2s and
+//     4t + 2s + 1; fragment rows g and g + 8 of tile r are rows 16 r + g and 16 r + 8 + g.
+//   column-major A (A[i + j*lda]): lane (g, t) loads rows 4g .. 4g + 3 of a 32-row pair of tiles
+//     in columns j + t + 4q (q < 4): logical k (t, t + 4) of k-step s are columns t + 8s and
+//     t + 8s + 4; fragment rows (g, g + 8) of tiles 2p and 2p + 1 are rows 32p + 4g + (0, 1) and
+//     (2, 3).
+// Block: W warps, each RT tiles of 16 rows (RT even for column-major A), NT n-tiles of 8 columns
+// of C per pass (passes: ceil(k / 8 NT); A is read once a pass). B is staged in shared memory
+// KC rows at a time, double-buffered, already split and in fragment order (one 16-byte read
+// gives a lane b_hi and b_lo of both its k), and each B fragment serves the warp's RT tiles.
+// A goes through registers, one 16-column step ahead. Split over n (split-K) as in tsm2.cu: block
+// (x, y) takes columns [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s
+// (tsm2_split_sum adds the slices in order: deterministic). Rows past m are clamped for loads and
+// not stored; columns past n load as zero in A and B. Needs A 16-byte aligned with lda % 4 == 0
+// (the launcher checks), sm_80 or later.
+
+template <bool COL> struct TcMap;
+template <> struct TcMap<false> {   // row-major A
+    // row of (tile r, fragment half h) for lane group g, from the warp's first row
+    static __device__ __forceinline__ int row(int r, int h, int g) { return 16 * r + 8 * h + g; }
+    // column in a 16-column step of logical k (t + 4 hk) of k-step s
+    static __device__ __forceinline__ int col(int t, int s, int hk) { return 4 * t + 2 * s + hk; }
+};
+template <> struct TcMap<true> {    // column-major A
+    static __device__ __forceinline__ int row(int r, int h, int g) { return 32 * (r >> 1) + 4 * g + 2 * (r & 1) + h; }
+    static __device__ __forceinline__ int col(int t, int s, int hk) { return t + 8 * s + 4 * hk; }
+};
+
+static __device__ __forceinline__ unsigned tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <bool COL, int NT, int W, int RT, int KC, int MB>
+__global__ void __launch_bounds__(W * 32, MB)
+tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
+            float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
+            int split, long long ldc_s)
+{
+    static_assert(KC % 16 == 0 && NT >= 1 && NT <= 4 && RT >= 1, "KC: multiple of 16; NT: 1..4");
+    static_assert(!COL || RT % 2 == 0, "column-major A: RT even (a 16-byte load spans two tiles)");
+    constexpr int T = W * 32;
+    constexpr int NL = 2 * RT;                          // 16-byte loads of A a lane makes a step
+    constexpr int BE = KC * 8 * NT;                     // B values of a tile
+    constexpr int BR = (BE + T - 1) / T;                // ... each thread stages
+    __shared__ __align__(16) float4 Bs[2][KC / 8 * NT * 32];
+    {                                                  // split over j: this block's slice of n
+        const long long jb = (long long)blockIdx.y * split;
+        A += COL ? jb * lda : jb; B += jb * ldb; C += blockIdx.y * ldc_s;
+        n = (int)((long long)n - jb < split ? (long long)n - jb : split);
+    }
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long long r0 = ((long long)blockIdx.x * W + (tid >> 5)) * (16 * RT);
+    // the rows a lane loads (row-major: one a load; column-major: the first of 4), clamped into A
+    // (32-bit row numbers, not pointers: registers are what limits this kernel)
+    int arow[NL];
+    unsigned vec_rows = 0;                              // column-major: bit l, all 4 rows inside A
+#pragma unroll
+    for (int l = 0; l < NL; ++l) {
+        const long long r = r0 + (COL ? TcMap<true>::row(2 * (l >> 2), 0, g) : TcMap<false>::row(l >> 1, l & 1, g));
+        vec_rows |= (r + 3 < m ? 1u : 0u) << l;
+        arow[l] = (int)(r < m ? r : (long long)m - 1);
+    }
+    // load l of the 16-column step at column j: row-major, row l of the lane at columns j + 4t..;
+    // column-major, rows of pair l / 4 at column j + t + 4 (l % 4)
+    auto load_a = [&](float (&o)[NL][4], long long j) {
+#pragma unroll
+        for (int l = 0; l < NL; ++l) {
+            if (COL) {
+                const long long c = j + t + 4 * (l & 3);
+                if (c < n && (vec_rows >> l & 1u)) {
+                    const float4 x = __ldcs(reinterpret_cast<const float4*>(A + arow[l] + c * lda));
+                    o[l][0] = x.x; o[l][1] = x.y; o[l][2] = x.z; o[l][3] = x.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const long long r = r0 + 32 * (l >> 2) + 4 * g + e;
+                        o[l][e] = c < n ? __ldcs(A + (r < m ? r : (long long)m - 1) + c * lda) : 0.f;
+                    }
+                }
+            } else {
+                const long long c = j + 4 * t;
+                const float* p = A + (long long)arow[l] * lda + c;
+                if (c + 3 < n) {
+                    const float4 x = __ldcs(reinterpret_cast<const float4*>(p));
+                    o[l][0] = x.x; o[l][1] = x.y; o[l][2] = x.z; o[l][3] = x.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[l][e] = c + e < n ? __ldcs(p + e) : 0.f;
+                }
+            }
+        }
+    };
+    // fragment value i (a0..a3) of tile r, k-step s, from a step's loads
+    auto a_at = [](const float (&o)[NL][4], int r, int s, int i) -> float {
+        const int h = i & 1, hk = i >> 1;
+        return COL ? o[4 * (r >> 1) + 2 * s + hk][2 * (r & 1) + h] : o[2 * r + h][2 * s + hk];
+    };
+    // B value e of a tile (kk = e / (8 NT) its row, c = e % (8 NT) its column in the pass) and its
+    // fragment slot: float4 ((kk / 16 * 2 + s) * NT + c / 8) * 32 + lane, component h (hi), 2 + h (lo)
+    auto b_slot = [](int e) -> int {
+        const int kk = e / (8 * NT), c = e % (8 * NT), w = kk & 15;
+        const int bt = COL ? (w & 3) : (w >> 2), bs = COL ? (w >> 3) : ((w >> 1) & 1), bh = COL ? ((w >> 2) & 1) : (w & 1);
+        return ((((kk >> 4) * 2 + bs) * NT + (c >> 3)) * 32 + (c & 7) * 4 + bt) * 4 + bh;
+    };
+
+    for (int c0 = 0; c0 < k; c0 += 8 * NT) {
+        float acc[RT][NT][4];
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
+        float bnext[BR];
+        auto load_b = [&](long long j0) {
+#pragma unroll
+            for (int q = 0; q < BR; ++q) {
+                const int e = tid + q * T, kk = e / (8 * NT), c = e % (8 * NT);
+                bnext[q] = (e < BE && j0 + kk < n && c0 + c < k) ? B[(j0 + kk) * ldb + c0 + c] : 0.f;
+            }
+        };
+        auto store_b = [&](float4* bs) {
+            float* f = reinterpret_cast<float*>(bs);
+#pragma unroll
+            for (int q = 0; q < BR; ++q) {
+                const int e = tid + q * T;
+                if (e < BE) {
+                    const unsigned hi = tf32(bnext[q]);
+                    const int at = b_slot(e);
+                    f[at] = __uint_as_float(hi);
+                    f[at + 2] = __uint_as_float(tf32(bnext[q] - __uint_as_float(hi)));
+                }
+            }
+        };
+        float anext[NL][4];
+        load_b(0);
+        store_b(Bs[0]);
+        load_b(KC);
+        load_a(anext, 0);
+        __syncthreads();
+
+        int buf = 0;
+        for (int j0 = 0; j0 < n; j0 += KC, buf ^= 1) {
+            const float4* bs = Bs[buf];
+#pragma unroll 1
+            for (int jj = 0; jj < KC; jj += 16) {
+                unsigned ahi[RT][2][4], alo[RT][2][4];
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+#pragma unroll
+                    for (int s = 0; s < 2; ++s)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float x = a_at(anext, r, s, i);
+                            ahi[r][s][i] = tf32(x);
+                            alo[r][s][i] = tf32(x - __uint_as_float(ahi[r][s][i]));
+                        }
+                load_a(anext, (long long)j0 + jj + 16);    // the next step's A while these multiply
+#pragma unroll
+                for (int s = 0; s < 2; ++s)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        const float4 b = bs[((jj / 16 * 2 + s) * NT + nt) * 32 + lane];
+                        const unsigned bh0 = __float_as_uint(b.x), bh1 = __float_as_uint(b.y);
+                        const unsigned bl0 = __float_as_uint(b.z), bl1 = __float_as_uint(b.w);
+#pragma unroll
+                        for (int r = 0; r < RT; ++r) {   // small terms first
+                            mma_tf32(acc[r][nt], alo[r][s], bh0, bh1);
+                            mma_tf32(acc[r][nt], ahi[r][s], bl0, bl1);
+                            mma_tf32(acc[r][nt], ahi[r][s], bh0, bh1);
+                        }
+                    }
+            }
+            // The other buffer was last read before the previous barrier: fill it, then prefetch.
+            store_b(Bs[buf ^ 1]);
+            load_b((long long)j0 + 2 * KC);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const long long row = r0 + (COL ? TcMap<true>::row(r, i >> 1, g) : TcMap<false>::row(r, i >> 1, g));
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int c = c0 + nt * 8 + 2 * t + (i & 1);
+                    if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = acc[r][nt][i];
+                }
+            }
+        __syncthreads();                                // the next pass refills buffer 0
+    }
+}
+
+#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB)                                                          \
+    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB>(const float*, long long, const float*, \
+        long long, float*, long long, long long, int, int, int, int, long long);
+#define INSTANTIATE_TF32X3_NT(W, RT, MB) INSTANTIATE_TF32X3(false, 2, W, RT, MB) INSTANTIATE_TF32X3(true, 2, W, RT, MB) \
+    INSTANTIATE_TF32X3(false, 4, W, RT, MB) INSTANTIATE_TF32X3(true, 4, W, RT, MB)
+// tsm2_tc.VARIANTS (W, RT, MB) with NT 2 and 4
+INSTANTIATE_TF32X3_NT(8, 2, 2)
+INSTANTIATE_TF32X3_NT(4, 4, 2)

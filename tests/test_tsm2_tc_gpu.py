@@ -1,0 +1,101 @@
+"""The 3xTF32 tensor-core TSM2 kernel (matplan/kernels/tsm2_tc.py) against NumPy float64 on fresh
+random data, NaN-poisoned outputs (GPU only; skipped without CuPy)."""
+import numpy as np
+import pytest
+from conftest import check_dense_product, nonzero_random as _random
+
+from matplan.kernels import tsm2_tc
+
+pytestmark = pytest.mark.gpu
+
+#: 3xTF32 drops a_lo * b_lo (< 2^-22 |a b|) and rounds the low parts: within the float32
+#: kernels' bound (test_tsm2_gpu: 2e-5 x 8 of |A| @ |B|), checked tighter here.
+RTOL = 2e-5
+
+
+def _run(cp, A, B, **kw):
+    out = cp.full((A.shape[0], B.shape[1]), cp.nan, dtype=cp.float32)
+    C = tsm2_tc.matmul(A, B, out=out, **kw)
+    assert C is out
+    return C
+
+
+@pytest.mark.parametrize("variant", sorted(tsm2_tc.VARIANTS))
+@pytest.mark.parametrize("k", (1, 3, 8, 9, 16, 17, 32, 33, 64))
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_tc_matches_numpy(cp, rng, variant, k, order):
+    m, n = 1532, 1000 + 36          # m, n multiples of 4 (16-byte rows / columns), of no tile
+    A_h, B_h = _random(rng, (m, n), np.float32), _random(rng, (n, k), np.float32)
+    C = _run(cp, cp.asarray(A_h, order=order), cp.asarray(B_h), variant=variant)
+    check_dense_product(C, A_h, B_h, RTOL)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("slices", (1, 3, 7))
+def test_tc_split_and_edges(cp, rng, order, slices):
+    """Split over n (forced slice counts, the last slice partial), m below one block and not a
+    multiple of 4 rows in column-major A (the scalar loads), n not a multiple of 16."""
+    for m, n, k in ((5, 4 * 333, 32), (1532, 4 * 251, 24), (301, 4 * 1030, 40)):
+        A_h, B_h = _random(rng, (m, n), np.float32), _random(rng, (n, k), np.float32)
+        if order == "C":
+            A = cp.asarray(A_h)
+        else:   # a view of m rows of an F-ordered array whose columns start 16 bytes apart
+            A = cp.asfortranarray(cp.asarray(np.pad(A_h, ((0, -m % 4), (0, 0)))))[:m]
+        C = _run(cp, A, cp.asarray(B_h), slices=slices)
+        check_dense_product(C, A_h, B_h, RTOL)
+
+
+def test_tc_strided_b_and_c(cp, rng):
+    """B a view with row stride > k, C a strided view: the kernel reads and writes through strides."""
+    m, n, k = 700, 512, 20
+    A_h = _random(rng, (m, n), np.float32)
+    Bw = _random(rng, (n, 2 * k), np.float32)
+    B_h = Bw[:, 3:3 + k]
+    A = cp.asarray(A_h)
+    base = cp.full((m, 2 * k), cp.nan, dtype=cp.float32)
+    out = base[:, ::2]
+    C = tsm2_tc.matmul(A, cp.asarray(Bw)[:, 3:3 + k], out=out)
+    assert C is out
+    check_dense_product(C, A_h, B_h, RTOL)
+    assert bool(cp.isnan(base[:, 1::2]).all())     # nothing outside the view written
+
+
+def test_tc_accuracy_is_float32(cp, rng):
+    """Wide-range values (exponents over 2^-20..2^20): the error stays at float32 level, which
+    plain TF32 (10-bit mantissa) would miss by orders of magnitude."""
+    m, n, k = 1024, 4096, 32
+    A_h = (_random(rng, (m, n), np.float64) * 2.0 ** rng.integers(-20, 20, (m, n))).astype(np.float32)
+    B_h = _random(rng, (n, k), np.float32)
+    C = tsm2_tc.matmul(cp.asarray(A_h), cp.asarray(B_h)).get().astype(np.float64)
+    ref = A_h.astype(np.float64) @ B_h.astype(np.float64)
+    bound = np.abs(A_h.astype(np.float64)) @ np.abs(B_h.astype(np.float64))
+    assert np.max(np.abs(C - ref) / bound) < 1e-6
+
+
+def test_tc_is_deterministic(cp, rng):
+    A = cp.asarray(_random(rng, (2000, 4096), np.float32))
+    B = cp.asarray(_random(rng, (4096, 32), np.float32))
+    first = tsm2_tc.matmul(A, B)
+    for _ in range(3):
+        assert bool((tsm2_tc.matmul(A, B) == first).all())
+
+
+def test_tc_inf_gives_nan(cp, rng):
+    """The documented difference: Inf in A reaches C as NaN (Inf - Inf in the split)."""
+    A_h = _random(rng, (64, 256), np.float32)
+    A_h[3, 10] = np.inf
+    C = tsm2_tc.matmul(cp.asarray(A_h), cp.asarray(_random(rng, (256, 16), np.float32))).get()
+    assert np.isnan(C[3]).all() and np.isfinite(np.delete(C, 3, axis=0)).all()
+
+
+def test_tc_rejects_bad_inputs(cp, rng):
+    A = cp.asarray(_random(rng, (64, 258), np.float32))        # rows of 1032 bytes: not 16-byte multiples
+    B = cp.asarray(_random(rng, (258, 16), np.float32))
+    with pytest.raises(ValueError, match="16-byte"):
+        tsm2_tc.matmul(A, B)
+    with pytest.raises(ValueError, match="float32 only"):
+        tsm2_tc.matmul(cp.asarray(_random(rng, (64, 256), np.float64)), cp.asarray(_random(rng, (256, 8), np.float64)))
+    with pytest.raises(ValueError, match="variant"):
+        tsm2_tc.matmul(cp.asarray(_random(rng, (64, 256), np.float32)), B[:256], variant="nope")
+    with pytest.raises(ValueError, match="^A, B: expected"):
+        tsm2_tc.matmul(A[:, :256], B)
