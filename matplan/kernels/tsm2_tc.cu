@@ -55,13 +55,14 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB>
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
             int split, long long ldc_s)
 {
     static_assert(KC % 16 == 0 && NT >= 1 && NT <= 4 && RT >= 1, "KC: multiple of 16; NT: 1..4");
+    static_assert(D >= 1 && (KC / 16) % D == 0, "D (16-column steps of A in flight) must divide KC / 16");
     static_assert(!COL || RT % 2 == 0, "column-major A: RT even (a 16-byte load spans two tiles)");
     constexpr int T = W * 32;
     constexpr int NL = 2 * RT;                          // 16-byte loads of A a lane makes a step
@@ -157,48 +158,58 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                 }
             }
         };
-        float anext[NL][4];
+        float anext[D][NL][4];                          // step u of a tile in slot u % D
         load_b(0);
         store_b(Bs[0]);
-        load_b(KC);
-        load_a(anext, 0);
+#pragma unroll
+        for (int d = 0; d < D; ++d) load_a(anext[d], 16 * d);
         __syncthreads();
 
         int buf = 0;
         for (int j0 = 0; j0 < n; j0 += KC, buf ^= 1) {
             const float4* bs = Bs[buf];
+            // The next tile of B into the other buffer (last read before the previous barrier):
+            // staged here, not held in registers over the tile (registers hold A in flight); the
+            // wait on L2 overlaps the A loads already in flight.
+            load_b((long long)j0 + KC);
+            store_b(Bs[buf ^ 1]);
 #pragma unroll 1
-            for (int jj = 0; jj < KC; jj += 16) {
-                unsigned ahi[RT][2][4], alo[RT][2][4];
+            for (int u0 = 0; u0 < KC / 16; u0 += D) {
 #pragma unroll
-                for (int r = 0; r < RT; ++r)
+                for (int d = 0; d < D; ++d) {
+                    const int jj = 16 * (u0 + d);
+                    float acur[NL][4];
 #pragma unroll
-                    for (int s = 0; s < 2; ++s)
+                    for (int l = 0; l < NL; ++l)
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float x = a_at(anext, r, s, i);
-                            ahi[r][s][i] = tf32(x);
-                            alo[r][s][i] = tf32(x - __uint_as_float(ahi[r][s][i]));
-                        }
-                load_a(anext, (long long)j0 + jj + 16);    // the next step's A while these multiply
+                        for (int e = 0; e < 4; ++e) acur[l][e] = anext[d][l][e];
+                    load_a(anext[d], (long long)j0 + jj + 16 * D);   // D steps ahead
 #pragma unroll
-                for (int s = 0; s < 2; ++s)
+                    for (int s = 0; s < 2; ++s) {
+                        unsigned ahi[RT][4], alo[RT][4];
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        const float4 b = bs[((jj / 16 * 2 + s) * NT + nt) * 32 + lane];
-                        const unsigned bh0 = __float_as_uint(b.x), bh1 = __float_as_uint(b.y);
-                        const unsigned bl0 = __float_as_uint(b.z), bl1 = __float_as_uint(b.w);
+                        for (int r = 0; r < RT; ++r)
 #pragma unroll
-                        for (int r = 0; r < RT; ++r) {   // small terms first
-                            mma_tf32(acc[r][nt], alo[r][s], bh0, bh1);
-                            mma_tf32(acc[r][nt], ahi[r][s], bl0, bl1);
-                            mma_tf32(acc[r][nt], ahi[r][s], bh0, bh1);
+                            for (int i = 0; i < 4; ++i) {
+                                const float x = a_at(acur, r, s, i);
+                                ahi[r][i] = tf32(x);
+                                alo[r][i] = tf32(x - __uint_as_float(ahi[r][i]));
+                            }
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) {
+                            const float4 b = bs[((jj / 16 * 2 + s) * NT + nt) * 32 + lane];
+                            const unsigned bh0 = __float_as_uint(b.x), bh1 = __float_as_uint(b.y);
+                            const unsigned bl0 = __float_as_uint(b.z), bl1 = __float_as_uint(b.w);
+#pragma unroll
+                            for (int r = 0; r < RT; ++r) {   // small terms first
+                                mma_tf32(acc[r][nt], alo[r], bh0, bh1);
+                                mma_tf32(acc[r][nt], ahi[r], bl0, bl1);
+                                mma_tf32(acc[r][nt], ahi[r], bh0, bh1);
+                            }
                         }
                     }
+                }
             }
-            // The other buffer was last read before the previous barrier: fill it, then prefetch.
-            store_b(Bs[buf ^ 1]);
-            load_b((long long)j0 + 2 * KC);
             __syncthreads();
         }
 #pragma unroll
@@ -216,11 +227,14 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
     }
 }
 
-#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB)                                                          \
-    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB>(const float*, long long, const float*, \
+#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D)                                                       \
+    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D>(const float*, long long, const float*, \
         long long, float*, long long, long long, int, int, int, int, long long);
-#define INSTANTIATE_TF32X3_NT(W, RT, MB) INSTANTIATE_TF32X3(false, 2, W, RT, MB) INSTANTIATE_TF32X3(true, 2, W, RT, MB) \
-    INSTANTIATE_TF32X3(false, 4, W, RT, MB) INSTANTIATE_TF32X3(true, 4, W, RT, MB)
-// tsm2_tc.VARIANTS (W, RT, MB) with NT 2 and 4
-INSTANTIATE_TF32X3_NT(8, 2, 2)
-INSTANTIATE_TF32X3_NT(4, 4, 2)
+#define INSTANTIATE_TF32X3_NT(W, RT, MB, D) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D)                     \
+    INSTANTIATE_TF32X3(true, 2, W, RT, MB, D) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D)                  \
+    INSTANTIATE_TF32X3(true, 4, W, RT, MB, D)
+// tsm2_tc.VARIANTS (W, RT, MB, D) with NT 2 and 4
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 2)
+INSTANTIATE_TF32X3_NT(8, 2, 1, 4)
+INSTANTIATE_TF32X3_NT(4, 2, 4, 2)

@@ -23,9 +23,10 @@ from .._xp import cupy_module
 from . import _cuda
 
 SOURCE = "tsm2_tc.cu"
-#: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB); each comes with
-#: NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations.
-VARIANTS = {"w8r2": (8, 2, 2), "w4r4": (4, 4, 2)}
+#: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
+#: A in flight D); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match
+#: tsm2_tc.cu's instantiations.
+VARIANTS = {"w8d1": (8, 2, 2, 1), "w8d2": (8, 2, 2, 2), "w8d4": (8, 2, 1, 4), "w4d2": (4, 2, 4, 2)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: k the online timing tries this kernel for (below, tsm2.cu's kernels are at the copy bandwidth).
@@ -41,8 +42,8 @@ def _names() -> tuple:
 
 
 def kernel_name(col: bool, nt: int, variant: str) -> str:
-    w, rt, mb = VARIANTS[variant]
-    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb}>"
+    w, rt, mb, d = VARIANTS[variant]
+    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d}>"
 
 
 def n_tiles(k: int) -> int:
@@ -73,7 +74,7 @@ class TcLaunch:
     split over n (enough blocks for whole waves of resident blocks, tsm2.split_waves) and the
     scalar arguments worked out once; calling it only launches (and sums the slices)."""
 
-    def __init__(self, A, B, C, layout: str, lda: int, variant: str = "w8r2", slices: int | None = None):
+    def __init__(self, A, B, C, layout: str, lda: int, variant: str = "w8d2", slices: int | None = None):
         from . import tsm2
         if variant not in VARIANTS:
             raise ValueError(f"variant: {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -81,7 +82,7 @@ class TcLaunch:
             raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
         m, n = A.shape
         k = B.shape[1]
-        w, rt, _ = VARIANTS[variant]
+        w, rt, _, _ = VARIANTS[variant]
         col = layout == "col"
         self.fn = _cuda.function(SOURCE, kernel_name(col, n_tiles(k), variant), _names())
         self.launch = _cuda.packed(self.fn, SOURCE, "tsm2_tf32x3")
@@ -115,7 +116,7 @@ class TcLaunch:
             self.sum_launch(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
 
 
-def matmul(A, B, out=None, variant: str = "w8r2", slices: int | None = None):
+def matmul(A, B, out=None, variant: str = "w8d2", slices: int | None = None):
     """C = A @ B (float32 CuPy arrays, A C- or F-ordered and aligned as :func:`check_a` says, B
     n x k with unit stride along its rows) by the 3xTF32 kernel; for tests and benchmarks (the
     planner goes through ``tsgemm.tsm2``)."""
