@@ -49,7 +49,7 @@ static __device__ __forceinline__ unsigned tf32(float x) {
 }
 
 static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -195,18 +195,27 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                                 ahi[r][i] = tf32(x);
                                 alo[r][i] = tf32(x - __uint_as_float(ahi[r][i]));
                             }
+                        unsigned bh[NT][2], bl[NT][2];
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt) {
                             const float4 b = bs[((jj / 16 * 2 + s) * NT + nt) * 32 + lane];
-                            const unsigned bh0 = __float_as_uint(b.x), bh1 = __float_as_uint(b.y);
-                            const unsigned bl0 = __float_as_uint(b.z), bl1 = __float_as_uint(b.w);
-#pragma unroll
-                            for (int r = 0; r < RT; ++r) {   // small terms first
-                                mma_tf32(acc[r][nt], alo[r], bh0, bh1);
-                                mma_tf32(acc[r][nt], ahi[r], bl0, bl1);
-                                mma_tf32(acc[r][nt], ahi[r], bh0, bh1);
-                            }
+                            bh[nt][0] = __float_as_uint(b.x); bh[nt][1] = __float_as_uint(b.y);
+                            bl[nt][0] = __float_as_uint(b.z); bl[nt][1] = __float_as_uint(b.w);
                         }
+                        // each of the three products over all RT x NT accumulators before the next
+                        // (small terms first): RT x NT independent mma between two on one accumulator
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], alo[r], bh[nt][0], bh[nt][1]);
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bl[nt][0], bl[nt][1]);
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bh[nt][0], bh[nt][1]);
                     }
                 }
             }
