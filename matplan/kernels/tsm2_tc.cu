@@ -55,7 +55,7 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB, int D>
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
@@ -193,7 +193,8 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                             for (int i = 0; i < 4; ++i) {
                                 const float x = a_at(acur, r, s, i);
                                 ahi[r][i] = tf32(x);
-                                alo[r][i] = tf32(x - __uint_as_float(ahi[r][i]));
+                                const float lo = x - __uint_as_float(ahi[r][i]);   // exact
+                                alo[r][i] = LO ? tf32(lo) : __float_as_uint(lo);  // LO = 0: the mma truncates it
                             }
                         unsigned bh[NT][2], bl[NT][2];
 #pragma unroll
@@ -236,14 +237,15 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
     }
 }
 
-#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D)                                                       \
-    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D>(const float*, long long, const float*, \
-        long long, float*, long long, long long, int, int, int, int, long long);
-#define INSTANTIATE_TF32X3_NT(W, RT, MB, D) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D)                     \
-    INSTANTIATE_TF32X3(true, 2, W, RT, MB, D) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D)                  \
-    INSTANTIATE_TF32X3(true, 4, W, RT, MB, D)
-// tsm2_tc.VARIANTS (W, RT, MB, D) with NT 2 and 4
-INSTANTIATE_TF32X3_NT(8, 2, 2, 1)
-INSTANTIATE_TF32X3_NT(8, 2, 2, 2)
-INSTANTIATE_TF32X3_NT(8, 2, 1, 4)
-INSTANTIATE_TF32X3_NT(4, 2, 4, 2)
+#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO)                                                   \
+    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO>(const float*, long long,           \
+        const float*, long long, float*, long long, long long, int, int, int, int, long long);
+#define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO)             \
+    INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO)          \
+    INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO)
+// tsm2_tc.VARIANTS (W, RT, MB, D, LO) with NT 2 and 4
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 1)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 1, 2, 1)
+INSTANTIATE_TF32X3_NT(8, 2, 1, 2, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1)

@@ -24,9 +24,10 @@ from . import _cuda
 
 SOURCE = "tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
-#: A in flight D); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match
-#: tsm2_tc.cu's instantiations.
-VARIANTS = {"w8d1": (8, 2, 2, 1), "w8d2": (8, 2, 2, 2), "w8d4": (8, 2, 1, 4), "w4d2": (4, 2, 4, 2)}
+#: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it); each comes
+#: with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations.
+VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "m1d2": (8, 2, 1, 2, 1), "m1d2t": (8, 2, 1, 2, 0),
+            "w8d2": (8, 2, 2, 2, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: k the online timing tries this kernel for (below, tsm2.cu's kernels are at the copy bandwidth).
@@ -42,8 +43,8 @@ def _names() -> tuple:
 
 
 def kernel_name(col: bool, nt: int, variant: str) -> str:
-    w, rt, mb, d = VARIANTS[variant]
-    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d}>"
+    w, rt, mb, d, lo = VARIANTS[variant]
+    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}>"
 
 
 def n_tiles(k: int) -> int:
@@ -82,7 +83,7 @@ class TcLaunch:
             raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
         m, n = A.shape
         k = B.shape[1]
-        w, rt, _, _ = VARIANTS[variant]
+        w, rt = VARIANTS[variant][:2]
         col = layout == "col"
         self.fn = _cuda.function(SOURCE, kernel_name(col, n_tiles(k), variant), _names())
         self.launch = _cuda.packed(self.fn, SOURCE, "tsm2_tf32x3")
