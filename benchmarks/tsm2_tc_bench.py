@@ -2,7 +2,7 @@
 TSM2 kernel the planner would run without it, float32, both layouts of A (n x n), in one run.
 
 For each (n, k, layout): every tsm2_tc variant (its launch made once, as a plan keeps it),
-cupy.matmul and the planner's FP32 TSM2 parameters (``tsm2_tc.ENABLED`` off while planning),
+cupy.matmul and the TSM2 kernel with the planner's parameters (tsm2_tc is not a planner candidate),
 single calls timed in alternation by CUDA events (median of --repeats), each checked against
 cupy.matmul first. Prints milliseconds, the ratio to cuBLAS and the fraction of the
 device-to-device copy bandwidth measured in this run (bytes: A once, B and C).
@@ -53,11 +53,7 @@ def main(argv=None) -> int:
                 B = rng.random((n, k), dtype=np.float64).astype(np.float32) - 0.5
                 ref = cp.matmul(A, B)
                 scale = float(cp.max(cp.abs(ref)))
-                enabled, tsm2_tc.ENABLED = tsm2_tc.ENABLED, False
-                try:   # the FP32 kernel the planner picks without the tensor-core one
-                    p = next(c for c in planner.plan(A, B).candidates if c.kernel == "tsgemm.tsm2").params
-                finally:
-                    tsm2_tc.ENABLED = enabled
+                p = next(c for c in planner.plan(A, B).candidates if c.kernel == "tsgemm.tsm2").params
                 prep = kern.prepare(A, p)
                 fns = {"cublas": lambda: cp.matmul(A, B), "tsm2_fp32": lambda: kern.run(prep, B)}
                 errs = {"cublas": 0.0, "tsm2_fp32": float(cp.max(cp.abs(kern.run(prep, B) - ref))) / scale}

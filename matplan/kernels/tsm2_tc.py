@@ -1,21 +1,30 @@
 """TSM2 in float32 on tensor cores (3xTF32): C (m x k) = A (m x n) @ B (n x k) for small k.
 
 ``tsm2_tc.cu`` (its header has the details) multiplies by ``mma.sync`` in TF32 with each operand
-split in a high and a low TF32 part, three products a term: float32 accuracy for finite values,
-without the FP32 units' FMA rate, which bounds tsm2.cu's kernels and cuBLAS at k = 32 (about 0.6
-of the copy bandwidth on an H100). Both layouts of A, never copied; A 16-byte aligned with its
-rows (row-major) or columns (column-major) starting on 16-byte boundaries (:func:`check_a`).
-Inf in A or B gives NaN in the rows and columns it reaches (and so do finite values past ~3.4e38),
-where a float32 FMA kernel gives +-Inf: the planner uses this kernel only while :data:`ENABLED`
-(environment ``MATPLAN_TF32X3=0`` turns it off).
+split in a high and a low TF32 part, three products a term: float32-level accuracy for finite
+values without the FP32 units' FMA rate, which bounds tsm2.cu's kernels and cuBLAS at k = 32.
+Both layouts of A, never copied; A 16-byte aligned with its rows (row-major) or columns
+(column-major) starting on 16-byte boundaries (:func:`check_a`). Inf in A or B gives NaN in the
+rows and columns it reaches (Inf - Inf in the split), and so do finite values past ~3.4e38; NaN
+stays NaN. The tensor cores' float32 accumulation is less exact than FMA's: against cupy.matmul,
+max |error| / max |C| was 1.4-1.5e-5 at n = 16384 (the FP32 TSM2 kernel 2-3e-6).
 
-The planner reaches it through ``tsgemm.tsm2``: the online timing tries the :data:`VARIANTS` for
-float32 with k in :data:`TC_K` on a GPU of compute capability 8.0 or later (:func:`eligible`) and
-keeps it when it is fastest; :class:`TcLaunch` is the launch a plan keeps.
+Status: experimental, NOT a planner candidate. It is correct (tests/test_tsm2_tc_gpu.py) but on an
+H100 it only ties cuBLAS where the FP32 kernels are compute-bound (2026-11-24, f4cb04f,
+benchmarks/results/tsm2-tc-h100-2026-11-24-f4cb04f.log, fraction of copy bandwidth, single calls):
+k = 32 column-major 0.70-0.72 (cuBLAS 0.72, FP32 TSM2 0.64), row-major 0.61 (cuBLAS 0.64, FP32
+0.59); k = 64 0.29-0.36 (cuBLAS 0.35-0.42, FP32 0.18-0.24). Taking it for a few percent against
+the FP32 TSM2 kernel would cost the accuracy and Inf behaviour above, so the planner does not.
+Measured on the same GPU (benchmarks/mma_rate.py, 2026-11-24): mma.sync m16n8k8 TF32 at
+1.67 clocks an SM (321 TFLOPS), cvt.rna.tf32.f32 about one warp instruction a clock an SM; the
+kernel runs its mma at ~35% of that rate, so neither unit is the limit. Four more A steps in
+flight (D) or one block of 255 registers per SM did not help; what is left to try is A staged by
+cp.async in shared memory (as tsm2_async.cu does) or wgmma.
+
+:class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
+standalone call (tests, benchmarks/tsm2_tc_bench.py).
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -26,14 +35,11 @@ SOURCE = "tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it); each comes
 #: with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations.
-VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "m1d2": (8, 2, 1, 2, 1), "m1d2t": (8, 2, 1, 2, 0),
-            "w8d2": (8, 2, 2, 2, 1)}
+#: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24-*.log): one block of 255 registers per
+#: SM (MB = 1) and D = 4 were slower everywhere and were dropped.
+VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
-#: k the online timing tries this kernel for (below, tsm2.cu's kernels are at the copy bandwidth).
-TC_K = (9, 64)
-#: Whether the planner may use this kernel (its Inf handling differs: see the module docstring).
-ENABLED = os.environ.get("MATPLAN_TF32X3", "1") != "0"
 #: Most slices of n (split-K) a launch uses.
 MAX_SPLIT = 64
 
@@ -50,18 +56,6 @@ def kernel_name(col: bool, nt: int, variant: str) -> str:
 def n_tiles(k: int) -> int:
     """8-column n-tiles a pass: 2 for k <= 16, else 4 (k > 32 takes several passes)."""
     return 2 if k <= 16 else 4
-
-
-def eligible(dtype, k: int, layout: str, m: int, n: int) -> bool:
-    """Whether the online timing tries this kernel: ENABLED, float32, k in TC_K, a GPU of compute
-    capability 8.0 or later, and A's rows (row-major: n % 4 == 0) or columns (column-major:
-    m % 4 == 0) on 16-byte boundaries in the contiguous layout."""
-    if not ENABLED or np.dtype(dtype) != np.float32 or not TC_K[0] <= k <= TC_K[1]:
-        return False
-    if (n if layout == "row" else m) % 4:
-        return False
-    cp = cupy_module()
-    return cp is not None and int(cp.cuda.Device().compute_capability) >= 80
 
 
 def check_a(A, layout: str) -> int:
@@ -147,4 +141,4 @@ def matmul(A, B, out=None, variant: str = "w8d2", slices: int | None = None):
     return C
 
 
-__all__ = ["TcLaunch", "matmul", "eligible", "check_a", "VARIANTS", "TC_K", "ENABLED"]
+__all__ = ["TcLaunch", "matmul", "check_a", "VARIANTS"]
