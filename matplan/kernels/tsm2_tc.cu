@@ -56,7 +56,7 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO>
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int P = 3>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
@@ -206,14 +206,16 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                         }
                         // each of the three products over all RT x NT accumulators before the next
                         // (small terms first): RT x NT independent mma between two on one accumulator
+                        if (P == 3) {   // P = 1 (plain TF32: a diagnostic, not float32-accurate) skips them
 #pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
+                            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], alo[r], bh[nt][0], bh[nt][1]);
+                                for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], alo[r], bh[nt][0], bh[nt][1]);
 #pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
+                            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bl[nt][0], bl[nt][1]);
+                                for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bl[nt][0], bl[nt][1]);
+                        }
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -248,3 +250,8 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
 INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 1)
 INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0)
 INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1)
+// tsm2_tc.DIAGNOSTIC: one product a term (plain TF32), to tell the mma count's share of the time
+template __global__ void tsm2_tf32x3<false, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
+    float*, long long, long long, int, int, int, int, long long);
+template __global__ void tsm2_tf32x3<true, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
+    float*, long long, long long, int, int, int, int, long long);

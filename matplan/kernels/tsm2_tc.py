@@ -38,6 +38,9 @@ SOURCE = "tsm2_tc.cu"
 #: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24-*.log): one block of 255 registers per
 #: SM (MB = 1) and D = 4 were slower everywhere and were dropped.
 VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
+#: Diagnostic variants (benchmarks only; NOT float32-accurate): "tf32" does one product a term
+#: (a_hi b_hi, plain TF32), so its time against w8d1t's tells the three products' share. k > 16 only.
+DIAGNOSTIC = {"tf32": (8, 2, 2, 1, 0, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
@@ -45,12 +48,13 @@ MAX_SPLIT = 64
 
 
 def _names() -> tuple:
-    return tuple(kernel_name(col, nt, v) for v in VARIANTS for nt in (2, 4) for col in (False, True))
+    return (tuple(kernel_name(col, nt, v) for v in VARIANTS for nt in (2, 4) for col in (False, True))
+            + tuple(kernel_name(col, 4, v) for v in DIAGNOSTIC for col in (False, True)))
 
 
 def kernel_name(col: bool, nt: int, variant: str) -> str:
-    w, rt, mb, d, lo = VARIANTS[variant]
-    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}>"
+    w, rt, mb, d, lo, *p = VARIANTS.get(variant) or DIAGNOSTIC[variant]
+    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}{''.join(f',{x}' for x in p)}>"
 
 
 def n_tiles(k: int) -> int:
@@ -71,13 +75,15 @@ class TcLaunch:
 
     def __init__(self, A, B, C, layout: str, lda: int, variant: str = "w8d2", slices: int | None = None):
         from . import tsm2
-        if variant not in VARIANTS:
+        if variant not in VARIANTS and variant not in DIAGNOSTIC:
             raise ValueError(f"variant: {variant!r}; expected one of {sorted(VARIANTS)}")
+        if variant in DIAGNOSTIC and B.shape[1] <= 16:
+            raise ValueError(f"variant: {variant!r} is built for k > 16 only, got k = {B.shape[1]}")
         if A.dtype != np.float32:
             raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
         m, n = A.shape
         k = B.shape[1]
-        w, rt = VARIANTS[variant][:2]
+        w, rt = (VARIANTS.get(variant) or DIAGNOSTIC[variant])[:2]
         col = layout == "col"
         self.fn = _cuda.function(SOURCE, kernel_name(col, n_tiles(k), variant), _names())
         self.launch = _cuda.packed(self.fn, SOURCE, "tsm2_tf32x3")
