@@ -10,16 +10,23 @@ stays NaN. The tensor cores' float32 accumulation is less exact than FMA's: agai
 max |error| / max |C| was 1.4-1.5e-5 at n = 16384 (the FP32 TSM2 kernel 2-3e-6).
 
 Status: experimental, NOT a planner candidate. It is correct (tests/test_tsm2_tc_gpu.py) but on an
-H100 it only ties cuBLAS where the FP32 kernels are compute-bound (2026-11-24, f4cb04f,
-benchmarks/results/tsm2-tc-h100-2026-11-24-f4cb04f.log, fraction of copy bandwidth, single calls):
-k = 32 column-major 0.70-0.72 (cuBLAS 0.72, FP32 TSM2 0.64), row-major 0.61 (cuBLAS 0.64, FP32
-0.59); k = 64 0.29-0.36 (cuBLAS 0.35-0.42, FP32 0.18-0.24). Taking it for a few percent against
-the FP32 TSM2 kernel would cost the accuracy and Inf behaviour above, so the planner does not.
-Measured on the same GPU (benchmarks/mma_rate.py, 2026-11-24): mma.sync m16n8k8 TF32 at
-1.67 clocks an SM (321 TFLOPS), cvt.rna.tf32.f32 about one warp instruction a clock an SM; the
-kernel runs its mma at ~35% of that rate, so neither unit is the limit. Four more A steps in
-flight (D) or one block of 255 registers per SM did not help; what is left to try is A staged by
-cp.async in shared memory (as tsm2_async.cu does) or wgmma.
+H100 it only ties cuBLAS where the FP32 kernels are compute-bound (2026-11-24, f4cb04f and
+ce4e2f9, benchmarks/results/tsm2-tc-h100-2026-11-24.log, fraction of copy bandwidth, single
+calls): k = 32 column-major 0.69-0.72 (cuBLAS 0.72-0.73, FP32 TSM2 0.63-0.64), row-major
+0.58-0.61 (cuBLAS 0.57-0.64, FP32 0.57-0.59); k = 64 0.29-0.37 (cuBLAS 0.34-0.45, FP32
+0.17-0.24). Taking it for a few percent against the FP32 TSM2 kernel would cost the accuracy and
+Inf behaviour above, so the planner does not.
+
+Why it stops there, as far as measured: not the tensor cores. On the same GPU mma.sync m16n8k8
+TF32 runs at 1.67 clocks an SM (321 TFLOPS; benchmarks/mma_rate.py), and the kernel's mma run at
+~35% of that; a diagnostic build doing one product a term instead of three (DIAGNOSTIC "tf32")
+is only 0-7% faster. Nor the conversions (cvt.rna.tf32.f32: about a warp instruction a clock an
+SM; leaving a_lo unrounded, LO = 0, gained ~3%). More A in flight (D = 2 or 4) or one block of 255
+registers an SM did not help either. At k <= 16 (NT = 2) the same kernel reaches 0.96 column-major,
+so what grows with NT = 4 is the suspect: B staged at every tile start (twice the L2 loads,
+conversions and scattered shared stores a thread, behind a barrier) and register pressure (128
+a thread at 2 blocks an SM, spills in some builds). Next to try: B staged once per block for all
+its tiles or by cp.async, A through shared memory by cp.async (tsm2_async.cu's pipeline), wgmma.
 
 :class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
 standalone call (tests, benchmarks/tsm2_tc_bench.py).
@@ -35,7 +42,7 @@ SOURCE = "tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it); each comes
 #: with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations.
-#: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24-*.log): one block of 255 registers per
+#: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24.log): one block of 255 registers per
 #: SM (MB = 1) and D = 4 were slower everywhere and were dropped.
 VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
 #: Diagnostic variants (benchmarks only; NOT float32-accurate): "tf32" does one product a term
