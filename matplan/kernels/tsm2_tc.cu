@@ -56,7 +56,7 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int P = 3>
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int P = 3, int SKIPB = 0>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
@@ -172,8 +172,10 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
             // The next tile of B into the other buffer (last read before the previous barrier):
             // staged here, not held in registers over the tile (registers hold A in flight); the
             // wait on L2 overlaps the A loads already in flight.
-            load_b((long long)j0 + KC);
-            store_b(Bs[buf ^ 1]);
+            if (!SKIPB) {   // SKIPB: a diagnostic that reuses the first tiles of B (wrong results)
+                load_b((long long)j0 + KC);
+                store_b(Bs[buf ^ 1]);
+            }
 #pragma unroll 1
             for (int u0 = 0; u0 < KC / 16; u0 += D) {
 #pragma unroll
@@ -254,4 +256,8 @@ INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1)
 template __global__ void tsm2_tf32x3<false, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
     float*, long long, long long, int, int, int, int, long long);
 template __global__ void tsm2_tf32x3<true, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
+    float*, long long, long long, int, int, int, int, long long);
+template __global__ void tsm2_tf32x3<false, 4, 8, 2, 64, 2, 1, 0, 3, 1>(const float*, long long, const float*, long long,
+    float*, long long, long long, int, int, int, int, long long);
+template __global__ void tsm2_tf32x3<true, 4, 8, 2, 64, 2, 1, 0, 3, 1>(const float*, long long, const float*, long long,
     float*, long long, long long, int, int, int, int, long long);

@@ -47,7 +47,8 @@ SOURCE = "tsm2_tc.cu"
 VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
 #: Diagnostic variants (benchmarks only; NOT float32-accurate): "tf32" does one product a term
 #: (a_hi b_hi, plain TF32), so its time against w8d1t's tells the three products' share. k > 16 only.
-DIAGNOSTIC = {"tf32": (8, 2, 2, 1, 0, 1)}
+#: "noB" skips staging B after the first tile (wrong results): its time tells the staging's share.
+DIAGNOSTIC = {"tf32": (8, 2, 2, 1, 0, 1), "noB": (8, 2, 2, 1, 0, 3, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
