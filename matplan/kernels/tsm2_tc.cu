@@ -56,9 +56,48 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int P = 3, int SKIPB = 0>
+// Float index in a pass's prepared B (tsm2_tc_b) of B value (row kk, column c of the pass): float4
+// ((kk / 16 * 2 + s) * NT + c / 8) * 32 + lane, component h (b_hi), 2 + h (b_lo), where (t, s, h)
+// is the k-step slot of kk % 16 (TcMap::col) and lane = 4 (c % 8) + t.
+template <bool COL, int NT>
+static __device__ __forceinline__ long long b_slot(long long kk, int c) {
+    const int w = (int)(kk & 15);
+    const int bt = COL ? (w & 3) : (w >> 2), bs = COL ? (w >> 3) : ((w >> 1) & 1), bh = COL ? ((w >> 2) & 1) : (w & 1);
+    return ((((kk >> 4) * 2 + bs) * NT + (c >> 3)) * 32 + (c & 7) * 4 + bt) * 4 + bh;
+}
+
+// B split and laid out in fragment order once per call, so the main kernel stages it by 16-byte
+// cp.async copies (staging it tile by tile with the conversions cost column-major A ~20% at
+// k = 32: H100, 2026-11-24). Bf: ceil(k / 8 NT) passes of n_pad x 8 NT x 2 floats (n_pad: n
+// rounded up to the tile); rows past n and columns past k are zeros.
+template <bool COL, int NT>
+__global__ void tsm2_tc_b(const float* __restrict__ B, long long ldb, int n, int k, long long n_pad,
+                          float* __restrict__ Bf) {
+    const long long per_pass = n_pad * 8 * NT;
+    const long long total = (long long)((k + 8 * NT - 1) / (8 * NT)) * per_pass;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long p = e / per_pass, r = e % per_pass, kk = r / (8 * NT);
+        const int c = (int)(r % (8 * NT)), col = (int)p * 8 * NT + c;
+        const float x = (kk < n && col < k) ? B[kk * ldb + col] : 0.f;
+        const unsigned hi = tf32(x);
+        float* out = Bf + 2 * p * per_pass + b_slot<COL, NT>(kk, c);
+        out[0] = __uint_as_float(hi);
+        out[2] = __uint_as_float(tf32(x - __uint_as_float(hi)));
+    }
+}
+
+static __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(gmem) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO>
 __global__ void __launch_bounds__(W * 32, MB)
-tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict__ B, long long ldb,
+tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict__ Bf, long long bf_pass,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
             int split, long long ldc_s)
 {
@@ -67,12 +106,11 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
     static_assert(!COL || RT % 2 == 0, "column-major A: RT even (a 16-byte load spans two tiles)");
     constexpr int T = W * 32;
     constexpr int NL = 2 * RT;                          // 16-byte loads of A a lane makes a step
-    constexpr int BE = KC * 8 * NT;                     // B values of a tile
-    constexpr int BR = (BE + T - 1) / T;                // ... each thread stages
+    constexpr int TF4 = KC / 8 * NT * 32;               // float4 of a tile of prepared B
     __shared__ __align__(16) float4 Bs[2][KC / 8 * NT * 32];
     {                                                  // split over j: this block's slice of n
         const long long jb = (long long)blockIdx.y * split;
-        A += COL ? jb * lda : jb; B += jb * ldb; C += blockIdx.y * ldc_s;
+        A += COL ? jb * lda : jb; Bf += jb / 8 * NT * 32; C += blockIdx.y * ldc_s;
         n = (int)((long long)n - jb < split ? (long long)n - jb : split);
     }
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -122,14 +160,6 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
         const int h = i & 1, hk = i >> 1;
         return COL ? o[4 * (r >> 1) + 2 * s + hk][2 * (r & 1) + h] : o[2 * r + h][2 * s + hk];
     };
-    // B value e of a tile (kk = e / (8 NT) its row, c = e % (8 NT) its column in the pass) and its
-    // fragment slot: float4 ((kk / 16 * 2 + s) * NT + c / 8) * 32 + lane, component h (hi), 2 + h (lo)
-    auto b_slot = [](int e) -> int {
-        const int kk = e / (8 * NT), c = e % (8 * NT), w = kk & 15;
-        const int bt = COL ? (w & 3) : (w >> 2), bs = COL ? (w >> 3) : ((w >> 1) & 1), bh = COL ? ((w >> 2) & 1) : (w & 1);
-        return ((((kk >> 4) * 2 + bs) * NT + (c >> 3)) * 32 + (c & 7) * 4 + bt) * 4 + bh;
-    };
-
     for (int c0 = 0; c0 < k; c0 += 8 * NT) {
         float acc[RT][NT][4];
 #pragma unroll
@@ -138,44 +168,25 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
-        float bnext[BR];
-        auto load_b = [&](long long j0) {
+        const float4* bf = Bf + (long long)(c0 / (8 * NT)) * bf_pass;   // this pass's prepared B
+        auto stage_b = [&](float4* bs, long long j0) {   // the tile at column j0, by cp.async
+            const float4* src = bf + j0 / 8 * NT * 32;
 #pragma unroll
-            for (int q = 0; q < BR; ++q) {
-                const int e = tid + q * T, kk = e / (8 * NT), c = e % (8 * NT);
-                bnext[q] = (e < BE && j0 + kk < n && c0 + c < k) ? B[(j0 + kk) * ldb + c0 + c] : 0.f;
-            }
-        };
-        auto store_b = [&](float4* bs) {
-            float* f = reinterpret_cast<float*>(bs);
-#pragma unroll
-            for (int q = 0; q < BR; ++q) {
-                const int e = tid + q * T;
-                if (e < BE) {
-                    const unsigned hi = tf32(bnext[q]);
-                    const int at = b_slot(e);
-                    f[at] = __uint_as_float(hi);
-                    f[at + 2] = __uint_as_float(tf32(bnext[q] - __uint_as_float(hi)));
-                }
-            }
+            for (int q = tid; q < TF4; q += T) cp_async16(bs + q, src + q);
+            cp_async_commit();
         };
         float anext[D][NL][4];                          // step u of a tile in slot u % D
-        load_b(0);
-        store_b(Bs[0]);
+        stage_b(Bs[0], 0);
 #pragma unroll
         for (int d = 0; d < D; ++d) load_a(anext[d], 16 * d);
+        cp_async_wait_all();
         __syncthreads();
 
         int buf = 0;
         for (int j0 = 0; j0 < n; j0 += KC, buf ^= 1) {
             const float4* bs = Bs[buf];
-            // The next tile of B into the other buffer (last read before the previous barrier):
-            // staged here, not held in registers over the tile (registers hold A in flight); the
-            // wait on L2 overlaps the A loads already in flight.
-            if (!SKIPB) {   // SKIPB: a diagnostic that reuses the first tiles of B (wrong results)
-                load_b((long long)j0 + KC);
-                store_b(Bs[buf ^ 1]);
-            }
+            // the next tile of B into the other buffer (last read before the previous barrier)
+            if (j0 + KC < n) stage_b(Bs[buf ^ 1], (long long)j0 + KC);
 #pragma unroll 1
             for (int u0 = 0; u0 < KC / 16; u0 += D) {
 #pragma unroll
@@ -208,16 +219,14 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                         }
                         // each of the three products over all RT x NT accumulators before the next
                         // (small terms first): RT x NT independent mma between two on one accumulator
-                        if (P == 3) {   // P = 1 (plain TF32: a diagnostic, not float32-accurate) skips them
 #pragma unroll
-                            for (int nt = 0; nt < NT; ++nt)
+                        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                                for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], alo[r], bh[nt][0], bh[nt][1]);
+                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], alo[r], bh[nt][0], bh[nt][1]);
 #pragma unroll
-                            for (int nt = 0; nt < NT; ++nt)
+                        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                                for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bl[nt][0], bl[nt][1]);
-                        }
+                            for (int r = 0; r < RT; ++r) mma_tf32(acc[r][nt], ahi[r], bl[nt][0], bl[nt][1]);
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -225,6 +234,7 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
                     }
                 }
             }
+            cp_async_wait_all();
             __syncthreads();
         }
 #pragma unroll
@@ -244,7 +254,7 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
 
 #define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO)                                                   \
     template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO>(const float*, long long,           \
-        const float*, long long, float*, long long, long long, int, int, int, int, long long);
+        const float4*, long long, float*, long long, long long, int, int, int, int, long long);
 #define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO)             \
     INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO)          \
     INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO)
@@ -252,12 +262,7 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float* __restrict_
 INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 1)
 INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0)
 INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1)
-// tsm2_tc.DIAGNOSTIC: one product a term (plain TF32), to tell the mma count's share of the time
-template __global__ void tsm2_tf32x3<false, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
-    float*, long long, long long, int, int, int, int, long long);
-template __global__ void tsm2_tf32x3<true, 4, 8, 2, 64, 2, 1, 0, 1>(const float*, long long, const float*, long long,
-    float*, long long, long long, int, int, int, int, long long);
-template __global__ void tsm2_tf32x3<false, 4, 8, 2, 64, 2, 1, 0, 3, 1>(const float*, long long, const float*, long long,
-    float*, long long, long long, int, int, int, int, long long);
-template __global__ void tsm2_tf32x3<true, 4, 8, 2, 64, 2, 1, 0, 3, 1>(const float*, long long, const float*, long long,
-    float*, long long, long long, int, int, int, int, long long);
+template __global__ void tsm2_tc_b<false, 2>(const float*, long long, int, int, long long, float*);
+template __global__ void tsm2_tc_b<true, 2>(const float*, long long, int, int, long long, float*);
+template __global__ void tsm2_tc_b<false, 4>(const float*, long long, int, int, long long, float*);
+template __global__ void tsm2_tc_b<true, 4>(const float*, long long, int, int, long long, float*);

@@ -45,10 +45,6 @@ SOURCE = "tsm2_tc.cu"
 #: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24.log): one block of 255 registers per
 #: SM (MB = 1) and D = 4 were slower everywhere and were dropped.
 VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
-#: Diagnostic variants (benchmarks only; NOT float32-accurate): "tf32" does one product a term
-#: (a_hi b_hi, plain TF32), so its time against w8d1t's tells the three products' share. k > 16 only.
-#: "noB" skips staging B after the first tile (wrong results): its time tells the staging's share.
-DIAGNOSTIC = {"tf32": (8, 2, 2, 1, 0, 1), "noB": (8, 2, 2, 1, 0, 3, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
@@ -56,13 +52,14 @@ MAX_SPLIT = 64
 
 
 def _names() -> tuple:
+    flags = ("false", "true")
     return (tuple(kernel_name(col, nt, v) for v in VARIANTS for nt in (2, 4) for col in (False, True))
-            + tuple(kernel_name(col, 4, v) for v in DIAGNOSTIC for col in (False, True)))
+            + tuple(f"tsm2_tc_b<{c},{nt}>" for nt in (2, 4) for c in flags))
 
 
 def kernel_name(col: bool, nt: int, variant: str) -> str:
-    w, rt, mb, d, lo, *p = VARIANTS.get(variant) or DIAGNOSTIC[variant]
-    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}{''.join(f',{x}' for x in p)}>"
+    w, rt, mb, d, lo = VARIANTS[variant]
+    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}>"
 
 
 def n_tiles(k: int) -> int:
@@ -77,24 +74,25 @@ def check_a(A, layout: str) -> int:
 
 
 class TcLaunch:
-    """One launch of the 3xTF32 kernel for arrays of these shapes and strides: the kernel, the
-    split over n (enough blocks for whole waves of resident blocks, tsm2.split_waves) and the
-    scalar arguments worked out once; calling it only launches (and sums the slices)."""
+    """One call of the 3xTF32 kernel for arrays of these shapes and strides: B's preparation
+    (``tsm2_tc_b``: split and in fragment order, once a call), the kernel, the split over n (enough
+    blocks for whole waves of resident blocks, tsm2.split_waves) and the scalar arguments worked
+    out once; calling it only allocates the workspace and launches (and sums the slices)."""
 
     def __init__(self, A, B, C, layout: str, lda: int, variant: str = "w8d2", slices: int | None = None):
         from . import tsm2
-        if variant not in VARIANTS and variant not in DIAGNOSTIC:
+        if variant not in VARIANTS:
             raise ValueError(f"variant: {variant!r}; expected one of {sorted(VARIANTS)}")
-        if variant in DIAGNOSTIC and B.shape[1] <= 16:
-            raise ValueError(f"variant: {variant!r} is built for k > 16 only, got k = {B.shape[1]}")
         if A.dtype != np.float32:
             raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
         m, n = A.shape
         k = B.shape[1]
-        w, rt = (VARIANTS.get(variant) or DIAGNOSTIC[variant])[:2]
-        col = layout == "col"
-        self.fn = _cuda.function(SOURCE, kernel_name(col, n_tiles(k), variant), _names())
+        w, rt = VARIANTS[variant][:2]
+        col, nt = layout == "col", n_tiles(k)
+        self.fn = _cuda.function(SOURCE, kernel_name(col, nt, variant), _names())
         self.launch = _cuda.packed(self.fn, SOURCE, "tsm2_tf32x3")
+        prep = _cuda.function(SOURCE, f"tsm2_tc_b<{'true' if col else 'false'},{nt}>", _names())
+        self.prep = _cuda.packed(prep, SOURCE, "tsm2_tc_b")
         rows = w * rt * 16
         bx = -(-m // rows)
         sms = tsm2._sms()
@@ -104,13 +102,20 @@ class TcLaunch:
         else:
             S0 = max(1, min(-(-max(slots, sms) // bx), MAX_SPLIT, n // (4 * KC)))
             S, L = tsm2.split_waves(S0, min(2 * S0, MAX_SPLIT, max(S0, n // (4 * KC))), bx, n, KC, slots)
+        # workspace (float32): prepared B (passes x n_pad x 8 NT x 2; a multiple of 4, so what
+        # follows stays 16-byte aligned), then the slices' partial C when split
+        n_pad = -(-n // KC) * KC
+        bf_pass = n_pad * 8 * nt * 2
+        self.bf_size = -(-k // (8 * nt)) * bf_pass
         item = A.itemsize
         cs = (C.strides[0] // item, C.strides[1] // item)
         ldc_r, ldc_c = cs if S == 1 else (k, 1)
         mk = m * k
-        self.S, self.ws_shape = S, (S, m, k)
+        self.S, self.ws_size = S, self.bf_size + (S * mk if S > 1 else 0)
         self.grid, self.block = (bx, S), (32 * w,)
-        self.lda, self.tail = int(lda), (int(ldc_r), int(ldc_c), m, n, k, int(L), mk)
+        self.prep_grid = (min(-(-self.bf_size // 2 // 256), 8 * sms),)
+        self.prep_args = (n, k, n_pad)
+        self.lda, self.mid, self.tail = int(lda), bf_pass // 4, (int(ldc_r), int(ldc_c), m, n, k, int(L), mk)
         if S > 1:
             sum_fn = _cuda.function(tsm2.SOURCE, "tsm2_split_sum<float>", tsm2.SPLIT_SUM_NAMES)
             self.sum_launch = _cuda.packed(sum_fn, tsm2.SOURCE, "tsm2_split_sum")
@@ -118,8 +123,11 @@ class TcLaunch:
             self.sum_args = (S, mk, k, int(cs[0]), int(cs[1]))
 
     def __call__(self, A, B, C) -> None:
-        out = C if self.S == 1 else cupy_module().empty(self.ws_shape, dtype=np.float32)
-        self.launch(self.grid, self.block, (A, self.lda, B, B.strides[0] // 4, out, *self.tail))
+        ws = cupy_module().empty(self.ws_size, dtype=np.float32)
+        bf = ws.data.ptr
+        self.prep(self.prep_grid, (256,), (B, B.strides[0] // 4, *self.prep_args, bf))
+        out = C if self.S == 1 else bf + 4 * self.bf_size
+        self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, out, *self.tail))
         if self.S > 1:
             S, mk, k, c0, c1 = self.sum_args
             self.sum_launch(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
