@@ -99,3 +99,44 @@ def test_tc_rejects_bad_inputs(cp, rng):
         tsm2_tc.matmul(cp.asarray(_random(rng, (64, 256), np.float32)), B[:256], variant="nope")
     with pytest.raises(ValueError, match="^A, B: expected"):
         tsm2_tc.matmul(A[:, :256], B)
+
+
+def _fresh_tuning(monkeypatch, enabled):
+    from matplan.kernels import tsm2
+    monkeypatch.setattr(tsm2_tc, "ENABLED", enabled)
+    monkeypatch.setattr(tsm2, "T1_STORE", tsm2.InProcessT1Store())
+    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
+    return tsm2
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_planner_times_tc_only_when_enabled(cp, rng, monkeypatch, order):
+    """The online TSM2 timing tries every tsm2_tc variant for float32 k in TC_K when ENABLED (opt-in)
+    and none otherwise; a plan that carries a tc variant runs it through plan.run (kept launch) and
+    matches NumPy in a NaN-poisoned output; its why names the kernel when it won."""
+    import dataclasses
+    from matplan import planner
+    m, n, k = 1024, 2048, 32
+    A_h, B_h = _random(rng, (m, n), np.float32), _random(rng, (n, k), np.float32)
+    A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
+    for enabled in (False, True):
+        tsm2 = _fresh_tuning(monkeypatch, enabled)
+        plan = planner.plan(A, B, kernels=["tsgemm.tsm2"], measure="never")
+        (timings,) = tsm2.T1_STORE.timings.values()
+        tc = sorted(label for label in timings if label.startswith("tc="))
+        assert tc == (sorted(f"tc={v}" for v in tsm2_tc.VARIANTS) if enabled else [])
+        if plan.params.get("tc"):
+            assert "3xTF32" in next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2").why
+    forced = dataclasses.replace(plan, params={**plan.params, "tc": "w8d1"})
+    for _ in range(2):   # the second call launches the kept launch
+        out = cp.full((m, k), cp.nan, dtype=cp.float32)
+        assert forced.run(A, B, out=out) is out
+        check_dense_product(out, A_h, B_h, RTOL)
+
+
+def test_tc_plan_rejects_unaligned_a(cp, rng):
+    """A plan with the tc kernel refuses, naming A, an A whose rows are not 16-byte aligned."""
+    from matplan.kernels import get
+    A = cp.asarray(_random(rng, (64, 258), np.float32))
+    with pytest.raises(ValueError, match="^A: the tensor-core"):
+        get("tsgemm.tsm2").prepare(A, {"layout": "row", "t1": 256, "t2": 32, "t3": 1, "tc": "w8d1"})

@@ -411,8 +411,9 @@ class InProcessT1Store:
 
     def put(self, key, best: dict, timings: dict, ratio: float | None = None) -> None:
         self._best[key] = {x: int(best[x]) for x in ("t1", "t3", "depth") if x in best}
-        if best.get("async"):
-            self._best[key]["async"] = str(best["async"])
+        for x in ("async", "tc"):
+            if best.get(x):
+                self._best[key][x] = str(best[x])
         self.timings[key] = {_candidate_label(c): float(v) for c, v in timings.items()}
         if ratio is not None and math.isfinite(ratio) and ratio > 0:
             self._ratio[key] = float(ratio)
@@ -435,9 +436,10 @@ def set_t1_store(store) -> None:
 
 
 def _candidate_label(c: tuple) -> str:
-    """'t1=256,t3=4,depth=2' for a register-kernel candidate, 'async=s3' for a cp.async one."""
-    if c[0] == "async":
-        return f"async={c[1]}"
+    """'t1=256,t3=4,depth=2' for a register-kernel candidate, 'async=s3' for a cp.async one,
+    'tc=w8d1' for a tensor-core one."""
+    if c[0] in ("async", "tc"):
+        return f"{c[0]}={c[1]}"
     return ",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c))
 
 
@@ -520,10 +522,13 @@ def _time_vendor(device, key, A, B, dtype) -> None:
 
 
 def _candidate_launch(A, B, C, layout, lda, k, t2, c):
-    """The launch a plan would keep for candidate ``c`` of the t1 search (("async", variant) or
-    (t1, t3, depth)), so the search times host work as a plan's run pays it."""
+    """The launch a plan would keep for candidate ``c`` of the t1 search (("async", variant),
+    ("tc", variant) or (t1, t3, depth)), so the search times host work as a plan's run pays it."""
     if c[0] == "async":
         return _async_launch(A, B, C, c[1], layout)
+    if c[0] == "tc":
+        from . import tsm2_tc
+        return tsm2_tc.TcLaunch(A, B, C, layout, lda, c[1])
     t1, t3, d = c
     return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
 
@@ -545,13 +550,14 @@ def _duel(device, key, A, B, C, go, dtype) -> float:
 
 
 def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s,
-            async_variants=()) -> tuple[dict, dict]:
+            async_variants=(), tc_variants=()) -> tuple[dict, dict]:
     """Time every (t1, t3) candidate (row kernel: every (t1, t3, depth), depths from
     :func:`row_depths`, and the cp.async kernel with each of ``async_variants``, names of
     ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
     TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
-    smallest of t3s, for the model's cost). The winner and cuBLAS are then timed in alternation on
+    smallest of t3s, for the model's cost), or {"tc": name} when the 3xTF32 kernel of
+    ``tc_variants`` (tsm2_tc.VARIANTS names; opt-in, tsm2_tc.ENABLED) won. The winner and cuBLAS are then timed in alternation on
     the same data (:func:`_duel`), which calibrates both for the bucket (VENDOR_RATIO, the store's
     ratio).
 
@@ -565,6 +571,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
             A, B, C = _timing_problem(dtype, layout, m, n, k)
             _, lda = layout_of(A)
             win = (("async", hit["async"]) if hit.get("async") and async_variants
+                   else ("tc", hit["tc"]) if hit.get("tc") and tc_variants
                    else (hit["t1"], hit["t3"], hit.get("depth", 1)))
             _duel(device, key, A, B, C, _candidate_launch(A, B, C, layout, lda, k, t2, win), dtype)
         return hit, {}
@@ -574,6 +581,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
     configs.update({("async", v): ("async", v) for v in async_variants})
+    configs.update({("tc", v): ("tc", v) for v in tc_variants})
 
     def launch_of(c):
         return _candidate_launch(A, B, C, layout, lda, k, t2, configs[c])
@@ -585,6 +593,9 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     win = min(timings, key=lambda c: (timings[c], str(c)))
     if win[0] == "async":
         best = {"t1": _async_threads(dtype, k, win[1], layout), "t3": min(t3s), "depth": 1, "async": win[1]}
+    elif win[0] == "tc":
+        from . import tsm2_tc
+        best = {"t1": tsm2_tc.threads(win[1]), "t3": min(t3s), "depth": 1, "tc": win[1]}
     else:
         best = dict(zip(("t1", "t3", "depth"), win))
     win_s = _duel(device, key, A, B, C, launch_of(win), dtype)
@@ -678,22 +689,27 @@ class TSM2(Kernel):
         mp = _model_params(device, f)
         t2, t3 = kernel_params(layout, f.dtype, f.k, mp["t2"], mp["t3"])
         t1s = t1_candidates(layout, f.dtype, t2, mp["t1"])
-        t1, depth, variant, source = t1s[0], 1, None, "model's first candidate (no GPU timing)"
+        t1, depth, variant, tc_variant, source = t1s[0], 1, None, None, "model's first candidate (no GPU timing)"
         if _can_time(f, device):
+            from . import tsm2_tc
             eligible = async_eligible(layout, f.dtype, f.k, f.m, f.n)
+            tc = tsm2_tc.eligible(f.dtype, f.k, layout, f.m, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s,
-                              tuple(ASYNC_VARIANTS) if eligible else ())
+                              tuple(ASYNC_VARIANTS) if eligible else (), tuple(tsm2_tc.VARIANTS) if tc else ())
             t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
             # a bucket's winner may be the async kernel while this n's rows are not 16-byte
             # aligned: the register kernel then runs with the bucket's t1/t3
             variant = best.get("async") if eligible else None
+            tc_variant = best.get("tc") if tc else None
             source = "timed on the device"
         p = {"layout": layout, "t1": int(t1), "t2": int(t2), "t3": int(t3), "t1_source": source}
         if layout == "row":
             p["depth"] = int(depth)
         if variant:
             p["async"] = variant
+        if tc_variant:
+            p["tc"] = tc_variant
         yield p
 
     def cost(self, f, params, device):
@@ -709,6 +725,9 @@ class TSM2(Kernel):
         if params.get("async"):
             why += (f"; the cp.async row kernel (tsm2_async, knobs {params['async']!r}) won the "
                     f"online timing")
+        if params.get("tc"):
+            why += (f"; the 3xTF32 tensor-core kernel (tsm2_tc {params['tc']!r}, opted in by "
+                    f"MATPLAN_TF32X3=1: less exact than FP32 FMA, Inf gives NaN) won the online timing")
         if ratio is not None:
             why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
             return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)
@@ -722,6 +741,9 @@ class TSM2(Kernel):
         if params.get("async"):
             from . import tsm2_async
             tsm2_async.check_a(A, layout == "col")   # ValueError naming A when not 16-byte aligned
+        if params.get("tc"):
+            from . import tsm2_tc
+            tsm2_tc.check_a(A, layout)
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype,
                         meta={"layout": layout, "lda": lda})
 
@@ -804,11 +826,14 @@ def _launch_for(A, B2, C2, p: dict, layout: str, lda: int):
     k = B2.shape[1]
     key = (cupy_module().cuda.runtime.getDevice(), A.shape, A.dtype.char, layout, lda, A.data.ptr % 16,
            k, B2.strides, B2.data.ptr % 16, C2.strides,
-           p["t1"], p["t2"], p["t3"], p.get("depth", 1), p.get("async"))
+           p["t1"], p["t2"], p["t3"], p.get("depth", 1), p.get("async"), p.get("tc"))
     go = _LAUNCHES.get(key)
     if go is None:
         if p.get("async"):
             go = _async_launch(A, B2, C2, p["async"], layout)
+        elif p.get("tc"):
+            from . import tsm2_tc
+            go = tsm2_tc.TcLaunch(A, B2, C2, layout, lda, p["tc"])
         else:
             go = Launch(A, layout, lda, k, C2.strides, p["t1"], min(p["t2"], k), p["t3"], depth=p.get("depth", 1))
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:

@@ -3,7 +3,7 @@
 // Why: at k = 32 the FP32 kernels of tsm2.cu and tsm2_async.cu are bound by their FMAs, not by
 // reading A (2 k flops per element of A: 64 at k = 32; an H100's FP32 units reach 0.6 of the copy
 // bandwidth there, and so does cuBLAS). Tensor cores do the products instead (status and H100
-// figures in tsm2_tc.py: it ties cuBLAS at k = 32 and is not a planner candidate), in TF32 with
+// figures in tsm2_tc.py: an opt-in planner candidate, 1.3x cuBLAS at k = 32 column-major), in TF32 with
 // float32 accuracy kept by the 3xTF32 split: a = a_hi + a_lo, a_hi = tf32(a), a_lo = tf32(a -
 // a_hi) (likewise b), and a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi accumulated in float32 (the
 // dropped a_lo.b_lo is below 2^-22 |a.b|). Inf in A or B gives NaN (Inf - Inf in the split), and
@@ -22,9 +22,10 @@
 //     t + 8s + 4; fragment rows (g, g + 8) of tiles 2p and 2p + 1 are rows 32p + 4g + (0, 1) and
 //     (2, 3).
 // Block: W warps, each RT tiles of 16 rows (RT even for column-major A), NT n-tiles of 8 columns
-// of C per pass (passes: ceil(k / 8 NT); A is read once a pass). B is staged in shared memory
-// KC rows at a time, double-buffered, already split and in fragment order (one 16-byte read
-// gives a lane b_hi and b_lo of both its k), and each B fragment serves the warp's RT tiles.
+// of C per pass (passes: ceil(k / 8 NT); A is read once a pass). B is split and laid out in
+// fragment order once a call (tsm2_tc_b), then copied into shared memory KC rows at a time by
+// 16-byte cp.async, double-buffered (one 16-byte read gives a lane b_hi and b_lo of both its k),
+// and each B fragment serves the warp's RT tiles.
 // A goes through registers, one 16-column step ahead. Split over n (split-K) as in tsm2.cu: block
 // (x, y) takes columns [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s
 // (tsm2_split_sum adds the slices in order: deterministic). Rows past m are clamped for loads and

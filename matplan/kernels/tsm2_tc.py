@@ -9,29 +9,29 @@ rows and columns it reaches (Inf - Inf in the split), and so do finite values pa
 stays NaN. The tensor cores' float32 accumulation is less exact than FMA's: against cupy.matmul,
 max |error| / max |C| was 1.4-1.5e-5 at n = 16384 (the FP32 TSM2 kernel 2-3e-6).
 
-Status: experimental, NOT a planner candidate. It is correct (tests/test_tsm2_tc_gpu.py) but on an
-H100 it only ties cuBLAS where the FP32 kernels are compute-bound (2026-11-24, f4cb04f and
-ce4e2f9, benchmarks/results/tsm2-tc-h100-2026-11-24.log, fraction of copy bandwidth, single
-calls): k = 32 column-major 0.69-0.72 (cuBLAS 0.72-0.73, FP32 TSM2 0.63-0.64), row-major
-0.58-0.61 (cuBLAS 0.57-0.64, FP32 0.57-0.59); k = 64 0.29-0.37 (cuBLAS 0.34-0.45, FP32
-0.17-0.24). Taking it for a few percent against the FP32 TSM2 kernel would cost the accuracy and
-Inf behaviour above, so the planner does not.
+Status: an opt-in planner candidate (:data:`ENABLED`, environment ``MATPLAN_TF32X3=1``): the
+online TSM2 timing then tries it for float32 with k in :data:`TC_K` and keeps it where it is
+fastest. H100, 2026-11-24 (26ae6b2, benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls,
+fraction of copy bandwidth: k = 32 column-major 0.90 at n = 16384 and 0.66 at n = 8192, 1.30-1.32x
+cuBLAS and 1.27-1.42x the FP32 TSM2 kernel; row-major 0.65 / 0.50, 1.07-1.20x cuBLAS; k = 64
+(two passes) 0.45 / 0.35 column-major, 0.96-0.98x cuBLAS; at k <= 16 below the FP32 kernels.
 
-Why it stops there, as far as measured: not the tensor cores. On the same GPU mma.sync m16n8k8
-TF32 runs at 1.67 clocks an SM (321 TFLOPS; benchmarks/mma_rate.py), and the kernel's mma run at
-~35% of that; a diagnostic build doing one product a term instead of three (DIAGNOSTIC "tf32")
-is only 0-7% faster. Nor the conversions (cvt.rna.tf32.f32: about a warp instruction a clock an
-SM; leaving a_lo unrounded, LO = 0, gained ~3%). More A in flight (D = 2 or 4) or one block of 255
-registers an SM did not help either. At k <= 16 (NT = 2) the same kernel reaches 0.96 column-major,
-so what grows with NT = 4 is the suspect: B staged at every tile start (twice the L2 loads,
-conversions and scattered shared stores a thread, behind a barrier) and register pressure (128
-a thread at 2 blocks an SM, spills in some builds). Next to try: B staged once per block for all
-its tiles or by cp.async, A through shared memory by cp.async (tsm2_async.cu's pipeline), wgmma.
+What was measured on the way: B split and staged tile by tile inside the kernel held k = 32
+column-major at 0.70; a build that skipped the staging ran 0.86, and B prepared once a call in
+fragment order (tsm2_tc_b) and copied by cp.async brought 0.90. The tensor cores are not the
+limit: mma.sync m16n8k8 TF32 runs at 1.67 clocks an SM on an H100 (321 TFLOPS;
+benchmarks/mma_rate.py), and a build doing one product a term instead of three was only 0-7%
+faster. Rounding a_lo to TF32 (LO = 1) or leaving it to the mma (LO = 0) differ by ~3%; more A
+in flight (D = 4) or one block of 255 registers an SM was slower. Row-major A stays behind: a warp
+reads 32 rows 64 bytes at a time (128 with D = 2, the best there); A staged through shared memory
+by cp.async in longer runs of a row (tsm2_async.cu's pipeline), or wgmma, is what is left to try.
 
 :class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
 standalone call (tests, benchmarks/tsm2_tc_bench.py).
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -49,6 +49,12 @@ VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2,
 KC = 64
 #: Most slices of n (split-K) a launch uses.
 MAX_SPLIT = 64
+#: k for which the planner's online timing tries this kernel when enabled: at k <= 16 the FP32
+#: kernels already stream A at about the copy bandwidth (and are exact to FP32 FMA).
+TC_K = (17, 64)
+#: Opt-in (environment MATPLAN_TF32X3=1, or set this): the planner's online TSM2 timing then also
+#: tries this kernel for float32. Off by default: it is less exact than FP32 FMA and turns Inf into NaN.
+ENABLED = os.environ.get("MATPLAN_TF32X3", "0") == "1"
 
 
 def _names() -> tuple:
@@ -65,6 +71,23 @@ def kernel_name(col: bool, nt: int, variant: str) -> str:
 def n_tiles(k: int) -> int:
     """8-column n-tiles a pass: 2 for k <= 16, else 4 (k > 32 takes several passes)."""
     return 2 if k <= 16 else 4
+
+
+def threads(variant: str) -> int:
+    """Threads a block of ``variant``."""
+    return 32 * VARIANTS[variant][0]
+
+
+def eligible(dtype, k: int, layout: str, m: int, n: int) -> bool:
+    """Whether the planner's online timing tries this kernel: ENABLED, float32, k in TC_K, A's
+    rows (row-major: n % 4 == 0) or columns (column-major: m % 4 == 0) on 16-byte boundaries
+    in the contiguous layout, and a GPU of compute capability 8.0 or later (mma.sync TF32)."""
+    if not ENABLED or np.dtype(dtype) != np.float32 or not TC_K[0] <= k <= TC_K[1]:
+        return False
+    if (n if layout == "row" else m) % 4:
+        return False
+    cp = cupy_module()
+    return cp is not None and int(cp.cuda.Device().compute_capability) >= 80
 
 
 def check_a(A, layout: str) -> int:
@@ -163,4 +186,4 @@ def matmul(A, B, out=None, variant: str = "w8d2", slices: int | None = None):
     return C
 
 
-__all__ = ["TcLaunch", "matmul", "check_a", "VARIANTS"]
+__all__ = ["TcLaunch", "matmul", "check_a", "eligible", "threads", "VARIANTS", "TC_K", "ENABLED"]
