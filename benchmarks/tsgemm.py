@@ -110,7 +110,9 @@ def main(argv=None):
                                                                    if layout == "C" else 1),
                                planner_kernel=plan.kernel,
                                planner_ms=run_ms, planner_frac_of_copy_bw=nbytes / (run_ms * 1e-3) / copy_bw,
-                               max_rel_err=err, t1_source=p.get("t1_source", ""))
+                               max_rel_err=err, t1_source=p.get("t1_source", ""),
+                               variant=(f"tc:{p['tc']}" if p.get("tc") else f"async:{p['async']}" if p.get("async")
+                                        else "register"))
                     rows.append(row)
                     print(f"{n:>6} {k:>3} {dtype:>7} {layout:>3} {p['t1']:>4} {p['t2']:>3} {p['t3']:>3}{'*' if p.get('depth', 1) > 1 else ' '}"
                           f"{ms:8.3f} {vms:8.3f} {vms / ms:7.2f} {row['frac_of_copy_bw']:7.3f} "
