@@ -249,3 +249,22 @@ def test_async_winner_is_stored_and_labelled():
     assert not tsm2.async_eligible("col", np.float64, 16, 4097, 4096)   # columns not 16-byte aligned
     assert tsm2.async_eligible("row", np.float64, 3, 4096, 4096)
     assert not tsm2.async_eligible("row", np.float64, 2, 4096, 4096)    # k below ASYNC_K
+
+
+def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
+    """The store keeps a tensor-core winner's variant and labels it; the planner tries tsm2_tc only
+    when enabled (opt-in), for float32 and k in TC_K with aligned rows or columns."""
+    from matplan.kernels import tsm2_tc
+    store = tsm2.InProcessT1Store()
+    key = ("dev", "float32", "col", 32, 16384)
+    store.put(key, {"t1": 256, "t3": 4, "depth": 1, "tc": "w8d1t"}, {(256, 4): 2.0, ("tc", "w8d1t"): 1.0}, 0.9)
+    assert store.get(key) == {"t1": 256, "t3": 4, "depth": 1, "tc": "w8d1t"}
+    assert store.timings[key] == {"t1=256,t3=4": 2.0, "tc=w8d1t": 1.0}
+    assert tsm2_tc.threads("w8d1t") == 256
+    monkeypatch.setattr(tsm2_tc, "ENABLED", False)
+    assert not tsm2_tc.eligible(np.float32, 32, "col", 4096, 4096)
+    monkeypatch.setattr(tsm2_tc, "ENABLED", True)
+    assert not tsm2_tc.eligible(np.float64, 32, "col", 4096, 4096)      # float32 only
+    assert not tsm2_tc.eligible(np.float32, 16, "col", 4096, 4096)      # k below TC_K
+    assert not tsm2_tc.eligible(np.float32, 32, "col", 4097, 4096)      # columns not 16-byte aligned
+    assert not tsm2_tc.eligible(np.float32, 32, "row", 4096, 4097)      # rows not 16-byte aligned
