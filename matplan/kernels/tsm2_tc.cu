@@ -96,7 +96,7 @@ static __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) 
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO>
+template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int FL = 0>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict__ Bf, long long bf_pass,
             float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
@@ -162,13 +162,21 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
         return COL ? o[4 * (r >> 1) + 2 * s + hk][2 * (r & 1) + h] : o[2 * r + h][2 * s + hk];
     };
     for (int c0 = 0; c0 < k; c0 += 8 * NT) {
-        float acc[RT][NT][4];
+        // FL: the mma accumulate a tile's products only, added to sum (float32 FADD, rounded to
+        // nearest) after each tile: the tensor cores' accumulation error then stays a tile's
+        float acc[RT][NT][4], sum[FL ? RT : 1][FL ? NT : 1][4];
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
+#pragma unroll
+        for (int r = 0; r < (FL ? RT : 1); ++r)
+#pragma unroll
+            for (int nt = 0; nt < (FL ? NT : 1); ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sum[r][nt][i] = 0.f;
         const float4* bf = Bf + (long long)(c0 / (8 * NT)) * bf_pass;   // this pass's prepared B
         auto stage_b = [&](float4* bs, long long j0) {   // the tile at column j0, by cp.async
             const float4* src = bf + j0 / 8 * NT * 32;
@@ -235,6 +243,17 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
                     }
                 }
             }
+            if (FL) {
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            sum[FL ? r : 0][FL ? nt : 0][i] += acc[r][nt][i];
+                            acc[r][nt][i] = 0.f;
+                        }
+            }
             cp_async_wait_all();
             __syncthreads();
         }
@@ -246,23 +265,26 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int c = c0 + nt * 8 + 2 * t + (i & 1);
-                    if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = acc[r][nt][i];
+                    if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = FL ? sum[FL ? r : 0][FL ? nt : 0][i] : acc[r][nt][i];
                 }
             }
         __syncthreads();                                // the next pass refills buffer 0
     }
 }
 
-#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO)                                                   \
-    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO>(const float*, long long,           \
+#define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO, FL)                                               \
+    template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO, FL>(const float*, long long,       \
         const float4*, long long, float*, long long, long long, int, int, int, int, long long);
-#define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO)             \
-    INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO)          \
-    INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO)
-// tsm2_tc.VARIANTS (W, RT, MB, D, LO) with NT 2 and 4
-INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 1)
-INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0)
-INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1)
+#define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO, FL)     \
+    INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO, FL)  \
+    INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO, FL)
+// tsm2_tc.VARIANTS (W, RT, MB, D, LO, FL) with NT 2 and 4
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 1, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 1, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 0, 0)
+INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0, 1)
+INSTANTIATE_TF32X3_NT(8, 2, 1, 1, 0, 1)
 template __global__ void tsm2_tc_b<false, 2>(const float*, long long, int, int, long long, float*);
 template __global__ void tsm2_tc_b<true, 2>(const float*, long long, int, int, long long, float*);
 template __global__ void tsm2_tc_b<false, 4>(const float*, long long, int, int, long long, float*);

@@ -40,11 +40,13 @@ from . import _cuda
 
 SOURCE = "tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
-#: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it); each comes
-#: with NT = 2 and 4 n-tiles (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations.
-#: H100 sweeps (benchmarks/results/tsm2-tc-h100-2026-11-24.log): one block of 255 registers per
-#: SM (MB = 1) and D = 4 were slower everywhere and were dropped.
-VARIANTS = {"w8d1": (8, 2, 2, 1, 1), "w8d1t": (8, 2, 2, 1, 0), "w8d2": (8, 2, 2, 2, 1)}
+#: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it, FL: 1 adds
+#: each tile's mma sums into float32 sums, for accuracy); each comes with NT = 2 and 4 n-tiles
+#: (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps
+#: (benchmarks/results/tsm2-tc-h100-2026-11-24.log): one block of 255 registers per SM without FL
+#: and D = 4 were slower everywhere and were dropped.
+VARIANTS = {"w8d1": (8, 2, 2, 1, 1, 0), "w8d1t": (8, 2, 2, 1, 0, 0), "w8d2": (8, 2, 2, 2, 1, 0),
+            "w8d2t": (8, 2, 2, 2, 0, 0), "w8d1tf": (8, 2, 2, 1, 0, 1), "m1d1tf": (8, 2, 1, 1, 0, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
@@ -64,8 +66,8 @@ def _names() -> tuple:
 
 
 def kernel_name(col: bool, nt: int, variant: str) -> str:
-    w, rt, mb, d, lo = VARIANTS[variant]
-    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo}>"
+    w, rt, mb, d, lo, fl = VARIANTS[variant]
+    return f"tsm2_tf32x3<{'true' if col else 'false'},{nt},{w},{rt},{KC},{mb},{d},{lo},{fl}>"
 
 
 def n_tiles(k: int) -> int:
