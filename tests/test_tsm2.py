@@ -257,10 +257,10 @@ def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
     from matplan.kernels import tsm2_tc
     store = tsm2.InProcessT1Store()
     key = ("dev", "float32", "col", 32, 16384)
-    store.put(key, {"t1": 256, "t3": 4, "depth": 1, "tc": "w8d1t"}, {(256, 4): 2.0, ("tc", "w8d1t"): 1.0}, 0.9)
-    assert store.get(key) == {"t1": 256, "t3": 4, "depth": 1, "tc": "w8d1t"}
-    assert store.timings[key] == {"t1=256,t3=4": 2.0, "tc=w8d1t": 1.0}
-    assert tsm2_tc.threads("w8d1t") == 256
+    store.put(key, {"t1": 256, "t3": 4, "depth": 1, "tc": "d1"}, {(256, 4): 2.0, ("tc", "d1"): 1.0}, 0.9)
+    assert store.get(key) == {"t1": 256, "t3": 4, "depth": 1, "tc": "d1"}
+    assert store.timings[key] == {"t1=256,t3=4": 2.0, "tc=d1": 1.0}
+    assert tsm2_tc.threads("d1") == 256
     monkeypatch.setattr(tsm2_tc, "ENABLED", False)
     assert not tsm2_tc.eligible(np.float32, 32, "col", 4096, 4096)
     monkeypatch.setattr(tsm2_tc, "ENABLED", True)

@@ -437,7 +437,7 @@ def set_t1_store(store) -> None:
 
 def _candidate_label(c: tuple) -> str:
     """'t1=256,t3=4,depth=2' for a register-kernel candidate, 'async=s3' for a cp.async one,
-    'tc=w8d1' for a tensor-core one."""
+    'tc=d1' for a tensor-core one."""
     if c[0] in ("async", "tc"):
         return f"{c[0]}={c[1]}"
     return ",".join(f"{n}={x}" for n, x in zip(("t1", "t3", "depth"), c))

@@ -41,12 +41,13 @@ from . import _cuda
 SOURCE = "tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it, FL: 1 adds
-#: each tile's mma sums into float32 sums, for accuracy); each comes with NT = 2 and 4 n-tiles
-#: (k <= 16: 2, else 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps
-#: (benchmarks/results/tsm2-tc-h100-2026-11-24.log): one block of 255 registers per SM without FL
-#: and D = 4 were slower everywhere and were dropped.
-VARIANTS = {"w8d1": (8, 2, 2, 1, 1, 0), "w8d1t": (8, 2, 2, 1, 0, 0), "w8d2": (8, 2, 2, 2, 1, 0),
-            "w8d2t": (8, 2, 2, 2, 0, 0), "w8d1tf": (8, 2, 2, 1, 0, 1), "m1d1tf": (8, 2, 1, 1, 0, 1)}
+#: each tile's mma sums into float32 sums); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else
+#: 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps (benchmarks/results/
+#: tsm2-tc-h100-2026-11-24.log, 02417d3): FL = 1 took max |error| / max |C| at n = 16384 from
+#: 1.4e-5 to 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at D = 1; LO = 0 costs ~3% of
+#: time less than LO = 1 at no measured error; D = 2 is worth 10-15% on row-major A; one block
+#: of 255 registers per SM and D = 4 were slower everywhere.
+VARIANTS = {"d1": (8, 2, 2, 1, 0, 1), "d2": (8, 2, 2, 2, 0, 1)}
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
@@ -104,7 +105,7 @@ class TcLaunch:
     blocks for whole waves of resident blocks, tsm2.split_waves) and the scalar arguments worked
     out once; calling it only allocates the workspace and launches (and sums the slices)."""
 
-    def __init__(self, A, B, C, layout: str, lda: int, variant: str = "w8d2", slices: int | None = None):
+    def __init__(self, A, B, C, layout: str, lda: int, variant: str = "d1", slices: int | None = None):
         from . import tsm2
         if variant not in VARIANTS:
             raise ValueError(f"variant: {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -158,7 +159,7 @@ class TcLaunch:
             self.sum_launch(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
 
 
-def matmul(A, B, out=None, variant: str = "w8d2", slices: int | None = None):
+def matmul(A, B, out=None, variant: str = "d1", slices: int | None = None):
     """C = A @ B (float32 CuPy arrays, A C- or F-ordered and aligned as :func:`check_a` says, B
     n x k with unit stride along its rows) by the 3xTF32 kernel; for tests and benchmarks (the
     planner goes through ``tsgemm.tsm2``)."""
