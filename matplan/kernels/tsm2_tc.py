@@ -4,27 +4,32 @@
 split in a high and a low TF32 part, three products a term: float32-level accuracy for finite
 values without the FP32 units' FMA rate, which bounds tsm2.cu's kernels and cuBLAS at k = 32.
 Both layouts of A, never copied; A 16-byte aligned with its rows (row-major) or columns
-(column-major) starting on 16-byte boundaries (:func:`check_a`). Inf in A or B gives NaN in the
-rows and columns it reaches (Inf - Inf in the split), and so do finite values past ~3.4e38; NaN
-stays NaN. The tensor cores' float32 accumulation is less exact than FMA's: against cupy.matmul,
-max |error| / max |C| was 1.4-1.5e-5 at n = 16384 (the FP32 TSM2 kernel 2-3e-6).
+(column-major) starting on 16-byte boundaries (:func:`check_a`). Each tile's tensor-core sums
+are added into float32 sums (FL), so the result is as exact as the FP32 kernels' (max |error| /
+max |C| against cupy.matmul at n = 16384: 1.0-3.2e-6, FP32 TSM2 2-3e-6; without FL 1.4e-5).
+What differs: Inf in A or B gives NaN in the rows and columns it reaches (Inf - Inf in the split),
+and so do finite values past ~3.4e38; NaN stays NaN.
 
-Status: an opt-in planner candidate (:data:`ENABLED`, environment ``MATPLAN_TF32X3=1``): the
-online TSM2 timing then tries it for float32 with k in :data:`TC_K` and keeps it where it is
-fastest. H100, 2026-11-24 (26ae6b2, benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls,
-fraction of copy bandwidth: k = 32 column-major 0.90 at n = 16384 and 0.66 at n = 8192, 1.30-1.32x
-cuBLAS and 1.27-1.42x the FP32 TSM2 kernel; row-major 0.65 / 0.50, 1.07-1.20x cuBLAS; k = 64
-(two passes) 0.45 / 0.35 column-major, 0.96-0.98x cuBLAS; at k <= 16 below the FP32 kernels.
+Status: an opt-in planner candidate (:data:`ENABLED`, environment ``MATPLAN_TF32X3=1``), off by
+default for that Inf behaviour: the online TSM2 timing then tries its :data:`VARIANTS` for
+float32 with k in :data:`TC_K` and keeps one where it is fastest. H100, 2026-11-24 (ee2b8c2,
+benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls, fraction of copy bandwidth at
+k = 32: column-major 0.85 at n = 16384 and 0.62 at n = 8192, 1.19-1.25x cuBLAS and 1.21-1.35x the
+FP32 TSM2 kernel; row-major 0.61 / 0.48, 1.03-1.06x cuBLAS; k = 64 (two passes) 0.42 / 0.33
+column-major, 0.94-0.99x cuBLAS. benchmarks/tsgemm.py --n 8192 16384 with it enabled: float32
+1.43x cuBLAS row-major and 1.33x column-major, plan.run never more than 1.2% slower than cuBLAS
+(gpu-tests-tsgemm-h100-2026-11-24-ee2b8c2.log).
 
 What was measured on the way: B split and staged tile by tile inside the kernel held k = 32
 column-major at 0.70; a build that skipped the staging ran 0.86, and B prepared once a call in
-fragment order (tsm2_tc_b) and copied by cp.async brought 0.90. The tensor cores are not the
+fragment order (tsm2_tc_b) and copied by cp.async brought 0.85-0.90. The tensor cores are not the
 limit: mma.sync m16n8k8 TF32 runs at 1.67 clocks an SM on an H100 (321 TFLOPS;
 benchmarks/mma_rate.py), and a build doing one product a term instead of three was only 0-7%
-faster. Rounding a_lo to TF32 (LO = 1) or leaving it to the mma (LO = 0) differ by ~3%; more A
-in flight (D = 4) or one block of 255 registers an SM was slower. Row-major A stays behind: a warp
-reads 32 rows 64 bytes at a time (128 with D = 2, the best there); A staged through shared memory
-by cp.async in longer runs of a row (tsm2_async.cu's pipeline), or wgmma, is what is left to try.
+faster. Leaving a_lo to the mma to truncate (LO = 0) saves ~3% at no measured error; more A in
+flight (D = 4) or one block of 255 registers an SM was slower. Row-major A stays behind: a warp
+reads 32 rows 64 bytes at a time (128 with D = 2, the better there); A staged through shared
+memory by cp.async in longer runs of a row (tsm2_async.cu's pipeline), or wgmma, is what is left
+to try.
 
 :class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
 standalone call (tests, benchmarks/tsm2_tc_bench.py).
