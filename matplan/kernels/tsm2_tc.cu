@@ -2,12 +2,15 @@
 //
 // Why: at k = 32 the FP32 kernels of tsm2.cu and tsm2_async.cu are bound by their FMAs, not by
 // reading A (2 k flops per element of A: 64 at k = 32; an H100's FP32 units reach 0.6 of the copy
-// bandwidth there, and so does cuBLAS). Tensor cores do the products instead (status and H100
-// figures in tsm2_tc.py: an opt-in planner candidate, 1.3x cuBLAS at k = 32 column-major), in TF32 with
-// float32 accuracy kept by the 3xTF32 split: a = a_hi + a_lo, a_hi = tf32(a), a_lo = tf32(a -
-// a_hi) (likewise b), and a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi accumulated in float32 (the
-// dropped a_lo.b_lo is below 2^-22 |a.b|). Inf in A or B gives NaN (Inf - Inf in the split), and
-// so do finite values past ~3.4e38 (a_hi rounds to Inf); NaN stays NaN.
+// bandwidth there, and so does cuBLAS). Tensor cores do the products instead, in TF32 with
+// float32 accuracy kept by the 3xTF32 split: a = a_hi + a_lo, a_hi = tf32(a), a_lo = a - a_hi
+// (rounded to TF32 with LO = 1; with LO = 0 the mma truncates it), likewise b, and
+// a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi (the dropped a_lo.b_lo is below 2^-21 |a.b|). The mma
+// accumulate in float32 with truncation; with FL = 1 they sum one tile (KC columns) at a time and
+// each tile's sums are added into float32 sums rounded to nearest, which keeps the error at the
+// FP32 kernels' level. Inf in A or B gives NaN (Inf - Inf in the split), and so do finite values
+// past ~3.4e38 (a_hi rounds to Inf); NaN stays NaN. Status and H100 figures: tsm2_tc.py (an
+// opt-in planner candidate; 1.2-1.25x cuBLAS at k = 32 column-major).
 //
 // mma.sync.m16n8k8 (row.col, tf32 in, f32 accumulators): lane l = 4g + t (g = l / 4, t = l % 4)
 // holds A at (row g, k t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B at (k t, n g), (k t + 4, n g)

@@ -60,8 +60,9 @@ MAX_SPLIT = 64
 #: k for which the planner's online timing tries this kernel when enabled: at k <= 16 the FP32
 #: kernels already stream A at about the copy bandwidth (and are exact to FP32 FMA).
 TC_K = (17, 64)
-#: Opt-in (environment MATPLAN_TF32X3=1, or set this): the planner's online TSM2 timing then also
-#: tries this kernel for float32. Off by default: it is less exact than FP32 FMA and turns Inf into NaN.
+#: Opt-in (environment MATPLAN_TF32X3=1, or set this before planning): the planner's online TSM2
+#: timing then also tries this kernel for float32. Off by default: Inf in A or B gives NaN. A shape
+#: bucket timed before it was enabled keeps its winner (tsm2.T1_STORE) until the store is cleared.
 ENABLED = os.environ.get("MATPLAN_TF32X3", "0") == "1"
 
 
