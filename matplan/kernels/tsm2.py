@@ -696,7 +696,7 @@ class TSM2(Kernel):
             tc = tsm2_tc.eligible(f.dtype, f.k, layout, f.m, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s,
-                              tuple(ASYNC_VARIANTS) if eligible else (), tuple(tsm2_tc.VARIANTS) if tc else ())
+                              tuple(ASYNC_VARIANTS) if eligible else (), tsm2_tc.variants(layout) if tc else ())
             t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
             # a bucket's winner may be the async kernel while this n's rows are not 16-byte
             # aligned: the register kernel then runs with the bucket's t1/t3

@@ -284,6 +284,9 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
 // tsm2_tc.VARIANTS (W, RT, MB, D, LO, FL) with NT 2 and 4
 INSTANTIATE_TF32X3_NT(8, 2, 2, 1, 0, 1)
 INSTANTIATE_TF32X3_NT(8, 2, 2, 2, 0, 1)
+// row-major only (RT = 1: one tile a warp, so more 16-column steps of A fit in flight)
+INSTANTIATE_TF32X3(false, 2, 8, 1, 2, 4, 0, 1) INSTANTIATE_TF32X3(false, 4, 8, 1, 2, 4, 0, 1)
+INSTANTIATE_TF32X3(false, 2, 8, 1, 2, 2, 0, 1) INSTANTIATE_TF32X3(false, 4, 8, 1, 2, 2, 0, 1)
 template __global__ void tsm2_tc_b<false, 2>(const float*, long long, int, int, long long, float*);
 template __global__ void tsm2_tc_b<true, 2>(const float*, long long, int, int, long long, float*);
 template __global__ void tsm2_tc_b<false, 4>(const float*, long long, int, int, long long, float*);

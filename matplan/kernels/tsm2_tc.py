@@ -52,7 +52,9 @@ SOURCE = "tsm2_tc.cu"
 #: 1.4e-5 to 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at D = 1; LO = 0 costs ~3% of
 #: time less than LO = 1 at no measured error; D = 2 is worth 10-15% on row-major A; one block
 #: of 255 registers per SM and D = 4 were slower everywhere.
-VARIANTS = {"d1": (8, 2, 2, 1, 0, 1), "d2": (8, 2, 2, 2, 0, 1)}
+VARIANTS = {"d1": (8, 2, 2, 1, 0, 1), "d2": (8, 2, 2, 2, 0, 1), "r1d2": (8, 1, 2, 2, 0, 1), "r1d4": (8, 1, 2, 4, 0, 1)}
+#: Variants for row-major A only (RT = 1: column-major A needs tiles in pairs).
+ROW_ONLY = ("r1d2", "r1d4")
 #: Rows of B a shared-memory tile holds (the kernels' KC).
 KC = 64
 #: Most slices of n (split-K) a launch uses.
@@ -66,9 +68,15 @@ TC_K = (17, 64)
 ENABLED = os.environ.get("MATPLAN_TF32X3", "0") == "1"
 
 
+def variants(layout: str) -> tuple:
+    """The VARIANTS names for A of this layout ("row" or "col")."""
+    return tuple(v for v in VARIANTS if layout == "row" or v not in ROW_ONLY)
+
+
 def _names() -> tuple:
     flags = ("false", "true")
-    return (tuple(kernel_name(col, nt, v) for v in VARIANTS for nt in (2, 4) for col in (False, True))
+    return (tuple(kernel_name(col, nt, v) for col in (False, True) for v in variants("col" if col else "row")
+                  for nt in (2, 4))
             + tuple(f"tsm2_tc_b<{c},{nt}>" for nt in (2, 4) for c in flags))
 
 
@@ -113,8 +121,9 @@ class TcLaunch:
 
     def __init__(self, A, B, C, layout: str, lda: int, variant: str = "d1", slices: int | None = None):
         from . import tsm2
-        if variant not in VARIANTS:
-            raise ValueError(f"variant: {variant!r}; expected one of {sorted(VARIANTS)}")
+        if variant not in variants(layout):
+            raise ValueError(f"variant: {variant!r}; expected one of {list(variants(layout))} for "
+                             f"{layout}-major A")
         if A.dtype != np.float32:
             raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
         m, n = A.shape
