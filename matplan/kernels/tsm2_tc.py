@@ -11,25 +11,26 @@ What differs: Inf in A or B gives NaN in the rows and columns it reaches (Inf - 
 and so do finite values past ~3.4e38; NaN stays NaN.
 
 Status: an opt-in planner candidate (:data:`ENABLED`, environment ``MATPLAN_TF32X3=1``), off by
-default for that Inf behaviour: the online TSM2 timing then tries its :data:`VARIANTS` for
-float32 with k in :data:`TC_K` and keeps one where it is fastest. H100, 2026-11-24 (ee2b8c2,
-benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls, fraction of copy bandwidth at
-k = 32: column-major 0.85 at n = 16384 and 0.62 at n = 8192, 1.19-1.25x cuBLAS and 1.21-1.35x the
-FP32 TSM2 kernel; row-major 0.61 / 0.48, 1.03-1.06x cuBLAS; k = 64 (two passes) 0.42 / 0.33
-column-major, 0.94-0.99x cuBLAS. benchmarks/tsgemm.py --n 8192 16384 with it enabled: float32
-1.43x cuBLAS row-major and 1.33x column-major, plan.run never more than 1.2% slower than cuBLAS
-(gpu-tests-tsgemm-h100-2026-11-24-ee2b8c2.log).
+default for that Inf behaviour: the online TSM2 timing then tries its :func:`variants` for
+float32 with k in :data:`TC_K` and keeps one where it is fastest. H100, 2026-11-24
+(benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls, fraction of copy bandwidth at
+k = 32: column-major 0.82-0.85 at n = 16384 and 0.59-0.62 at n = 8192 (d1), 1.17-1.30x cuBLAS;
+row-major 0.70 / 0.56 (r1d4), 1.20-1.32x cuBLAS; at k = 64 (two passes) row-major 1.10x cuBLAS,
+column-major 0.89-0.94x. benchmarks/tsgemm.py --n 8192 16384 with it enabled (9c2a778): float32
+1.49x cuBLAS row-major and 1.31x column-major, plan.run never slower than cuBLAS in float32
+(tsgemm-tf32x3-h100-2026-11-24-9c2a778.log).
 
 What was measured on the way: B split and staged tile by tile inside the kernel held k = 32
 column-major at 0.70; a build that skipped the staging ran 0.86, and B prepared once a call in
 fragment order (tsm2_tc_b) and copied by cp.async brought 0.85-0.90. The tensor cores are not the
 limit: mma.sync m16n8k8 TF32 runs at 1.67 clocks an SM on an H100 (321 TFLOPS;
 benchmarks/mma_rate.py), and a build doing one product a term instead of three was only 0-7%
-faster. Leaving a_lo to the mma to truncate (LO = 0) saves ~3% at no measured error; more A in
-flight (D = 4) or one block of 255 registers an SM was slower. Row-major A stays behind: a warp
-reads 32 rows 64 bytes at a time (128 with D = 2, the better there); A staged through shared
-memory by cp.async in longer runs of a row (tsm2_async.cu's pipeline), or wgmma, is what is left
-to try.
+faster. Leaving a_lo to the mma to truncate (LO = 0) saves ~3% at no measured error; one block
+of 255 registers an SM was slower. Row-major A wants fewer rows a warp and longer runs of each:
+with two 16-row tiles a warp it read 32 rows 64-128 bytes at a time and reached 0.61-0.65; one
+tile a warp with 4 steps in flight (r1d4, 256 bytes a row, no spills) 0.70. Column-major stays
+at 0.82-0.91 for n >= 16384 and ~0.6 at n = 8192. Left to try: A staged through shared memory by
+cp.async (tsm2_async.cu's pipeline), wgmma.
 
 :class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
 standalone call (tests, benchmarks/tsm2_tc_bench.py).
@@ -48,10 +49,10 @@ SOURCE = "tsm2_tc.cu"
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it, FL: 1 adds
 #: each tile's mma sums into float32 sums); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else
 #: 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps (benchmarks/results/
-#: tsm2-tc-h100-2026-11-24.log, 02417d3): FL = 1 took max |error| / max |C| at n = 16384 from
-#: 1.4e-5 to 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at D = 1; LO = 0 costs ~3% of
-#: time less than LO = 1 at no measured error; D = 2 is worth 10-15% on row-major A; one block
-#: of 255 registers per SM and D = 4 were slower everywhere.
+#: tsm2-tc-h100-2026-11-24.log): FL = 1 took max |error| / max |C| at n = 16384 from 1.4e-5 to
+#: 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at D = 1 (02417d3); LO = 0 costs ~3% of
+#: time less than LO = 1 at no measured error; one block of 255 registers per SM was slower; on
+#: row-major A one tile a warp with D = 4 (r1d4) beat two tiles with D = 1-2 by 20-30% (9c2a778).
 VARIANTS = {"d1": (8, 2, 2, 1, 0, 1), "d2": (8, 2, 2, 2, 0, 1), "r1d2": (8, 1, 2, 2, 0, 1), "r1d4": (8, 1, 2, 4, 0, 1)}
 #: Variants for row-major A only (RT = 1: column-major A needs tiles in pairs).
 ROW_ONLY = ("r1d2", "r1d4")
