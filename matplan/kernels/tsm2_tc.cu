@@ -10,7 +10,7 @@
 // each tile's sums are added into float32 sums rounded to nearest, which keeps the error at the
 // FP32 kernels' level. Inf in A or B gives NaN (Inf - Inf in the split), and so do finite values
 // past ~3.4e38 (a_hi rounds to Inf); NaN stays NaN. Status and H100 figures: tsm2_tc.py (an
-// opt-in planner candidate; 1.2-1.25x cuBLAS at k = 32 column-major).
+// opt-in planner candidate; 1.2-1.3x cuBLAS at k = 32).
 //
 // mma.sync.m16n8k8 (row.col, tf32 in, f32 accumulators): lane l = 4g + t (g = l / 4, t = l % 4)
 // holds A at (row g, k t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B at (k t, n g), (k t + 4, n g)
