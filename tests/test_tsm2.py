@@ -268,3 +268,22 @@ def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
     assert not tsm2_tc.eligible(np.float32, 16, "col", 4096, 4096)      # k below TC_K
     assert not tsm2_tc.eligible(np.float32, 32, "col", 4097, 4096)      # columns not 16-byte aligned
     assert not tsm2_tc.eligible(np.float32, 32, "row", 4096, 4097)      # rows not 16-byte aligned
+
+
+def test_tc_names_match_the_cu_instantiations():
+    """Every kernel name tsm2_tc compiles (name expressions) is instantiated in tsm2_tc.cu, and every
+    instantiation there is one tsm2_tc names: the two lists are kept by hand in two languages."""
+    import re
+    from matplan.kernels import _cuda, tsm2_tc
+    text = re.sub(r"//[^\n]*", "", _cuda.source(tsm2_tc.SOURCE))
+    body = text[text.index("#define INSTANTIATE_TF32X3_NT"):]
+    inst = set()
+    for w, rt, mb, d, lo, fl in re.findall(r"INSTANTIATE_TF32X3_NT\((\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\)", body):
+        for col in ("false", "true"):
+            for nt in ("2", "4"):
+                inst.add(f"tsm2_tf32x3<{col},{nt},{w},{rt},{tsm2_tc.KC},{mb},{d},{lo},{fl}>")
+    for args in re.findall(r"INSTANTIATE_TF32X3\(((?:true|false), \d+, \d+, \d+, \d+, \d+, \d+, \d+)\)", body):
+        col, nt, w, rt, mb, d, lo, fl = args.split(", ")
+        inst.add(f"tsm2_tf32x3<{col},{nt},{w},{rt},{tsm2_tc.KC},{mb},{d},{lo},{fl}>")
+    inst |= {f"tsm2_tc_b<{c},{nt}>" for c, nt in re.findall(r"void tsm2_tc_b<(true|false), (\d)>\(", body)}
+    assert set(tsm2_tc._names()) == inst
