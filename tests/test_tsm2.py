@@ -287,3 +287,23 @@ def test_tc_names_match_the_cu_instantiations():
         inst.add(f"tsm2_tf32x3<{col},{nt},{w},{rt},{tsm2_tc.KC},{mb},{d},{lo},{fl}>")
     inst |= {f"tsm2_tc_b<{c},{nt}>" for c, nt in re.findall(r"void tsm2_tc_b<(true|false), (\d)>\(", body)}
     assert set(tsm2_tc._names()) == inst
+
+
+def test_split_sum_plumbing(monkeypatch):
+    """SplitSum (the split-K side Launch and tsm2_tc.TcLaunch share): with one slice the kernel
+    writes C through C's strides and nothing is summed; with S slices it writes a contiguous
+    S x m x k workspace and one ordered sum goes to C through C's strides."""
+    from matplan.kernels import _cuda
+    launches = []
+    monkeypatch.setattr(_cuda, "function", lambda src, name, names, options=(): name)
+    monkeypatch.setattr(_cuda, "packed", lambda fn, src, name: lambda grid, block, args: launches.append((fn, grid, args)))
+    monkeypatch.setattr(tsm2, "_sms", lambda: 132)
+    m, k = 1000, 16
+    one = tsm2.SplitSum(np.float32, m, k, (4, 4 * m), 1)         # an F-ordered C
+    assert (one.ldc, one.size, one.mk) == ((1, m), 0, m * k)
+    one("ws", "C")
+    assert launches == []
+    three = tsm2.SplitSum(np.float64, m, k, (8 * k, 8), 3)
+    assert (three.ldc, three.size) == ((k, 1), 3 * m * k)
+    three("ws", "C")
+    assert launches == [("tsm2_split_sum<double>", (63,), ("ws", 3, m * k, k, "C", k, 1))]

@@ -364,27 +364,43 @@ class Launch:
         s_max = min(2 * S, MAX_SPLIT, max(S, n // (SPLIT_MIN_TILES * align)))
         slots = _resident_blocks(self.fn, t1) * sms if S > 1 and not slices else 0
         S, L = split_waves(S, s_max, -(-m // rows_per_block), n, align, slots)
-        cs = (c_strides[0] // item, c_strides[1] // item)
-        ldc_r, ldc_c = cs if S == 1 else (k, 1)
-        mk = m * k
+        self.split = SplitSum(A.dtype, m, k, c_strides, S)
         self.S, self.item, self.dtype, self.ws_shape = S, item, A.dtype, (S, m, k)
         self.grid, self.block = (-(-m // rows_per_block), S), (t1,)
         # packed driver launches (_cuda.Launcher: ~5 us of host time against CuPy's ~10 for these
         # 12 parameters), the scalars as plain ints
         self.launch = _cuda.packed(self.fn, SOURCE, f"tsm2_{layout}major")
-        self.lda, self.tail = int(lda), (int(ldc_r), int(ldc_c), m, n, k, int(L), mk)
-        if S > 1:
-            sum_fn = _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(A.dtype)}>", SPLIT_SUM_NAMES)
-            self.sum_launch = _cuda.packed(sum_fn, SOURCE, "tsm2_split_sum")
-            self.sum_grid = (min(-(-mk // 256), 4 * sms),)
-            self.sum_args = (S, mk, k, int(cs[0]), int(cs[1]))
+        self.lda, self.tail = int(lda), (*self.split.ldc, m, n, k, int(L), self.split.mk)
 
     def __call__(self, A, B, C) -> None:
         out = C if self.S == 1 else cupy_module().empty(self.ws_shape, dtype=self.dtype)
         self.launch(self.grid, self.block, (A, self.lda, B, B.strides[0] // self.item, out, *self.tail))
+        self.split(out, C)
+
+
+class SplitSum:
+    """The split over n (split-K) side of a launch of S slices, worked out once: the kernel's C
+    strides (C's own when S == 1, else (k, 1) in slice y of an S x m x k workspace at y * m * k),
+    the workspace's size and the ordered sum of the slices into C (tsm2_split_sum:
+    deterministic). :class:`Launch` and tsm2_tc.TcLaunch each keep one."""
+
+    def __init__(self, dtype, m: int, k: int, c_strides, S: int):
+        item = np.dtype(dtype).itemsize
+        cs = (int(c_strides[0] // item), int(c_strides[1] // item))
+        self.S, self.mk = S, m * k
+        self.ldc = cs if S == 1 else (k, 1)          # the kernel's (ldc_r, ldc_c)
+        self.size = S * self.mk if S > 1 else 0       # workspace elements
+        if S > 1:
+            fn = _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(dtype)}>", SPLIT_SUM_NAMES)
+            self.launch = _cuda.packed(fn, SOURCE, "tsm2_split_sum")
+            self.grid = (min(-(-self.mk // 256), 4 * _sms()),)
+            self.args = (S, self.mk, k, *cs)
+
+    def __call__(self, ws, C) -> None:
+        """The slices in ``ws`` (the workspace or its address) summed into C; nothing when S == 1."""
         if self.S > 1:
-            S, mk, k, c0, c1 = self.sum_args
-            self.sum_launch(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
+            S, mk, k, c0, c1 = self.args
+            self.launch(self.grid, (256,), (ws, S, mk, k, C, c0, c1))
 
 
 # --- online t1 choice -----------------------------------------------------------------------------

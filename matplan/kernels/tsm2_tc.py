@@ -149,20 +149,13 @@ class TcLaunch:
         n_pad = -(-n // KC) * KC
         bf_pass = n_pad * 8 * nt * 2
         self.bf_size = -(-k // (8 * nt)) * bf_pass
-        item = A.itemsize
-        cs = (C.strides[0] // item, C.strides[1] // item)
-        ldc_r, ldc_c = cs if S == 1 else (k, 1)
-        mk = m * k
-        self.S, self.ws_size = S, self.bf_size + (S * mk if S > 1 else 0)
+        self.split = tsm2.SplitSum(A.dtype, m, k, C.strides, S)
+        self.S, self.ws_size = S, self.bf_size + self.split.size
         self.grid, self.block = (bx, S), (32 * w,)
         self.prep_grid = (min(-(-self.bf_size // 2 // 256), 8 * sms),)
         self.prep_args = (n, k, n_pad)
-        self.lda, self.mid, self.tail = int(lda), bf_pass // 4, (int(ldc_r), int(ldc_c), m, n, k, int(L), mk)
-        if S > 1:
-            sum_fn = _cuda.function(tsm2.SOURCE, "tsm2_split_sum<float>", tsm2.SPLIT_SUM_NAMES)
-            self.sum_launch = _cuda.packed(sum_fn, tsm2.SOURCE, "tsm2_split_sum")
-            self.sum_grid = (min(-(-mk // 256), 4 * sms),)
-            self.sum_args = (S, mk, k, int(cs[0]), int(cs[1]))
+        self.lda, self.mid = int(lda), bf_pass // 4
+        self.tail = (*self.split.ldc, m, n, k, int(L), self.split.mk)
 
     def __call__(self, A, B, C) -> None:
         ws = cupy_module().empty(self.ws_size, dtype=np.float32)
@@ -170,9 +163,7 @@ class TcLaunch:
         self.prep(self.prep_grid, (256,), (B, B.strides[0] // 4, *self.prep_args, bf))
         out = C if self.S == 1 else bf + 4 * self.bf_size
         self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, out, *self.tail))
-        if self.S > 1:
-            S, mk, k, c0, c1 = self.sum_args
-            self.sum_launch(self.sum_grid, (256,), (out, S, mk, k, C, c0, c1))
+        self.split(out, C)
 
 
 def matmul(A, B, out=None, variant: str = "d1", slices: int | None = None):
