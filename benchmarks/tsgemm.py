@@ -153,11 +153,12 @@ def save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start):
 
 
 def summarise(rows):
-    """Geomean speedups per (dtype, layout), min frac of copy bw for k <= 16, model error, planner loss."""
+    """Geomean speedups per (dtype, layout) and per dtype over both layouts ("float32/all", the
+    issue's float32 geomean), min frac of copy bw for k <= 16, model error, planner loss."""
     out = {}
     for dt in sorted({r["dtype"] for r in rows}):
-        for lay in sorted({r["layout"] for r in rows}):
-            sel = [r for r in rows if r["dtype"] == dt and r["layout"] == lay]
+        for lay in sorted({r["layout"] for r in rows}) + ["all"]:
+            sel = [r for r in rows if r["dtype"] == dt and lay in ("all", r["layout"])]
             if not sel:
                 continue
             small = [r["frac_of_copy_bw"] for r in sel if r["k"] <= 16]

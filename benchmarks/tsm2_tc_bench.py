@@ -2,7 +2,7 @@
 TSM2 kernel the planner would run without it, float32, both layouts of A (n x n), in one run.
 
 For each (n, k, layout): every tsm2_tc variant (its launch made once, as a plan keeps it),
-cupy.matmul and the TSM2 kernel with the planner's parameters (tsm2_tc is not a planner candidate),
+cupy.matmul and the FP32 TSM2 kernel with the planner's parameters (tsm2_tc.ENABLED off for it),
 single calls timed in alternation by CUDA events (median of --repeats), each checked against
 cupy.matmul first. Prints milliseconds, the ratio to cuBLAS and the fraction of the
 device-to-device copy bandwidth measured in this run (bytes: A once, B and C).
@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     from matplan.kernels import get, tsm2, tsm2_tc
     from matplan.models import device as device_mod
 
+    tsm2_tc.ENABLED = False   # the planner's FP32 TSM2 parameters, as the baseline
     dev = device_mod.current()
     copy_bw = device_mod.measure_copy_bandwidth(1 << 30, repeats=10)
     print(f"# {dev.name}: copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}, "

@@ -253,7 +253,7 @@ def test_async_winner_is_stored_and_labelled():
 
 def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
     """The store keeps a tensor-core winner's variant and labels it; the planner tries tsm2_tc only
-    when enabled (opt-in), for float32 and k in TC_K with aligned rows or columns."""
+    when enabled (the default), for float32 and k in TC_K with aligned rows or columns."""
     from matplan.kernels import tsm2_tc
     store = tsm2.InProcessT1Store()
     key = ("dev", "float32", "col", 32, 16384)

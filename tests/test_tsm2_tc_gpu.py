@@ -86,12 +86,32 @@ def test_tc_is_deterministic(cp, rng):
         assert bool((tsm2_tc.matmul(A, B) == first).all())
 
 
-def test_tc_inf_gives_nan(cp, rng):
-    """The documented difference: Inf in A reaches C as NaN (Inf - Inf in the split)."""
-    A_h = _random(rng, (64, 256), np.float32)
-    A_h[3, 10] = np.inf
-    C = tsm2_tc.matmul(cp.asarray(A_h), cp.asarray(_random(rng, (256, 16), np.float32))).get()
-    assert np.isnan(C[3]).all() and np.isfinite(np.delete(C, 3, axis=0)).all()
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("slices", (1, 3))
+def test_tc_nonfinite_like_fp32(cp, rng, order, slices):
+    """Inf, -Inf and NaN in A and B, Inf meeting a zero of B, and a finite value past the largest
+    TF32 (its high part rounds to Inf): C has IEEE float32's Inf, -Inf and NaN exactly where the
+    float64 sum of products has them (the store's FP32 path), and every other element within RTOL;
+    the output is poisoned with a finite sentinel, so an element left unwritten shows too."""
+    m, n, k = 96, 4 * 130, 24
+    A_h = _random(rng, (m, n), np.float32)
+    B_h = _random(rng, (n, k), np.float32) * np.float32(1e-3)   # keeps 3.4e38 * b finite
+    A_h[3, 10], A_h[7, 200], A_h[11, 300], A_h[20, 40] = np.inf, -np.inf, np.nan, 3.4e38
+    B_h[10, 4] = 0.0                                           # row 3, column 4: Inf * 0
+    B_h[5, 2], B_h[450, 7] = np.inf, np.nan                    # columns 2 and 7
+    for variant in tsm2_tc.variants("row" if order == "C" else "col"):
+        out = cp.full((m, k), 12345.0, dtype=cp.float32)
+        got = tsm2_tc.matmul(cp.asarray(A_h, order=order), cp.asarray(B_h), out=out, variant=variant,
+                             slices=slices).get().astype(np.float64)
+        A64, B64 = A_h.astype(np.float64), B_h.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):   # IEEE: the products one by one, summed
+            ref = (A64[:, :, None] * B64[None, :, :]).sum(axis=1)
+        for name, f in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
+            assert np.array_equal(f(got), f(ref)), f"{variant}: {name} at {np.argwhere(f(got) != f(ref))[:5]}"
+        assert np.isnan(ref[3, 4]) and np.isnan(ref[:, 7]).all() and np.isfinite(ref[20, [0, 1, 3]]).all()
+        fin = np.isfinite(ref)
+        bound = np.abs(np.where(np.isfinite(A64), A64, 0)) @ np.abs(np.where(np.isfinite(B64), B64, 0))
+        assert (np.abs(got - ref)[fin] <= RTOL * bound[fin] + 1e-30).all(), variant
 
 
 def test_tc_rejects_bad_inputs(cp, rng):
@@ -117,7 +137,7 @@ def _fresh_tuning(monkeypatch, enabled):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_planner_times_tc_only_when_enabled(cp, rng, monkeypatch, order):
-    """The online TSM2 timing tries every tsm2_tc variant for float32 k in TC_K when ENABLED (opt-in)
+    """The online TSM2 timing tries every tsm2_tc variant for float32 k in TC_K when ENABLED (the default)
     and none otherwise; a plan that carries a tc variant runs it through plan.run (kept launch) and
     matches NumPy in a NaN-poisoned output; its why names the kernel when it won."""
     import dataclasses

@@ -573,7 +573,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
     smallest of t3s, for the model's cost), or {"tc": name} when the 3xTF32 kernel with one of
-    ``tc_variants`` (tsm2_tc.VARIANTS names; opt-in, tsm2_tc.ENABLED) won. The winner and cuBLAS
+    ``tc_variants`` (tsm2_tc.VARIANTS names; where tsm2_tc.ENABLED) won. The winner and cuBLAS
     are then timed in alternation on the same data (:func:`_duel`), which calibrates both for the
     bucket (VENDOR_RATIO, the store's ratio).
 
@@ -742,8 +742,8 @@ class TSM2(Kernel):
             why += (f"; the cp.async row kernel (tsm2_async, knobs {params['async']!r}) won the "
                     f"online timing")
         if params.get("tc"):
-            why += (f"; the 3xTF32 tensor-core kernel (tsm2_tc {params['tc']!r}, opted in by "
-                    f"MATPLAN_TF32X3=1: Inf in A or B gives NaN) won the online timing")
+            why += (f"; the 3xTF32 tensor-core kernel (tsm2_tc {params['tc']!r}; "
+                    f"MATPLAN_TF32X3=0 turns it off) won the online timing")
         if ratio is not None:
             why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
             return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)

@@ -8,9 +8,13 @@
 // a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi (the dropped a_lo.b_lo is below 2^-21 |a.b|). The mma
 // accumulate in float32 with truncation; with FL = 1 they sum one tile (KC columns) at a time and
 // each tile's sums are added into float32 sums rounded to nearest, which keeps the error at the
-// FP32 kernels' level. Inf in A or B gives NaN (Inf - Inf in the split), and so do finite values
-// past ~3.4e38 (a_hi rounds to Inf); NaN stays NaN. Status and H100 figures: tsm2_tc.py (an
-// opt-in planner candidate; 1.2-1.3x cuBLAS at k = 32).
+// FP32 kernels' level. Non-finite values: Inf in A or B makes the split's low part NaN (Inf - Inf),
+// and so does a finite value past ~3.4e38 (its high part rounds to Inf), so every element of C
+// whose sum meets one comes out of the tensor cores as NaN, and NaN stays NaN. An element of C left
+// non-finite is therefore computed again by FP32 FMAs from A and B (fp32_dot, one thread an
+// element, at the store): C then has the FP32 kernels' Inf, -Inf and NaN (Inf . 0 is NaN, as in
+// IEEE arithmetic) at the cost of a dot product for each such element only. Status and H100
+// figures: tsm2_tc.py (1.2-1.3x cuBLAS at k = 32).
 //
 // mma.sync.m16n8k8 (row.col, tf32 in, f32 accumulators): lane l = 4g + t (g = l / 4, t = l % 4)
 // holds A at (row g, k t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B at (k t, n g), (k t + 4, n g)
@@ -91,6 +95,18 @@ __global__ void tsm2_tc_b(const float* __restrict__ B, long long ldb, int n, int
     }
 }
 
+// The FP32 value of C[row][c] over this slice's n columns, sequential FMAs from A and the
+// original B (row-major, ldb): the store's path for elements the tensor cores left non-finite.
+// Out of line, so the main loop's registers do not pay for it.
+template <bool COL>
+static __device__ __noinline__ float fp32_dot(const float* __restrict__ A, long long lda,
+                                              const float* __restrict__ B, long long ldb,
+                                              long long row, int c, int n) {
+    float s = 0.f;
+    for (int j = 0; j < n; ++j) s = fmaf(COL ? A[row + j * lda] : A[row * lda + j], B[j * ldb + c], s);
+    return s;
+}
+
 static __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     unsigned a;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(smem));
@@ -102,12 +118,13 @@ static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.as
 template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int FL = 0>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict__ Bf, long long bf_pass,
-            float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
+            const float* __restrict__ B, long long ldb, float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
             int split, long long ldc_s)
 {
     static_assert(KC % 16 == 0 && NT >= 1 && NT <= 4 && RT >= 1, "KC: multiple of 16; NT: 1..4");
     static_assert(D >= 1 && (KC / 16) % D == 0, "D (16-column steps of A in flight) must divide KC / 16");
     static_assert(!COL || RT % 2 == 0, "column-major A: RT even (a 16-byte load spans two tiles)");
+    static_assert(RT * NT * 4 <= 32, "a lane's RT x NT x 4 sums must fit the 32 bits of its non-finite mask");
     constexpr int T = W * 32;
     constexpr int NL = 2 * RT;                          // 16-byte loads of A a lane makes a step
     constexpr int TF4 = KC / 8 * NT * 32;               // float4 of a tile of prepared B
@@ -260,24 +277,37 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
             cp_async_wait_all();
             __syncthreads();
         }
+        unsigned bad = 0;                               // bit (r NT + nt) 4 + i: left non-finite
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const long long row = r0 + (COL ? TcMap<true>::row(r, i >> 1, g) : TcMap<false>::row(r, i >> 1, g));
+                const long long row = r0 + TcMap<COL>::row(r, i >> 1, g);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int c = c0 + nt * 8 + 2 * t + (i & 1);
-                    if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = FL ? sum[FL ? r : 0][FL ? nt : 0][i] : acc[r][nt][i];
+                    const float v = FL ? sum[FL ? r : 0][FL ? nt : 0][i] : acc[r][nt][i];
+                    bad |= (isfinite(v) ? 0u : 1u) << ((r * NT + nt) * 4 + i);
+                    if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = v;
                 }
             }
+        // the elements whose sums met Inf or NaN (or a value whose high part rounded to Inf), again
+        // by FP32 FMAs: a cold path after the stores, so the sums are no longer live
+#pragma unroll 1
+        for (; bad; bad &= bad - 1) {
+            const int b = __ffs(bad) - 1, r = b / (4 * NT), nt = b / 4 % NT, i = b % 4;
+            const long long row = r0 + TcMap<COL>::row(r, i >> 1, g);
+            const int c = c0 + nt * 8 + 2 * t + (i & 1);
+            if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = fp32_dot<COL>(A, lda, B + (long long)blockIdx.y * split * ldb, ldb, row, c, n);
+        }
         __syncthreads();                                // the next pass refills buffer 0
     }
 }
 
 #define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO, FL)                                               \
     template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO, FL>(const float*, long long,       \
-        const float4*, long long, float*, long long, long long, int, int, int, int, long long);
+        const float4*, long long, const float*, long long, float*, long long, long long, int, int, int, int,  \
+        long long);
 #define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO, FL)     \
     INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO, FL)  \
     INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO, FL)

@@ -7,12 +7,15 @@ Both layouts of A, never copied; A 16-byte aligned with its rows (row-major) or 
 (column-major) starting on 16-byte boundaries (:func:`check_a`). Each tile's tensor-core sums
 are added into float32 sums (FL), so the result is as exact as the FP32 kernels' (max |error| /
 max |C| against cupy.matmul at n = 16384: 1.0-3.2e-6, FP32 TSM2 2-3e-6; without FL 1.4e-5).
-What differs: Inf in A or B gives NaN in the rows and columns it reaches (Inf - Inf in the split),
-and so do finite values past ~3.4e38; NaN stays NaN.
+Non-finite values: the split turns Inf (and a finite value past ~3.4e38, whose high part rounds
+to Inf) into NaN in every element of C whose sum meets it, so the kernel computes each element it
+left non-finite again by FP32 FMAs from A and B at the store: C has the Inf, -Inf and NaN of the
+FP32 kernels (Inf . 0 is NaN), and only those elements pay a dot product each.
 
-Status: an opt-in planner candidate (:data:`ENABLED`, environment ``MATPLAN_TF32X3=1``), off by
-default for that Inf behaviour: the online TSM2 timing then tries its :func:`variants` for
-float32 with k in :data:`TC_K` and keeps one where it is fastest. H100, 2026-11-24
+Status: a planner candidate by default since 2026-11-24 (:data:`ENABLED`; environment
+``MATPLAN_TF32X3=0`` turns it off; it was opt-in while Inf gave NaN): the online TSM2 timing
+tries its :func:`variants` for float32 with k in :data:`TC_K` and keeps one where it is
+fastest. H100, 2026-11-24
 (benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls, fraction of copy bandwidth at
 k = 32: column-major 0.82-0.85 at n = 16384 and 0.59-0.62 at n = 8192 (d1), 1.17-1.30x cuBLAS;
 row-major 0.70 / 0.56 (r1d4), 1.20-1.32x cuBLAS; at k = 64 (two passes) row-major 1.10x cuBLAS,
@@ -63,10 +66,10 @@ MAX_SPLIT = 64
 #: k for which the planner's online timing tries this kernel when enabled: at k <= 16 the FP32
 #: kernels already stream A at about the copy bandwidth (and are exact to FP32 FMA).
 TC_K = (17, 64)
-#: Opt-in (environment MATPLAN_TF32X3=1, or set this before planning): the planner's online TSM2
-#: timing then also tries this kernel for float32. Off by default: Inf in A or B gives NaN. A shape
-#: bucket timed before it was enabled keeps its winner (tsm2.T1_STORE) until the store is cleared.
-ENABLED = os.environ.get("MATPLAN_TF32X3", "0") == "1"
+#: Whether the planner's online TSM2 timing also tries this kernel for float32 (set this before
+#: planning, or the environment MATPLAN_TF32X3=0 to turn it off). A shape bucket timed while it was
+#: off keeps its winner (tsm2.T1_STORE) until the store is cleared.
+ENABLED = os.environ.get("MATPLAN_TF32X3", "1") != "0"
 
 
 def variants(layout: str) -> tuple:
@@ -159,10 +162,10 @@ class TcLaunch:
 
     def __call__(self, A, B, C) -> None:
         ws = cupy_module().empty(self.ws_size, dtype=np.float32)
-        bf = ws.data.ptr
-        self.prep(self.prep_grid, (256,), (B, B.strides[0] // 4, *self.prep_args, bf))
+        bf, ldb = ws.data.ptr, B.strides[0] // 4
+        self.prep(self.prep_grid, (256,), (B, ldb, *self.prep_args, bf))
         out = C if self.S == 1 else bf + 4 * self.bf_size
-        self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, out, *self.tail))
+        self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, B, ldb, out, *self.tail))
         self.split(out, C)
 
 
