@@ -78,6 +78,16 @@ def test_tc_accuracy_is_float32(cp, rng):
     assert np.max(np.abs(C - ref) / bound) < 1e-6
 
 
+def test_tc_accuracy_at_tiny_scale(cp, rng):
+    """Values near 2^-100 (products near 2^-100) keep float32 accuracy. Below ~2^-110 they do not:
+    TF32's subnormal step is 2^-136 where float32's is 2^-149, so the split's low parts lose
+    bits (H100: 1.6e-5 of |A| @ |B| at 2^-115, tsm2-tc-default-h100-2026-11-24-43101dd.log)."""
+    m, n, k = 512, 2048, 32
+    A_h = (_random(rng, (m, n), np.float64) * 2.0 ** -100).astype(np.float32)
+    B_h = _random(rng, (n, k), np.float32)
+    check_dense_product(tsm2_tc.matmul(cp.asarray(A_h), cp.asarray(B_h)), A_h, B_h, RTOL)
+
+
 def test_tc_is_deterministic(cp, rng):
     A = cp.asarray(_random(rng, (2000, 4096), np.float32))
     B = cp.asarray(_random(rng, (4096, 32), np.float32))

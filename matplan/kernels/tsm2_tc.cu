@@ -103,6 +103,7 @@ static __device__ __noinline__ float fp32_dot(const float* __restrict__ A, long 
                                               const float* __restrict__ B, long long ldb,
                                               long long row, int c, int n) {
     float s = 0.f;
+#pragma unroll 8
     for (int j = 0; j < n; ++j) s = fmaf(COL ? A[row + j * lda] : A[row * lda + j], B[j * ldb + c], s);
     return s;
 }
