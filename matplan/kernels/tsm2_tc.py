@@ -10,7 +10,10 @@ max |C| against cupy.matmul at n = 16384: 1.0-3.2e-6, FP32 TSM2 2-3e-6; without 
 Non-finite values: the split turns Inf (and a finite value past ~3.4e38, whose high part rounds
 to Inf) into NaN in every element of C whose sum meets it, so the kernel computes each element it
 left non-finite again by FP32 FMAs from A and B at the store: C has the Inf, -Inf and NaN of the
-FP32 kernels (Inf . 0 is NaN), and only those elements pay a dot product each.
+FP32 kernels (Inf . 0 is NaN), and only those elements pay a dot product each. At tiny
+magnitudes it is less exact than FP32: TF32's subnormal step is 2^-136 (float32's 2^-149), so the
+low parts lose bits for values below ~2^-110 (H100: max |error| / (|A| @ |B|) 3.3e-8 at 2^-100,
+1.6e-5 at 2^-115, 2.6e-3 at 2^-126, cuBLAS 2.6e-8); MATPLAN_TF32X3=0 for such data.
 
 Status: a planner candidate by default since 2026-11-24 (:data:`ENABLED`; environment
 ``MATPLAN_TF32X3=0`` turns it off; it was opt-in while Inf gave NaN): the online TSM2 timing
