@@ -524,10 +524,12 @@ def test_one_pass_takes_few_long_rows(cp, hs, rng, monkeypatch, dtype, sort, glo
     assert not info["one_pass"]
 
 
-def test_one_pass_copies_runs_of_rows(cp, hs, rng):
-    """compact_warps (32 rows a warp, their entries as one run): empty rows, rows of one entry,
-    runs of empty rows across a warp's 32, a long row, and a row count not a multiple of 32."""
-    A, B = _rows_of_products(rng, [0, 1, 3, 0, 200, 7] * 300 + [0] * 40 + [511, 0, 2], long_a={5, 1799})
+@pytest.mark.parametrize("range_below", [0, 10 ** 9])
+def test_one_pass_copies_by_rows_and_by_ranges(cp, hs, rng, monkeypatch, range_below):
+    """compact_rows (a warp a row) and compact_ranges (a block a range of rows, an entry a thread)
+    give the same C: empty rows, rows of one entry and a long row included."""
+    monkeypatch.setattr(hs, "COMPACT_RANGE_BELOW", range_below)
+    A, B = _rows_of_products(rng, [0, 1, 3, 0, 200, 7] * 300 + [511, 0], long_a={5, 1799})
     info = {}
     _check_one(cp, hs, A, B, np.float64, True, info)
     _check_one(cp, hs, A, B, np.float32, True, {}, esc=False)

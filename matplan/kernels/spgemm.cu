@@ -1126,18 +1126,16 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
 }
 
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
-// C's exact offsets Cp[i]; two mappings:
-// * compact_warps (rows of at most a few thousand entries: every row of the one pass but its
-//   global-path rows, and the hybrid's numeric_esc rows): a warp takes 32 rows (rows[r], or 32
-//   consecutive rows) and copies their entries as one run, lane l entries l, l + 32, ... of it,
-//   each entry's row found by a binary search over the rows' exclusive prefix counts held in the
-//   lanes (shuffles). The 32 rows' offsets are one round of loads, no lane idles on a short row,
-//   and with consecutive rows the writes are one contiguous range of C. It replaced compact_rows
-//   with 8-32 lanes a row (Poisson 102 us, uniform 144: a dependent chain of loads a row, lanes
-//   idle past a row's end) and compact_ranges (a block a range of 256 rows, an entry a thread
-//   with a binary search in shared memory over 256 rows: world_highways 65 us, Poisson 106).
-// * compact_rows: ``lanes`` (a power of two <= blockDim.x; a block a row for the global-path
-//   rows) a row, grid-stride, over the rows of ``rows``.
+// C's exact offsets Cp[i]; two mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
+// * compact_rows: ``lanes`` (a power of two <= blockDim.x; 32 on the one-pass path, a block for
+//   its long rows) a row, grid-stride,
+//   over the rows of ``rows`` (the hybrid's numeric_esc rows, lanes from their widest class) or all. H100 (9643a20), 8 lanes (4 rows a
+//   warp) against a warp a row: Poisson 140 against 102 us, uniform 235 against 144.
+// * compact_ranges: a block takes COMPACT_ROWS consecutive rows, whose output is one contiguous
+//   range of C: thread t writes entries t, t + blockDim.x, ... of it (coalesced whatever the row
+//   lengths) and finds each entry's row by a search over the rows' offsets in shared memory.
+//   H100 (018dcda): world_highways (~7 entries a row, where a warp a row leaves most lanes idle)
+//   116 -> 65 us; Poisson (24) 102 -> 106, uniform (64) 133 -> 158.
 template <typename T>
 __global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
@@ -1146,57 +1144,44 @@ __global__ void compact_rows(const int* __restrict__ Ap, const long long* __rest
     const int lane = threadIdx.x & (lanes - 1);
     const long long stride = (long long)gridDim.x * blockDim.x / lanes;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / lanes; r < m; r += stride) {
-        const int i = rows ? rows[r] : (int)r;
+        const int i = rows ? rows[r] : (int)r;   // rows: the hybrid's numeric_esc rows only
         const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
         for (long long q = lane; q < len; q += lanes) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
     }
 }
 
+#define COMPACT_ROWS 256
 template <typename T>
-__global__ void compact_warps(const int* __restrict__ Ap, const long long* __restrict__ csum,
-                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
-                              const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx,
-                              const int* __restrict__ rows) {
-    const int lane = threadIdx.x & 31;
-    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
-    for (long long r0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32 * 32; r0 < m; r0 += 32 * warps) {
-        const long long r = r0 + lane;
-        long long src = 0, dst = 0;
-        int len = 0;                                  // a row of C has fewer than 2^31 entries
-        if (r < m) {
-            const int i = rows ? rows[r] : (int)r;
-            src = csum[Ap[i]];
-            dst = Cp[i];
-            len = (int)(Cp[i + 1] - dst);
+__global__ void __launch_bounds__(256) compact_ranges(
+        const int* __restrict__ Ap, const long long* __restrict__ csum, const long long* __restrict__ Cp,
+        const int* __restrict__ Uj, const T* __restrict__ Ux, const int m, int* __restrict__ Cj,
+        T* __restrict__ Cx) {
+    __shared__ long long s_dst[COMPACT_ROWS + 1], s_src[COMPACT_ROWS];
+    const long long r0 = (long long)blockIdx.x * COMPACT_ROWS;
+    const int nr = (int)min((long long)COMPACT_ROWS, m - r0);
+    for (int t = threadIdx.x; t <= nr; t += blockDim.x) {
+        s_dst[t] = Cp[r0 + t];
+        if (t < nr) s_src[t] = csum[Ap[r0 + t]];
+    }
+    __syncthreads();
+    const long long q1 = s_dst[nr];
+    int lo = 0;   // the entries a thread visits only move forward: each search starts at the last row
+    for (long long q = s_dst[0] + threadIdx.x; q < q1; q += blockDim.x) {
+        int hi = nr;   // s_dst[lo] <= q < s_dst[hi]: the row of entry q is the last such lo
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) >> 1;
+            if (s_dst[mid] <= q) lo = mid; else hi = mid;
         }
-        int inc = len;                                // inclusive prefix over the lanes
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int v = __shfl_up_sync(FULL_MASK, inc, d);
-            if (lane >= d) inc += v;
-        }
-        const int total = __shfl_sync(FULL_MASK, inc, 31), exc = inc - len;
-        // entry e of the run is entry e - exc of its row: src - exc + e and dst - exc + e
-        const long long src_e = src - exc, dst_e = dst - exc, dst0 = __shfl_sync(FULL_MASK, dst, 0);
-        for (int e0 = 0; e0 < total; e0 += 32) {
-            const int e = e0 + lane;
-            int row = 0;                              // the last lane with exc <= e (not empty when e < total)
-#pragma unroll
-            for (int step = 16; step >= 1; step >>= 1) {
-                const int x = __shfl_sync(FULL_MASK, exc, row + step);
-                if (x <= e) row += step;
-            }
-            const long long s = __shfl_sync(FULL_MASK, src_e, row) + e;
-            const long long d = rows ? __shfl_sync(FULL_MASK, dst_e, row) + e : dst0 + e;   // consecutive rows: C's range
-            if (e < total) { Cj[d] = Uj[s]; Cx[d] = Ux[s]; }
-        }
+        const long long src = s_src[lo] + (q - s_dst[lo]);
+        Cj[q] = Uj[src];
+        Cx[q] = Ux[src];
     }
 }
 
-template __global__ void compact_warps<float>(const int*, const long long*, const long long*, const int*,
-                                              const float*, int, int*, float*, const int*);
-template __global__ void compact_warps<double>(const int*, const long long*, const long long*, const int*,
-                                               const double*, int, int*, double*, const int*);
+template __global__ void compact_ranges<float>(const int*, const long long*, const long long*, const int*,
+                                               const float*, int, int*, float*);
+template __global__ void compact_ranges<double>(const int*, const long long*, const long long*, const int*,
+                                                const double*, int, int*, double*);
 template __global__ void compact_rows<float>(const int*, const long long*, const long long*, const int*,
                                              const float*, int, int*, float*, const int*, int);
 template __global__ void compact_rows<double>(const int*, const long long*, const long long*, const int*,

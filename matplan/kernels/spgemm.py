@@ -35,12 +35,12 @@ atomics, deterministic sums; a row whose columns span at most its W * P slots is
 window of them instead, ESC_WINDOW), the others a table sized from their bound at full load (no overflow
 possible), the long rows the global path; each sorted row goes to its products' offset
 of that buffer with its count, the
-counts' scan gives C's indptr, one host transfer its nnz, and ``compact_warps`` copies the rows
+counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
 into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
 their GPU time in the symbolic pass and the host round trip after it.
 Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
-rows' symbolic pass, and are copied into C after the scan (``compact_warps`` over their row list).
+rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
 When the buffer would pass ONE_PASS_MEM_FRACTION of the device's memory, every row takes the
 two passes. Rows of big shared tables (>= LIFT_MIN_TABLE slots) that are few (lift_index), one of
 them of at least LIFT_MIN_PRODUCTS products, take the global-memory path in both passes: one
@@ -104,7 +104,7 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
              "numeric_global_seg<float>", "numeric_global_seg<double>",
-             "compact_rows<float>", "compact_rows<double>", "compact_warps<float>", "compact_warps<double>")
+             "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
                   for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
@@ -823,6 +823,11 @@ ONE_PASS_MEM_FRACTION = 1 / 16
 #: 34 such rows of 499,966 short ones).
 ONE_PASS_LONG_ROWS = 64
 ONE_PASS_LONG_BYTES = 256 << 20
+#: compact_rows: lanes a row on the one-pass path (fewer for the hybrid's short rows); compact_ranges: rows a block of 256
+#: threads (COMPACT_ROWS), taken when C's rows hold fewer than COMPACT_RANGE_BELOW entries on average.
+COMPACT_LANES = 32
+COMPACT_ROWS = 256
+COMPACT_RANGE_BELOW = 16
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -1080,7 +1085,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
         rows, Uj, Ux = s.hybrid
-        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows)
+        _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=_compact_lanes(s.info["esc_rows"]))
         s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
         indptr = s.Cp32   # nnz < 2^31 (checked above): the truncation is exact
@@ -1193,19 +1198,24 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
 
 
-def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, block_a_row: bool = False):
-    """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp, over
-    ``rows`` (null: every row): compact_warps (32 rows a warp, their entries as one run), or with
-    ``block_a_row`` compact_rows a block a row (the global path's long rows)."""
+def _compact_lanes(esc_rows: dict, tables=None) -> int:
+    """compact_rows' lanes a row for rows of numeric_esc's classes (``esc_rows``: {class cap: rows})
+    and no tables: from the widest class used, a quarter of its products, 4 to COMPACT_LANES."""
+    return COMPACT_LANES if tables or not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
+
+
+def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES):
+    """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
+    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS;
+    BLOCK_THREADS: a block a row) a row, or compact_ranges (every row; for short rows)."""
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
-    args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx, rows)
-    if block_a_row:
-        _launch(f"compact_rows<{ct}>", max(1, min(m, 64 * _global_target_blocks())), BLOCK_THREADS,
-                args + (np.int32(BLOCK_THREADS),))
+    args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
+    if ranges:
+        _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
     else:
-        _launch(f"compact_warps<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // 32 * 32)), 64 * _global_target_blocks())),
-                BLOCK_THREADS, args)
+        _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
+                BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
 def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
@@ -1255,7 +1265,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     sized from its bound min(nnz_RowCt, k) at full load (it cannot overflow); the numeric pass
     writes row i, sorted, at its products' offset csum[Ap[i]] of an upper-bound buffer with its
     count in row_nnz; the scan of the counts gives C's indptr, one host transfer its nnz, and
-    compact_warps copies the rows to C. One host round trip after the analysis instead of two,
+    compact_rows copies the rows to C. One host round trip after the analysis instead of two,
     and the symbolic pass's launch is saved. Each row's class (``one``, from the analysis's
     launch) is one of ``classes``: numeric_esc's product limits (ESC_CAPS, when spgemm's ``esc``),
     then the tables. Under the balanced rule (one class for every row) the rows run in row order
@@ -1295,12 +1305,12 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    if n_glob:   # the long rows a block each (in a block of 256 rows, an entry a thread, they took
-        #           485 us of skewed's 1.1 ms on an H100), the others by their row list
-        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]])
-        _compact(s, Cp, Uj, Ux, Cj, Cx, long_rows, block_a_row=True)
+    if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
+        #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows
+        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]], lanes=_compact_lanes(escs, tables))
+        _compact(s, Cp, Uj, Ux, Cj, Cx, long_rows, lanes=BLOCK_THREADS)
     else:
-        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL)
+        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
