@@ -704,33 +704,6 @@ def test_esc_window_for_narrow_rows(cp, hs, rng, monkeypatch, dtype, window):
     assert info["esc_rows"] == {32: 4} and np.diff(C.indptr).tolist() == [20, 20, 1, 0, 20]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("width, fill", [(3, 0.0), (3, 2.0), (2000, 2.0), (40, 0.0)])
-def test_esc_compacted_matches_the_upper_bound_layout(cp, hs, rng, monkeypatch, dtype, width, fill):
-    """Balanced one-pass products take numeric_esc compacted (blocks in ticket order, each row's
-    offset by a decoupled look-back, C's indptr from the kernel): C == SciPy, and bit for bit the C
-    of the upper-bound layout and compact_rows, as the buffer's first nnz(C) entries (fill 0) or a
-    copy of them (fill 2). 40,003 rows (hundreds of blocks, no block divides them), every 199th row
-    empty, five nonzeros a row at offsets within +-width: the dense window (3), the sort (2000),
-    mixed (40); duplicate and unsorted column indices."""
-    monkeypatch.setattr(hs, "ESC_VIEW_FILL", fill)
-    n = 40_003
-    rows = []
-    for i in range(n):
-        c = [] if i % 199 == 0 else list((i + rng.integers(-width, width + 1, 5)) % n)
-        rows.append(c + c[:1] if i % 10 == 0 else c)   # a duplicate in every 10th row (variance/mean 0.3)
-    A = _rows_csr(rows, n, rng)
-    got = {}
-    for compacted in (True, False):
-        monkeypatch.setattr(hs, "ESC_COMPACTED", compacted)
-        info = {}
-        got[compacted] = _check_one(cp, hs, A, A, dtype, True, info)
-        assert info["one_pass"] and info["balanced"] and len(info["esc_rows"]) == 1
-        assert info.get("esc_compacted") == (("view" if fill == 0 else "copy") if compacted else None)
-    a, b = got[True], got[False]
-    assert (a.indptr == b.indptr).all() and (a.indices == b.indices).all() and (a.data == b.data).all()
-
-
 def test_esc_flag_is_checked(cp, hs, rng):
     A = _dev(cp, random_csr(rng, 50, 50, 0.05))
     with pytest.raises(TypeError, match="esc"):

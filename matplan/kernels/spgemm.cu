@@ -229,39 +229,6 @@ __device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* tot
     return out;
 }
 
-// The decoupled look-back of block bid, called by a whole warp (warp 0): publishes the block's
-// total in st[bid] and returns the sum of the totals of blocks 0 .. bid - 1, reading the
-// predecessors' words 32 at a time back to the nearest inclusive prefix (a thread walking back
-// alone took 58 us for 1.8M values). st: a zeroed word a block, value << 2 | flag (1: the
-// block's total, 2: its inclusive prefix); the blocks' ids must come from a ticket.
-__device__ __forceinline__ long long lookback_prefix(unsigned long long* status_words, const int bid,
-                                                     const long long total) {
-    const int lane = threadIdx.x & 31;
-    volatile unsigned long long* st = status_words;
-    long long before = 0;
-    if (bid == 0) {
-        if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
-        return 0;
-    }
-    if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
-    __threadfence();
-    for (int top = bid - 1;; top -= 32) {
-        const int q = top - lane;
-        unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
-        while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
-            if ((w & 3ULL) == 0) w = st[q];
-        const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
-        const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
-        long long part = lane <= stop ? (long long)(w >> 2) : 0;
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
-        before += __shfl_sync(FULL_MASK, part, 0);
-        if (found) break;
-    }
-    __threadfence();
-    if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
-    return before;
-}
-
 // Bitmaps of a row's columns, written out in column order (numeric_shared's bitmap branch,
 // numeric_global_seg, numeric_esc's window). bitmap_share: thread t's share [*w0, *w1) of `words`
 // words split evenly over the block, and the bits set in it (for the caller's block scan).
@@ -465,12 +432,10 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 // deterministic like the sort's. H100 (2026-11-24), banded-spgemm (289 products, 33 columns a
 // row): numeric_esc 1170 -> 845 us; shared-memory atomicAdd instead of the match: 865 us. What is
 // left is the products' expansion (the csum search, B's loads), the same as the sort's.
-// Stages the row (sums in vals, the bitmap in bits) and returns its count; the lane's words are
-// [lw, lw + *lane_words) and their first output position *lane_pos from the row's start
-// (write_bits writes them once the row's offset is known).
 template <typename T, int W, int P, int SLOT_BITS>
-__device__ __forceinline__ int esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
-                                          const int lo, const unsigned mask, int* lane_pos, int* lane_words) {
+__device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
+                                           const int lo, const unsigned mask, const long long base,
+                                           int* __restrict__ Cj, T* __restrict__ Cx, long long* row_count) {
     constexpr int N = W * P, WORDS = (N + 31) / 32;   // WORDS <= W: a word a lane at most
     const int lw = threadIdx.x & (W - 1), me = threadIdx.x & 31;
     T v[P];
@@ -503,67 +468,33 @@ __device__ __forceinline__ int esc_window(const int (&key)[P], T* vals, unsigned
         const int y = __shfl_up_sync(mask, before, d, W);
         if (lw >= d) before += y;
     }
-    *lane_pos = before - n;
-    *lane_words = n > 0;
-    return __shfl_sync(mask, before, W - 1, W);
+    const int total = __shfl_sync(mask, before, W - 1, W);
+    write_bits(bits, lw, lw + (n > 0), base + before - n, lo, Cj, Cx, [&](int c) { return vals[c]; });
+    if (lw == 0 && row_count) *row_count = total;
 }
 
-template <typename T, int W, int P, bool LB>
+template <typename T, int W, int P>
 __global__ void __launch_bounds__(256) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window,
-        unsigned long long* status, long long* __restrict__ out_cp, int* __restrict__ out_cp32) {
+        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window) {
     constexpr int N = W * P;
     constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
     static_assert(N == (1 << ESC_SLOT_BITS), "W * P: a power of two from 16 to 512");
     __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot,
-    __shared__ __align__(8) int s_col[256 / W][N];  // then its output row (staged: written coalesced)
-    // compacted (status): the block's id comes from a ticket and each group's count, then its
-    // offset, sits in the last two words of its s_col row, free until the row is staged (the
-    // window's bitmap takes N / 32 words from the front); no more static shared memory: the
-    // double 32 x 16 class already takes all 48 KB
-    int bid = blockIdx.x;
-    if (LB) {
-        if (threadIdx.x == 0) s_col[0][N - 1] = (int)atomicAdd(status, 1ULL);
-        __syncthreads();
-        bid = s_col[0][N - 1];
-        __syncthreads();
-    }
-    const long long r = ((long long)bid * blockDim.x + threadIdx.x) / W;
-    if (r >= nrows && !LB) return;   // a whole group: r is the same on its W lanes
-    const bool active = r < nrows;
+    __shared__ int s_col[256 / W][N];  // then its output row (staged: the row is written coalesced)
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
+    if (r >= nrows) return;   // a whole group: r is the same on its W lanes
     const int lw = threadIdx.x & (W - 1);
     const int gbase = threadIdx.x & 31 & ~(W - 1);
     const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
     T* vals = s_val[threadIdx.x / W];
     int* cols = s_col[threadIdx.x / W];
-    int row = 0, total = 0, win_lo = -1, lane_pos = 0, lane_words = 0;   // win_lo >= 0: the window
-    long long first = 0;
-    int col[P];           // the sort's output: columns, run sums, run ends, the carry into lane 0's
-    T run[P], carry = T(0);   // first run, the lane's first output slot
-    bool end[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) end[j] = false;
-    auto stage_sorted = [&]() {   // the row, sorted, into the group's slots (written out coalesced)
-        __syncwarp(mask);   // every lane has read its values: the slots take the output row
-        int q = lane_pos;
-#pragma unroll
-        for (int j = 0; j < P; ++j) {
-            if (end[j]) {
-                cols[q] = col[j];
-                vals[q] = run[j] + (col[j] == col[0] ? carry : T(0));
-                ++q;
-            }
-        }
-        __syncwarp(mask);
-    };
-    if (active) {
-    row = rows ? rows[r] : (int)r;
+    const int row = rows ? rows[r] : (int)r;
     const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
-    first = na ? csum[a0] : 0;
+    const long long first = na ? csum[a0] : 0;
     const long long np = na ? csum[a1] - first : 0;
     if (np > N) __trap();   // the grouping (classify_rows' caps) keeps rows past N out: never silent
     // A's row in the group's lanes when it has at most W nonzeros (each product's nonzero is then
@@ -603,6 +534,7 @@ __global__ void __launch_bounds__(256) numeric_esc(
         }
     }
     __syncwarp(mask);
+    const long long base = Cp ? Cp[row] - c_base : first;
     if (window) {   // the row's columns span [lo, hi]: at most N of them take the dense window
         int lo = EMPTY_KEY, hi = -1;
 #pragma unroll
@@ -614,12 +546,11 @@ __global__ void __launch_bounds__(256) numeric_esc(
             hi = max(hi, __shfl_xor_sync(mask, hi, d, W));
         }
         if ((long long)hi - lo < N) {
-            total = esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo, mask,
-                                                       &lane_pos, &lane_words);
-            win_lo = lo;
+            esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo, mask, base,
+                                               Cj, Cx, row_nnz ? row_nnz + row : nullptr);
+            return;
         }
     }
-    if (win_lo < 0) {
     // bitonic sort of the N packed products, ascending (EMPTY_KEY last)
 #pragma unroll
     for (int k = 2; k <= N; k <<= 1) {
@@ -649,6 +580,8 @@ __global__ void __launch_bounds__(256) numeric_esc(
     }
     // columns and values back; runs of equal columns: sums within the lane, then the lanes' last
     // runs across lanes
+    int col[P];
+    T run[P];
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         col[j] = key[j] == EMPTY_KEY ? EMPTY_KEY : key[j] >> ESC_SLOT_BITS;
@@ -665,8 +598,9 @@ __global__ void __launch_bounds__(256) numeric_esc(
     }
     const T cin = __shfl_up_sync(mask, x, 1, W);
     const int kin = __shfl_up_sync(mask, last, 1, W);
-    carry = lw > 0 && kin == col[0] ? cin : T(0);
+    const T carry = lw > 0 && kin == col[0] ? cin : T(0);
     const int next = __shfl_down_sync(mask, col[0], 1, W);
+    bool end[P];
     int count = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
@@ -680,48 +614,19 @@ __global__ void __launch_bounds__(256) numeric_esc(
         const int y = __shfl_up_sync(mask, before, d, W);
         if (lw >= d) before += y;
     }
-    total = __shfl_sync(mask, before, W - 1, W);
-    lane_pos = before - count;
-    if (!LB) stage_sorted();   // compacted: after the look-back (the slots hold the group's offset)
-    }   // the sort
-    }   // active
-    long long base = first;   // the upper-bound layout: the row at its products' offset
-    if (Cp && active) base = Cp[row] - c_base;
-    if (LB) {   // compacted: the block's rows' counts, scanned, after the earlier blocks' (look-back)
-        long long* slot = reinterpret_cast<long long*>(&cols[N - 2]);   // this group's count, then offset
-        if (lw == 0) *slot = total;   // 0 for groups past nrows
-        __syncthreads();
-        if (threadIdx.x < 32) {
-            constexpr int G = 256 / W;   // groups a block, at most 32
-            const int lane = threadIdx.x;
-            long long* gslot = reinterpret_cast<long long*>(&s_col[lane < G ? lane : 0][N - 2]);
-            const long long c = lane < G ? *gslot : 0;
-            long long incl = c;
+    const int total = __shfl_sync(mask, before, W - 1, W);
+    before -= count;
+    __syncwarp(mask);   // every lane has read its values: the slots take the output row
 #pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const long long y = __shfl_up_sync(FULL_MASK, incl, d);
-                if (lane >= d) incl += y;
-            }
-            const long long before = lookback_prefix(status + 1, bid, __shfl_sync(FULL_MASK, incl, 31));
-            if (lane < G) *gslot = before + incl - c;
-            if (bid == 0 && lane == 0) { out_cp[0] = 0; if (out_cp32) out_cp32[0] = 0; }
-        }
-        __syncthreads();
-        base = *slot;
-        __syncwarp(mask);   // every lane has read the offset before the row is staged over it
-        if (active && lw == 0) {
-            out_cp[row + 1] = base + total;
-            if (out_cp32) out_cp32[row + 1] = (int)(base + total);
+    for (int j = 0; j < P; ++j) {
+        if (end[j]) {
+            cols[before] = col[j];
+            vals[before] = run[j] + (col[j] == col[0] ? carry : T(0));
+            ++before;
         }
     }
-    if (!active) return;
-    if (win_lo >= 0) {
-        write_bits(reinterpret_cast<unsigned*>(cols), lw, lw + lane_words, base + lane_pos, win_lo, Cj, Cx,
-                   [&](int c) { return vals[c]; });
-    } else {
-        if (LB) stage_sorted();
-        for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
-    }
+    __syncwarp(mask);
+    for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
     if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
 
@@ -763,8 +668,29 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     }
     long long total;   // the warps' offsets within the block: lane 0 carries its warp's sum
     const long long excl = __shfl_sync(FULL_MASK, block_exclusive_sum(lane == 0 ? run : 0LL, s_warp, &total), 0);
-    if (warp == 0) {
-        const long long before = lookback_prefix(status + 1, bid, total);
+    if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
+        volatile unsigned long long* st = status + 1;
+        long long before = 0;
+        if (bid == 0) {
+            if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
+        } else {
+            if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
+            __threadfence();
+            for (int top = bid - 1;; top -= 32) {
+                const int q = top - lane;
+                unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
+                while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
+                    if ((w & 3ULL) == 0) w = st[q];
+                const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
+                const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
+                long long part = lane <= stop ? (long long)(w >> 2) : 0;
+                for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
+                before += __shfl_sync(FULL_MASK, part, 0);
+                if (found) break;
+            }
+            __threadfence();
+            if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
+        }
         if (lane == 0) {
             s_prefix = before;
             if (bid == 0) { out[0] = 0; if (out32) out32[0] = 0; }
@@ -1270,13 +1196,10 @@ INSTANTIATE_NUMERIC_SHARED(float, 32)
 INSTANTIATE_NUMERIC_SHARED(double, 8)
 INSTANTIATE_NUMERIC_SHARED(double, 16)
 INSTANTIATE_NUMERIC_SHARED(double, 32)
-#define INSTANTIATE_NUMERIC_ESC(T, W, P, LB)                                                                 \
-    template __global__ void numeric_esc<T, W, P, LB>(const int*, const int*, const T*, const int*, const int*,  \
-        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int,       \
-        unsigned long long*, long long*, int*);
-#define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P, false)                         \
-    INSTANTIATE_NUMERIC_ESC(double, W, P, false) INSTANTIATE_NUMERIC_ESC(float, W, P, true)                     \
-    INSTANTIATE_NUMERIC_ESC(double, W, P, true)
+#define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
+    template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
+        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int);
+#define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 4)

@@ -105,8 +105,8 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
              "numeric_global_out<float>", "numeric_global_out<double>",
              "numeric_global_seg<float>", "numeric_global_seg<double>",
              "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
-          + tuple(f"numeric_esc<{t}, {w}, {p}, {lb}>" for t in ("float", "double")
-                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16)) for lb in ("false", "true")))
+          + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
+                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
 #: W * P products is expanded into registers (P a lane of a W-lane group), bitonic-sorted by column
 #: and its runs summed; (W, P) by class, the smallest that holds the row. It replaces the hash
@@ -118,15 +118,6 @@ ESC_BLOCK = 256
 #: Rows of numeric_esc whose columns span at most its W * P slots (banded rows) are summed in a
 #: dense window of those slots and written out by a bitmap, no sort (False: every row sorted).
 ESC_WINDOW = True
-#: One-pass products whose rows all take one numeric_esc class (the balanced rule) run it
-#: compacted (numeric_esc<..., true>): its blocks take their rows in order from a ticket and find
-#: their rows' offsets in C by a decoupled look-back, so the kernel writes C's indptr and the rows
-#: packed from offset 0 of the buffer; no scan_rows, no compaction kernel. C is then that buffer's
-#: first nnz(C) entries when they are at least ESC_VIEW_FILL of it (no copy; the rest of the
-#: buffer stays allocated with C), else a copy of them (cudaMemcpy). False: the upper-bound layout
-#: and compact_rows, as for grouped rows.
-ESC_COMPACTED = True
-ESC_VIEW_FILL = 0.9
 
 
 def esc_max_columns(cap: int) -> int:
@@ -560,12 +551,6 @@ class _Fork:
 SCAN_TILE = 8 * 256
 
 
-def _rows_words(m: int) -> int:
-    """Zeroed words (uint64) of the one-pass path's last step over m rows: scan_rows' look-back, or
-    the compacted numeric_esc's ticket and look-back (a word a block of its widest groups)."""
-    return max(_scan_words(m), -(-m * max(w for w, _ in ESC_CLASSES) // ESC_BLOCK) + 1)
-
-
 def _scan_words(n: int) -> int:
     """Look-back status words (uint64) a scan of n values needs."""
     return max(1, -(-n // SCAN_TILE)) + 1
@@ -973,7 +958,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     classes = (sorts + num_ladder) if passes == "auto" else ()
     s.n_esc = len(sorts)
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
-                    _rows_words(m), _classify_words(len(num_ladder))])
+                    _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
     sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, s.n_esc),
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
@@ -1233,18 +1218,14 @@ def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes
                 BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
-def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz, compacted=None):
+def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
     """One numeric_esc launch of class ESC_CLASSES[c] over n rows (rows null: rows 0 .. n - 1), in
-    the one-pass layout (each row at its products' offset, its count in row_nnz), or with
-    ``compacted`` = (zeroed status words, Cp, Cp32) over rows 0 .. n - 1 packed from offset 0, C's
-    indptr written (ESC_COMPACTED)."""
+    the one-pass layout (each row at its products' offset, its count in row_nnz)."""
     A, B = s.A, s.B
     w, p = ESC_CLASSES[c]
-    status, Cp, Cp32 = compacted or (_NULL, _NULL, _NULL)
-    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}, {'true' if compacted else 'false'}>",
-            -(-n * w // ESC_BLOCK), ESC_BLOCK,
+    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // ESC_BLOCK), ESC_BLOCK,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
-             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW), status, Cp, Cp32))
+             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW)))
 
 
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int,
@@ -1300,8 +1281,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
-            if ESC_COMPACTED:
-                return _esc_compacted(s, c, zeros, Uj, Ux)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
             tables, escs = {}, {sort_caps[c]: m}
         else:
@@ -1323,7 +1302,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
-    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_rows_words(m)))
+    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
@@ -1334,23 +1313,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
-    return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
-
-
-def _esc_compacted(s: _Symbolic, c: int, zeros, Uj, Ux):
-    """The one pass when every row takes numeric_esc class c (ESC_COMPACTED): one compacted launch
-    writes C's rows packed from offset 0 of (Uj, Ux) and C's indptr; one host transfer of nnz(C),
-    then C is the buffer's first nnz(C) entries, or a copy of them (ESC_VIEW_FILL)."""
-    cp = cupy_module()
-    m, k = s.shape
-    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
-    _esc_launch(s, c, _NULL, m, Uj, Ux, _NULL, compacted=(zeros.take(_rows_words(m)), Cp, Cp32))
-    nnz_c = int(Cp[m].get())
-    view = nnz_c >= ESC_VIEW_FILL * Uj.size
-    Cj, Cx = (Uj[:nnz_c], Ux[:nnz_c]) if view else (Uj[:nnz_c].copy(), Ux[:nnz_c].copy())
-    s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables={},
-                  esc_rows={ESC_CAPS[c]: m}, esc_compacted="view" if view else "copy")
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
