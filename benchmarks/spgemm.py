@@ -1,4 +1,6 @@
 """SpGEMM and SpTRANS on the GPU: RBSparse hash (spgemm.hash) vs cuSPARSE through CuPy, same run.
+The row-row segmented merge (spgemm.merge, deterministic) is run and timed too up to MERGE_PRODUCTS
+products (``merge_ms``, ``merge_status``; it takes part in the oracle).
 
 C = A·A (A·Aᵀ for rectangular A) in float64 over the corpus's 'spgemm' size set, R-MAT scales
 17-18 and the real matrices (``.data/matrices`` or ``../shared/matrices``). Times are CUDA-event
@@ -80,9 +82,19 @@ def panelled(cp, hs, A, B, ref_rows, scale):
                 gflops=2 * info.get("products", 0) / (ms * 1e6), note="ms includes the row-sum check of each panel")
 
 
+def _geomean(xs):
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+#: The row-row merge is run up to this many products (it holds ~28 bytes a product).
+MERGE_PRODUCTS = 300_000_000
+#: Each kernel's timing in a row.
+KERNEL_KEYS = {"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms", "spgemm.merge": "merge_ms"}
+
+
 def run_one(cp, name, A_host):
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import spgemm as hs, sptrans
+    from matplan.kernels import spgemm as hs, spgemm_merge, sptrans
     from matplan.kernels.vendor import VENDOR_LIMITS
     from matplan.planner import plan as make_plan
 
@@ -152,6 +164,22 @@ def run_one(cp, name, A_host):
             row.update(vendor_ms=None, vendor_status=f"{type(e).__name__}: {str(e)[:200]}")
     cp.get_default_memory_pool().free_all_blocks()
 
+    # the row-row segmented merge (sorts every product: past MERGE_PRODUCTS it is not run)
+    if products > MERGE_PRODUCTS:
+        row["merge_status"] = f"not run: {products:,} products > {MERGE_PRODUCTS:,}"
+    else:
+        try:
+            Cm = spgemm_merge.spgemm_merge(A, B)
+            status = "ok" if rowsum_ok(Cm) else "wrong row sums"
+            if nnz_ours is not None and Cm.nnz != nnz_ours:
+                status += f"; nnz {Cm.nnz:,} vs hash {nnz_ours:,}"
+            row["merge_status"] = status
+            del Cm
+            fns["merge_ms"] = lambda: spgemm_merge.spgemm_merge(A, B)
+        except Exception as e:
+            row.update(merge_ms=None, merge_status=f"{type(e).__name__}: {str(e)[:200]}")
+    cp.get_default_memory_pool().free_all_blocks()
+
     # planner and oracle
     try:
         t = time.perf_counter()
@@ -159,7 +187,7 @@ def run_one(cp, name, A_host):
         row["planning_s"] = time.perf_counter() - t
         row["planner_kernel"] = p.kernel
         row["planner_why"] = list(p.reasons)
-        ran = {"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms"}.get(p.kernel)
+        ran = KERNEL_KEYS.get(p.kernel)
         if ran in fns:       # the user's call: plan.run validates, then runs the kernel
             fns["planner_ms"] = lambda: p.run(A, B)
     except Exception as e:
@@ -170,11 +198,12 @@ def run_one(cp, name, A_host):
     if row.get("status") == "ok" and row.get("ms"):
         row["gflops"] = 2 * products / (row["ms"] * 1e6)
     if "planner_ms" not in row and not str(row.get("planner_kernel", "")).startswith("error"):
-        row["planner_ms"] = row.get({"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms"}.get(row["planner_kernel"], ""))
+        row["planner_ms"] = row.get(KERNEL_KEYS.get(row["planner_kernel"], ""))
     if row.get("ms") and row.get("vendor_ms") and row["vendor_status"] == "ok":
         row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
     timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("status") == "ok" else None),
-                                 ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None))
+                                 ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None),
+                                 ("spgemm.merge", row.get("merge_ms") if row.get("merge_status") == "ok" else None))
                if v is not None}
     if timings:
         row["oracle_kernel"] = min(timings, key=timings.get)
@@ -222,6 +251,8 @@ def main(argv=None):
         planner_slower_than_vendor=[r["matrix"] for r in rows if r.get("planner_ms") and r.get("vendor_ms")
                                     and r.get("vendor_status") == "ok" and r["planner_ms"] > r["vendor_ms"]],
         sptrans_geomean_speedup=float(np.exp(np.mean(np.log([r["sptrans_speedup"] for r in sp_ok])))) if sp_ok else None,
+        merge_geomean_speedup_vs_vendor=_geomean([r["vendor_ms"] / r["merge_ms"] for r in ok if r.get("merge_ms")]),
+        merge_geomean_vs_hash=_geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
     )
     today = datetime.date.today().isoformat()
     gpu = dev.name.replace(" ", "_")

@@ -1,0 +1,140 @@
+"""Row-row SpGEMM by the segmented merge (SEEDS section 3): C = A @ B, deterministic.
+
+Row i of C is the merge of the rows B[j, :] scaled by a_ij. :func:`spgemm_merge` expands every
+product into a key (column << 32 | product index) and its value (``merge_expand``), sorts each
+row's keys with the segmented merge that SpTRANS's ``method="merge"`` uses (``spt_sort`` of
+sptrans.cu: merge-path tiles, then binary-tree rounds over the rows that cross tiles, a fixed
+number of outputs a thread however long the rows), then sums each row's runs of equal columns in
+product order (``merge_count``, the row offsets' scan, ``merge_write``). The same inputs give the
+same bits on every run (no atomics on values), which the hash kernel (atomicAdd into tables)
+does not promise: a plan asked for ``deterministic=True`` can take it.
+
+It stores every product twice over (keys, values, the sorted columns and values: 28 bytes a
+product in float64), so it needs fewer than 2^31 products (int32 row offsets) and the memory for
+them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
+products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
+hold unsorted and duplicate column indices.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._xp import cupy_module, cupyx_sparse
+from . import _cuda, spgemm, sptrans
+from .base import Cost, Kernel, Prepared
+from .registry import register
+
+SOURCE = "spgemm_merge.cu"
+_NAMES = ("merge_rows", "merge_count", "merge_expand<float>", "merge_expand<double>",
+          "merge_write<float>", "merge_write<double>")
+#: Threads a block of the expand, count and write launches (a warp takes 32 nonzeros or a row).
+BLOCK = 256
+#: Most of the device's memory the products' buffers may take (keys 16 B a product with the merge
+#: rounds' scratch, values, sorted columns and values).
+MEM_FRACTION = 0.5
+#: The planner's cost: a call's fixed cost and its bytes a product at the copy bandwidth, by
+#: dtype (the sort's tiles are bound by shared-memory merge rounds, not by DRAM).
+FIXED_S = 0.15e-3
+BYTES_PER_PRODUCT = {"float32": 400.0, "float64": 450.0}
+
+
+def _launcher(name: str):
+    return _cuda.packed(_cuda.function(SOURCE, name, _NAMES), SOURCE, name.split("<")[0])
+
+
+def buffer_bytes(products: int, itemsize: int) -> int:
+    """Device bytes of the products' buffers: keys and their scratch (16), values, sorted columns (4)
+    and sorted values."""
+    return int(products) * (16 + 4 + 2 * itemsize)
+
+
+def spgemm_merge(A, B):
+    """C = A @ B (cupyx CSR, float32 or float64, int32 or int64 indices) by the row-row segmented
+    merge; a cupyx CSR with sorted rows. OverflowError for 2^31 or more products, MemoryError when
+    their buffers pass MEM_FRACTION of the device's memory."""
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("spgemm.merge needs CuPy and an NVIDIA GPU")
+    spgemm.check_operands(A, B)
+    A, B = spgemm.int32_operand("A", A), spgemm.int32_operand("B", B)
+    m, k = A.shape[0], B.shape[1]
+    dtype = np.dtype(A.dtype)
+    nnz = int(A.indices.size)
+    if m == 0 or k == 0 or nnz == 0 or B.nnz == 0:
+        return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
+    csum = spgemm._product_offsets(A, B)
+    seg = cp.empty(m + 1, dtype=cp.int32)
+    ctrl = cp.zeros(sptrans._CTRL, dtype=cp.int32)   # spt_sort's control words: barrier, -, longest row
+    rows = _launcher("merge_rows")
+    rows((min(-(-(m + 1) // BLOCK), 8192),), (BLOCK,), (A.indptr, csum, m, seg, ctrl.data.ptr + 4 * 2))
+    products = int(csum[nnz].get())
+    if products == 0:
+        return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
+    if products > spgemm.INT32_MAX:
+        raise OverflowError(f"A @ B: {products:,} products; spgemm.merge needs fewer than 2^31 "
+                            f"(int32 row offsets): use spgemm.hash")
+    need = buffer_bytes(products, dtype.itemsize)
+    if need > MEM_FRACTION * spgemm._device_total_bytes():
+        raise MemoryError(f"A @ B: {products:,} products need {need / 1e9:.1f} GB of buffers in spgemm.merge, "
+                          f"past {MEM_FRACTION:.0%} of the device's memory: use spgemm.hash")
+    ct = _cuda.ctype(dtype)
+    keys = cp.empty(2 * products, dtype=cp.uint64)   # the keys, then the merge rounds' scratch
+    vals = cp.empty(products, dtype=dtype)
+    expand = _launcher(f"merge_expand<{ct}>")
+    warps = BLOCK // 32
+    expand((max(1, min(-(-nnz // (32 * warps)), 65535)),), (BLOCK,),
+           (A.indices, A.data, nnz, B.indptr, B.indices, B.data, csum, keys, vals))
+    col = cp.empty(products, dtype=cp.int32)
+    val = cp.empty(products, dtype=dtype)
+    ks = sptrans._kernels(cp)
+    tiles = (m + products + sptrans.TILE - 1) // sptrans.TILE
+    tile_x = cp.empty(tiles, dtype=cp.int32)
+    sptrans._launch((ks.sort[ct], max(1, min(ks.sort_cap[ct], tiles)),
+                     (seg, np.int32(m), np.int64(products), vals, keys, np.uintp(keys.data.ptr + 8 * products),
+                      tile_x, ctrl, col, val), 3, 5), None)
+    del keys, vals, tile_x
+    row_nnz = cp.empty(m, dtype=cp.int64)
+    row_grid = (max(1, min(-(-m // warps), 65535)),)
+    _launcher("merge_count")(row_grid, (BLOCK,), (seg, m, col, row_nnz))
+    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
+    spgemm._scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32))
+    nnz_c = int(Cp[m].get())
+    Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
+    _launcher(f"merge_write<{ct}>")(row_grid, (BLOCK,), (seg, m, col, val, Cp, Cj, Cx))
+    return spgemm.csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=True, canonical=True)
+
+
+class MergeSpGEMM(Kernel):
+    name = "spgemm.merge"
+    ops = ("spgemm",)
+    backend = "gpu"
+    deterministic = True   # sorted by (column, product index), runs summed in that order
+    reads_a_at_run = True
+
+    def supports(self, f):
+        if f.products >= spgemm.INT32_MAX:
+            return f"{f.products:,} products: the row-row merge needs fewer than 2^31 (int32 row offsets)"
+        return None
+
+    def candidates(self, features, device):
+        yield {}
+
+    def cost(self, f, params, device):
+        per = BYTES_PER_PRODUCT[str(np.dtype(f.dtype))]
+        t = FIXED_S + f.products * per / device.mem_bandwidth
+        return Cost(0.0, t, f"row-row segmented merge (deterministic): {f.products:,} products expanded, each "
+                            f"row's sorted by merge-path tiles and tree rounds (~{per:.0f} B a product at the "
+                            f"copy bandwidth, sort-bound) + {FIXED_S * 1e3:.2f} ms fixed")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        if out is not None:
+            raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
+        return spgemm_merge(prepared.arrays["A"], B)
+
+
+register(MergeSpGEMM())
+
+__all__ = ["spgemm_merge", "MergeSpGEMM", "buffer_bytes"]
