@@ -1286,8 +1286,11 @@ def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     products = int(np.diff(B.indptr)[A.indices].sum())
     monkeypatch.setitem(vendor.VENDOR_LIMITS["spgemm.cusparse"], "max_products", products)
     # which kernel wins so small a product is the cost model's call: hash is made 10 ms dearer so
-    # that cuSPARSE is planned first (and hash is still the one kernel left past the limit)
+    # that cuSPARSE is planned first, and the row-row merge 20 ms dearer so that hash is the kernel
+    # taken past the limit
+    from matplan.kernels import spgemm_merge
     monkeypatch.setattr(spgemm, "HASH_FIXED_S", {path: s + 0.01 for path, s in spgemm.HASH_FIXED_S.items()})
+    monkeypatch.setattr(spgemm_merge, "FIXED_S", spgemm_merge.FIXED_S + 0.02)
     identity.product_limit.cache_clear()
     counted = _Counter(identity.start_product_check)
     from matplan.dispatch import auto

@@ -14,6 +14,12 @@ product in float64), so it needs fewer than 2^31 products (int32 row offsets) an
 them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
 products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
 hold unsorted and duplicate column indices.
+
+H100, 2026-11-24 (c8d7ebb, benchmarks/results/spgemm-merge-h100-2026-11-24-c8d7ebb.log), float64
+whole calls: 0.45x cuSPARSE and 0.22x spgemm.hash in geomean; metis 1.27 ms against cuSPARSE's
+1.40, Poisson 1.53 against 0.88, skewed (rows of many tiles) 6.9 against 1.6. The sort is the
+cost: spt_sort does a full segmented sort of the keys, not a merge of the presorted B rows the
+paper merges, and a row longer than a tile adds tree rounds with a grid barrier each.
 """
 from __future__ import annotations
 
@@ -32,14 +38,25 @@ BLOCK = 256
 #: Most of the device's memory the products' buffers may take (keys 16 B a product with the merge
 #: rounds' scratch, values, sorted columns and values).
 MEM_FRACTION = 0.5
-#: The planner's cost: a call's fixed cost and its bytes a product at the copy bandwidth, by
-#: dtype (the sort's tiles are bound by shared-memory merge rounds, not by DRAM).
-FIXED_S = 0.15e-3
-BYTES_PER_PRODUCT = {"float32": 400.0, "float64": 450.0}
+#: The planner's cost: FIXED_S + products x BYTES_PER_PRODUCT at the copy bandwidth x (1 + the
+#: tree rounds of the longest row, log2 of its tiles of sptrans.TILE products). Fitted on the H100,
+#: 2026-11-24 (c8d7ebb, spgemm.py, float64), on the short-row products: world_highways 5.4M
+#: products 0.95 ms, metis 9.9M 1.27, Poisson 12.5M 1.53, dragon 22M 2.49, banded 58M 6.2 (fit:
+#: 0.45 ms + 92 ps a product, 274 B at 2.98 TB/s). Long rows cost more than the rounds say
+#: (skewed 4M products 6.9 ms, ice40 244M 54 ms, block-dense 249M 70 ms): the cost stays an
+#: underestimate there, where the hash kernel is 6-20x faster anyway.
+FIXED_S = 0.45e-3
+BYTES_PER_PRODUCT = 280.0
 
 
 def _launcher(name: str):
     return _cuda.packed(_cuda.function(SOURCE, name, _NAMES), SOURCE, name.split("<")[0])
+
+
+def rounds_for(longest_row: int) -> int:
+    """spt_sort's tree rounds for a row of this many products: log2 of its tiles, rounded up."""
+    tiles = max(1, -(-int(longest_row) // sptrans.TILE))
+    return max(0, (tiles - 1).bit_length())
 
 
 def buffer_bytes(products: int, itemsize: int) -> int:
@@ -120,11 +137,12 @@ class MergeSpGEMM(Kernel):
         yield {}
 
     def cost(self, f, params, device):
-        per = BYTES_PER_PRODUCT[str(np.dtype(f.dtype))]
-        t = FIXED_S + f.products * per / device.mem_bandwidth
-        return Cost(0.0, t, f"row-row segmented merge (deterministic): {f.products:,} products expanded, each "
-                            f"row's sorted by merge-path tiles and tree rounds (~{per:.0f} B a product at the "
-                            f"copy bandwidth, sort-bound) + {FIXED_S * 1e3:.2f} ms fixed")
+        rounds = rounds_for(f.rowct_max)
+        t = FIXED_S + f.products * BYTES_PER_PRODUCT * (1 + rounds) / device.mem_bandwidth
+        return Cost(0.0, t, f"row-row segmented merge (deterministic): {f.products:,} products expanded and "
+                            f"each row sorted by merge-path tiles, {rounds} tree round(s) for the longest row "
+                            f"({f.rowct_max:,} products); ~{BYTES_PER_PRODUCT:.0f} B a product a pass at the "
+                            f"copy bandwidth (sort-bound) + {FIXED_S * 1e3:.2f} ms fixed")
 
     def prepare(self, A, params):
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
@@ -137,4 +155,4 @@ class MergeSpGEMM(Kernel):
 
 register(MergeSpGEMM())
 
-__all__ = ["spgemm_merge", "MergeSpGEMM", "buffer_bytes"]
+__all__ = ["spgemm_merge", "MergeSpGEMM", "buffer_bytes", "rounds_for"]
