@@ -70,6 +70,15 @@ def test_int64_indices_empty_and_no_products(cp, sm, rng):
     assert C.nnz == 0 and C.shape == (3, 6)
 
 
+def test_long_runs_and_rows_of_many_tiles(cp, sm, rng):
+    """Runs of 3,000 equal columns (summed by their head's thread) and a row of 60,000 products
+    (30 tiles: five tree rounds), next to short rows."""
+    A = sp.vstack([sp.csr_matrix(rng.random((2, 3000)) + 0.5), random_csr(rng, 50, 3000, 0.002)]).tocsr()
+    B = sp.hstack([sp.csr_matrix(rng.random((3000, 3)) + 0.5), random_csr(rng, 3000, 40000, 0.0005)]).tocsr()
+    _check(cp, sm, A, B, np.float64)
+    _check(cp, sm, A, B, np.float32)
+
+
 def test_cancellation_kept_and_deterministic(cp, sm, rng):
     """Products that cancel leave an explicit zero (as SciPy's product does), and two calls give the
     same bits (runs summed in product order, no atomics on values)."""

@@ -8,9 +8,14 @@
 //   merge_expand : keys and values of every product, 32 nonzeros of A a warp (their products are
 //                  one contiguous run of the output: coalesced writes, no lane idle on short rows)
 //   spt_sort     : (sptrans.cu) each row's keys sorted, columns and values written out
-//   merge_count  : distinct columns a row, a warp a row
-//   merge_write  : C's row i at Cp[i], each run of equal columns summed in product order by the
-//                  lane at its head (deterministic: the keys order a column's products by index)
+//   merge_starts : head[seg[i]] = 1 for every non-empty row (head zeroed by the host)
+//   merge_heads  : head[p] |= the sorted column changes at p, a thread a product; the host's
+//                  inclusive scan of head gives each run its place in C
+//   merge_write  : a thread a product: a run's head sums the run in product order (deterministic:
+//                  the keys order a column's products by index) and writes it at its place; C's
+//                  indptr from the scan at the rows' starts
+// A thread a product, not a warp a row: rows of 10^5 products left one warp looping (skewed:
+// 6.9 ms for 4M products at c8d7ebb).
 #define FULL_MASK 0xffffffffu
 typedef unsigned long long u64;
 
@@ -71,49 +76,38 @@ __global__ void merge_expand(const int* __restrict__ Aj, const T* __restrict__ A
     }
 }
 
-// A warp a row: whether sorted column p heads a run (the row's first or a new column).
-__device__ __forceinline__ bool run_head(const int* __restrict__ col, const int s0, const int s1, const int p) {
-    return p < s1 && (p == s0 || col[p] != col[p - 1]);
+// head[seg[i]] = 1 for the rows i that have products.
+extern "C" __global__ void merge_starts(const int* __restrict__ seg, const int m, int* __restrict__ head) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += (long long)gridDim.x * blockDim.x)
+        if (seg[i] < seg[i + 1]) head[seg[i]] = 1;
 }
 
-// row_nnz[i] = the distinct columns of row i (segment [seg[i], seg[i + 1]) of the sorted columns).
-extern "C" __global__ void merge_count(const int* __restrict__ seg, const int m, const int* __restrict__ col,
-                                       long long* __restrict__ row_nnz) {
-    const int lane = threadIdx.x & 31;
-    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < m; i += warps) {
-        const int s0 = seg[i], s1 = seg[i + 1];
-        int count = 0;
-        for (int p0 = s0; p0 < s1; p0 += 32)
-            count += __popc(__ballot_sync(FULL_MASK, run_head(col, s0, s1, p0 + lane)));
-        if (lane == 0) row_nnz[i] = count;
-    }
+// head[p] |= the sorted column changes at p (p heads a run of equal columns within its row).
+extern "C" __global__ void merge_heads(const int* __restrict__ col, const int n, int* __restrict__ head) {
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1; p < n; p += (long long)gridDim.x * blockDim.x)
+        if (col[p] != col[p - 1]) head[p] = 1;
 }
 
-// C's row i at Cp[i]: the run heads in order, each run's values summed by its head's lane.
+// rank: the inclusive scan of the heads (rank[p] - 1 is p's run's place in C). A head sums its run
+// (the products up to the next head) in product order; Cp[i] = the runs before row i's start.
 template <typename T>
-__global__ void merge_write(const int* __restrict__ seg, const int m, const int* __restrict__ col,
-                            const T* __restrict__ val, const long long* __restrict__ Cp, int* __restrict__ Cj,
-                            T* __restrict__ Cx) {
-    const int lane = threadIdx.x & 31;
-    const unsigned below = (1u << lane) - 1u;
-    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < m; i += warps) {
-        const int s0 = seg[i], s1 = seg[i + 1];
-        long long out = Cp[i];
-        for (int p0 = s0; p0 < s1; p0 += 32) {
-            const int p = p0 + lane;
-            const bool head = run_head(col, s0, s1, p);
-            const unsigned heads = __ballot_sync(FULL_MASK, head);
-            if (head) {
-                const int c = col[p];
-                T s = val[p];
-                for (int x = p + 1; x < s1 && col[x] == c; ++x) s += val[x];
-                Cj[out + __popc(heads & below)] = c;
-                Cx[out + __popc(heads & below)] = s;
-            }
-            out += __popc(heads);
-        }
+__global__ void merge_write(const int* __restrict__ seg, const int m, const int n, const int* __restrict__ col,
+                            const T* __restrict__ val, const int* __restrict__ rank, long long* __restrict__ Cp,
+                            int* __restrict__ Cp32, int* __restrict__ Cj, T* __restrict__ Cx) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += stride) {
+        const int r = rank[p];
+        if (p > 0 && rank[p - 1] == r) continue;   // not a head
+        T s = val[p];
+        for (long long x = p + 1; x < n && rank[x] == r; ++x) s += val[x];
+        Cj[r - 1] = col[p];
+        Cx[r - 1] = s;
+    }
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i <= m; i += stride) {
+        const int s0 = seg[i];
+        const int before = s0 > 0 ? rank[s0 - 1] : 0;   // seg[m] == n: every run
+        Cp[i] = before;
+        Cp32[i] = before;
     }
 }
 
@@ -121,7 +115,7 @@ template __global__ void merge_expand<float>(const int*, const float*, long long
                                              const float*, const long long*, u64*, float*);
 template __global__ void merge_expand<double>(const int*, const double*, long long, const int*, const int*,
                                               const double*, const long long*, u64*, double*);
-template __global__ void merge_write<float>(const int*, int, const int*, const float*, const long long*, int*,
-                                            float*);
-template __global__ void merge_write<double>(const int*, int, const int*, const double*, const long long*, int*,
-                                             double*);
+template __global__ void merge_write<float>(const int*, int, int, const int*, const float*, const int*, long long*,
+                                            int*, int*, float*);
+template __global__ void merge_write<double>(const int*, int, int, const int*, const double*, const int*, long long*,
+                                             int*, int*, double*);

@@ -5,12 +5,13 @@ product into a key (column << 32 | product index) and its value (``merge_expand`
 row's keys with the segmented merge that SpTRANS's ``method="merge"`` uses (``spt_sort`` of
 sptrans.cu: merge-path tiles, then binary-tree rounds over the rows that cross tiles, a fixed
 number of outputs a thread however long the rows), then sums each row's runs of equal columns in
-product order (``merge_count``, the row offsets' scan, ``merge_write``). The same inputs give the
+product order (``merge_starts`` and ``merge_heads`` mark each run's head, their scan gives its
+place in C, ``merge_write`` sums and writes it, a thread a product). The same inputs give the
 same bits on every run (no atomics on values), which the hash kernel (atomicAdd into tables)
 does not promise: a plan asked for ``deterministic=True`` can take it.
 
-It stores every product twice over (keys, values, the sorted columns and values: 28 bytes a
-product in float64), so it needs fewer than 2^31 products (int32 row offsets) and the memory for
+It stores every product twice over (keys with the sort's scratch, values, the sorted columns and
+values: 36 bytes a product in float64), so it needs fewer than 2^31 products (int32 row offsets) and the memory for
 them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
 products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
 hold unsorted and duplicate column indices.
@@ -31,9 +32,9 @@ from .base import Cost, Kernel, Prepared
 from .registry import register
 
 SOURCE = "spgemm_merge.cu"
-_NAMES = ("merge_rows", "merge_count", "merge_expand<float>", "merge_expand<double>",
+_NAMES = ("merge_rows", "merge_starts", "merge_heads", "merge_expand<float>", "merge_expand<double>",
           "merge_write<float>", "merge_write<double>")
-#: Threads a block of the expand, count and write launches (a warp takes 32 nonzeros or a row).
+#: Threads a block of the launches (merge_expand: a warp takes 32 nonzeros of A).
 BLOCK = 256
 #: Most of the device's memory the products' buffers may take (keys 16 B a product with the merge
 #: rounds' scratch, values, sorted columns and values).
@@ -60,8 +61,9 @@ def rounds_for(longest_row: int) -> int:
 
 
 def buffer_bytes(products: int, itemsize: int) -> int:
-    """Device bytes of the products' buffers: keys and their scratch (16), values, sorted columns (4)
-    and sorted values."""
+    """Device bytes of the products' buffers at their peak (the sort): keys and their scratch (16),
+    values, sorted columns (4) and sorted values; the runs' heads and ranks come after the keys and
+    values are freed."""
     return int(products) * (16 + 4 + 2 * itemsize)
 
 
@@ -110,14 +112,19 @@ def spgemm_merge(A, B):
                      (seg, np.int32(m), np.int64(products), vals, keys, np.uintp(keys.data.ptr + 8 * products),
                       tile_x, ctrl, col, val), 3, 5), None)
     del keys, vals, tile_x
-    row_nnz = cp.empty(m, dtype=cp.int64)
-    row_grid = (max(1, min(-(-m // warps), 65535)),)
-    _launcher("merge_count")(row_grid, (BLOCK,), (seg, m, col, row_nnz))
+    # each run of equal columns in a row: its head (a row's first product, or a new column), the
+    # heads' inclusive scan its place in C; a thread a product, whatever the rows' lengths
+    heads = cp.zeros(products, dtype=cp.int32)
+    grid = lambda n: (max(1, min(-(-n // BLOCK), 65535)),)   # noqa: E731  grid-stride launches
+    _launcher("merge_starts")(grid(m), (BLOCK,), (seg, m, heads))
+    _launcher("merge_heads")(grid(products), (BLOCK,), (col, products, heads))
+    rank = cp.cumsum(heads, dtype=cp.int32)
+    del heads
+    nnz_c = int(rank[products - 1].get())
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
-    spgemm._scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32))
-    nnz_c = int(Cp[m].get())
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    _launcher(f"merge_write<{ct}>")(row_grid, (BLOCK,), (seg, m, col, val, Cp, Cj, Cx))
+    _launcher(f"merge_write<{ct}>")(grid(max(products, m + 1)), (BLOCK,),
+                                    (seg, m, products, col, val, rank, Cp, Cp32, Cj, Cx))
     return spgemm.csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=True, canonical=True)
 
 
