@@ -16,11 +16,12 @@ them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, dupli
 products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
 hold unsorted and duplicate column indices.
 
-H100, 2026-11-24 (c8d7ebb, benchmarks/results/spgemm-merge-h100-2026-11-24-c8d7ebb.log), float64
-whole calls: 0.45x cuSPARSE and 0.22x spgemm.hash in geomean; metis 1.27 ms against cuSPARSE's
-1.40, Poisson 1.53 against 0.88, skewed (rows of many tiles) 6.9 against 1.6. The sort is the
-cost: spt_sort does a full segmented sort of the keys, not a merge of the presorted B rows the
-paper merges, and a row longer than a tile adds tree rounds with a grid barrier each.
+H100, 2026-11-24, float64 whole calls (benchmarks/results/gpu-tests-spgemm-merge-h100-2026-11-24-
+05a1c62.log): 0.50x cuSPARSE and 0.27x spgemm.hash in geomean; metis 1.48 ms against cuSPARSE's
+1.54, Poisson 1.72 against 0.91, skewed 2.05 against 1.57 (6.9 ms at c8d7ebb, when a warp a row
+counted and wrote C). The sort is the cost: spt_sort sorts the keys from scratch, not merging the
+presorted B rows the paper merges, and a row longer than a tile adds tree rounds with a grid
+barrier each (ice40 and block-dense, 2.4e8 products: 53 and 73 ms).
 """
 from __future__ import annotations
 
