@@ -1,13 +1,14 @@
 """spgemm.merge's host side on the CPU: its rounds, buffers, registration and kernel names."""
 import re
 
-from matplan.kernels import _cuda, get, spgemm_merge
+from matplan.kernels import _cuda, get, spgemm_merge, sptrans
 
 
 def test_rounds_and_buffers():
-    """Rows of A of 0 or 1 nonzero need no round; each doubling of the widest row one more."""
-    assert [spgemm_merge.rounds_for(x) for x in (0, 1, 2, 3, 4, 5, 1024, 1025)] == [0, 0, 1, 2, 2, 3, 10, 11]
-    assert spgemm_merge.buffer_bytes(10, 8) == 10 * 2 * 12
+    """A row of up to one tile of products needs no tree round; each doubling of tiles one more."""
+    t = sptrans.TILE
+    assert [spgemm_merge.rounds_for(x) for x in (0, 1, t, t + 1, 2 * t, 2 * t + 1, 1000 * t)] == [0, 0, 0, 1, 1, 2, 10]
+    assert spgemm_merge.buffer_bytes(10, 8) == 10 * (16 + 4 + 16)
 
 
 def test_registered_deterministic_and_names_match_the_cu():
