@@ -11,8 +11,8 @@ same bits on every run (no atomics on values), which the hash kernel (atomicAdd 
 does not promise: a plan asked for ``deterministic=True`` can take it.
 
 It stores every product twice over (keys with the sort's scratch, values, the sorted columns and
-values: 36 bytes a product in float64), so it needs fewer than 2^31 products (int32 row offsets) and the memory for
-them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
+values: 36 bytes a product in float64), so it needs fewer than 2^31 products (int32 row offsets)
+and the memory for them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
 products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
 hold unsorted and duplicate column indices.
 
@@ -21,7 +21,9 @@ H100, 2026-11-24, float64 whole calls (benchmarks/results/gpu-tests-spgemm-merge
 1.54, Poisson 1.72 against 0.91, skewed 2.05 against 1.57 (6.9 ms at c8d7ebb, when a warp a row
 counted and wrote C). The sort is the cost: spt_sort sorts the keys from scratch, not merging the
 presorted B rows the paper merges, and a row longer than a tile adds tree rounds with a grid
-barrier each (ice40 and block-dense, 2.4e8 products: 53 and 73 ms).
+barrier each (ice40 and block-dense, 2.4e8 products: 53 and 73 ms). Merging the presorted rows
+instead, in ceil(log2(widest row of A)) rounds of merge-path pairs over every product, was
+1.5-1.8x slower (b0ea4c6, reverted; spgemm-merge-rounds-experiment-h100-2026-11-24-b0ea4c6.log).
 """
 from __future__ import annotations
 
@@ -37,16 +39,15 @@ _NAMES = ("merge_rows", "merge_starts", "merge_heads", "merge_expand<float>", "m
           "merge_write<float>", "merge_write<double>")
 #: Threads a block of the launches (merge_expand: a warp takes 32 nonzeros of A).
 BLOCK = 256
-#: Most of the device's memory the products' buffers may take (keys 16 B a product with the merge
-#: rounds' scratch, values, sorted columns and values).
+#: Most of the device's memory the products' buffers may take (buffer_bytes).
 MEM_FRACTION = 0.5
 #: The planner's cost: FIXED_S + products x BYTES_PER_PRODUCT at the copy bandwidth x (1 + the
 #: tree rounds of the longest row, log2 of its tiles of sptrans.TILE products). Fitted on the H100,
 #: 2026-11-24 (c8d7ebb, spgemm.py, float64), on the short-row products: world_highways 5.4M
 #: products 0.95 ms, metis 9.9M 1.27, Poisson 12.5M 1.53, dragon 22M 2.49, banded 58M 6.2 (fit:
 #: 0.45 ms + 92 ps a product, 274 B at 2.98 TB/s). Long rows cost more than the rounds say
-#: (skewed 4M products 6.9 ms, ice40 244M 54 ms, block-dense 249M 70 ms): the cost stays an
-#: underestimate there, where the hash kernel is 6-20x faster anyway.
+#: (ice40 244M products 53 ms, block-dense 249M 73 ms at 05a1c62): the cost stays an
+#: underestimate there, where the hash kernel is 5-20x faster anyway.
 FIXED_S = 0.45e-3
 BYTES_PER_PRODUCT = 280.0
 
