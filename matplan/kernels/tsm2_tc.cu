@@ -119,8 +119,8 @@ static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.as
 template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int FL = 0>
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict__ Bf, long long bf_pass,
-            const float* __restrict__ B, long long ldb, float* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
-            int split, long long ldc_s)
+            const float* __restrict__ B, long long ldb, float* __restrict__ C, long long ldc_r, long long ldc_c,
+            int m, int n, int k, int split, long long ldc_s)
 {
     static_assert(KC % 16 == 0 && NT >= 1 && NT <= 4 && RT >= 1, "KC: multiple of 16; NT: 1..4");
     static_assert(D >= 1 && (KC / 16) % D == 0, "D (16-column steps of A in flight) must divide KC / 16");
@@ -299,7 +299,9 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
             const int b = __ffs(bad) - 1, r = b / (4 * NT), nt = b / 4 % NT, i = b % 4;
             const long long row = r0 + TcMap<COL>::row(r, i >> 1, g);
             const int c = c0 + nt * 8 + 2 * t + (i & 1);
-            if (row < m && c < k) C[row * ldc_r + (long long)c * ldc_c] = fp32_dot<COL>(A, lda, B + (long long)blockIdx.y * split * ldb, ldb, row, c, n);
+            if (row < m && c < k)   // this slice's rows of B: from row blockIdx.y * split
+                C[row * ldc_r + (long long)c * ldc_c] =
+                    fp32_dot<COL>(A, lda, B + (long long)blockIdx.y * split * ldb, ldb, row, c, n);
         }
         __syncthreads();                                // the next pass refills buffer 0
     }
