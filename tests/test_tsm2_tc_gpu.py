@@ -168,6 +168,11 @@ def test_planner_times_tc_only_when_enabled(cp, rng, monkeypatch, order):
         out = cp.full((m, k), cp.nan, dtype=cp.float32)
         assert forced.run(A, B, out=out) is out
         check_dense_product(out, A_h, B_h, RTOL)
+    A_h[7, 100] = np.inf   # through plan.run too: the row an Inf meets is +-Inf (B has no zeros), not NaN
+    A = cp.asarray(A_h, order=order)
+    C = forced.run(A, B).get()
+    assert (np.isinf(C[7]) & (np.sign(C[7]) == np.sign(B_h[100]))).all()
+    assert np.isfinite(np.delete(C, 7, axis=0)).all()
 
 
 def test_tc_plan_rejects_unaligned_a(cp, rng):
