@@ -44,3 +44,8 @@ def timed(cp, fn, reps, warmup=1):
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop))
     return float(np.median(times)), out
+
+
+def geomean(xs):
+    """Geometric mean of positive figures; None for none."""
+    return float(np.exp(np.mean(np.log(xs)))) if len(xs) else None

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from _common import git_commit  # this folder is on sys.path when run as a script
+from _common import geomean, git_commit  # this folder is on sys.path when run as a script
 from matplan._timing import cuda_medians_alternating_s
 
 
@@ -80,10 +80,6 @@ def panelled(cp, hs, A, B, ref_rows, scale):
     return dict(ms=ms, nnz_c=nnz_c, output="row panels (spgemm_panels)", panels=info.get("panels"),
                 panel_why=info.get("panel_why"), correct_rowsums=ok, status="ok",
                 gflops=2 * info.get("products", 0) / (ms * 1e6), note="ms includes the row-sum check of each panel")
-
-
-def _geomean(xs):
-    return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
 #: The row-row merge is run up to this many products (it holds ~28 bytes a product).
@@ -246,13 +242,13 @@ def main(argv=None):
     ok = [r for r in rows if r.get("speedup_vs_vendor")]
     sp_ok = [r for r in rows if r.get("sptrans_speedup")]
     summary = dict(
-        geomean_speedup_vs_vendor=float(np.exp(np.mean(np.log([r["speedup_vs_vendor"] for r in ok])))) if ok else None,
+        geomean_speedup_vs_vendor=geomean([r["speedup_vs_vendor"] for r in ok]),
         matrices_compared=len(ok),
         planner_slower_than_vendor=[r["matrix"] for r in rows if r.get("planner_ms") and r.get("vendor_ms")
                                     and r.get("vendor_status") == "ok" and r["planner_ms"] > r["vendor_ms"]],
-        sptrans_geomean_speedup=float(np.exp(np.mean(np.log([r["sptrans_speedup"] for r in sp_ok])))) if sp_ok else None,
-        merge_geomean_speedup_vs_vendor=_geomean([r["vendor_ms"] / r["merge_ms"] for r in ok if r.get("merge_ms")]),
-        merge_geomean_vs_hash=_geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
+        sptrans_geomean_speedup=geomean([r["sptrans_speedup"] for r in sp_ok]),
+        merge_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["merge_ms"] for r in ok if r.get("merge_ms")]),
+        merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
     )
     today = datetime.date.today().isoformat()
     gpu = dev.name.replace(" ", "_")

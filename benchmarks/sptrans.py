@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import git_commit, timed  # noqa: E402
+from _common import geomean, git_commit, timed  # noqa: E402
 
 
 def matrices():
@@ -99,10 +99,6 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
     cp.cuda.Device().synchronize()
     row["host_us"] = float(np.median(ts[1:]))
     return row
-
-
-def geomean(xs):
-    return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
 def main(argv=None):
