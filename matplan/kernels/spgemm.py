@@ -1604,7 +1604,23 @@ def predict_panels(est_nnz: float, m: int, itemsize: int, free_bytes: int | None
                + "); spgemm() refuses one piece: use out='host' or spgemm_panels()")
 
 
-class HashSpGEMM(Kernel):
+class SparseProduct(Kernel):
+    """A GPU SpGEMM kernel of ours: prepare keeps A, run computes A @ B by :meth:`product` (no
+    ``out``: C's sparsity is not known in advance)."""
+
+    def product(self, A, B, params):
+        raise NotImplementedError
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        if out is not None:
+            raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
+        return self.product(prepared.arrays["A"], B, prepared.params)
+
+
+class HashSpGEMM(SparseProduct):
     name = "spgemm.hash"
     ops = ("spgemm",)
     backend = "gpu"
@@ -1641,17 +1657,12 @@ class HashSpGEMM(Kernel):
                             f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C "
                             f"at the copy bandwidth" + (f"; {panels}" if panels else ""))
 
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
-
-    def run(self, prepared, B, out=None):
-        if out is not None:
-            raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
-        return spgemm(prepared.arrays["A"], B, sort=prepared.params.get("sort", True))
+    def product(self, A, B, params):
+        return spgemm(A, B, sort=params.get("sort", True))
 
 
 register(HashSpGEMM())
 
-__all__ = ["spgemm", "check_csr", "spgemm_panels", "transpose_sort", "HashSpGEMM", "table_ladder", "launch_shape",
+__all__ = ["spgemm", "check_csr", "spgemm_panels", "transpose_sort", "SparseProduct", "HashSpGEMM", "table_ladder", "launch_shape",
            "table_index", "symbolic_index", "one_pass_index", "balance", "groups_of", "describe_groups", "hash_path", "panel_bounds",
            "panel_bytes", "predict_panels", "int32_operand", "host_available_bytes"]

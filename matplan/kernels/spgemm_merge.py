@@ -31,7 +31,7 @@ import numpy as np
 
 from .._xp import cupy_module, cupyx_sparse
 from . import _cuda, spgemm, sptrans
-from .base import Cost, Kernel, Prepared
+from .base import Cost
 from .registry import register
 
 SOURCE = "spgemm_merge.cu"
@@ -56,10 +56,15 @@ def _launcher(name: str):
     return _cuda.packed(_cuda.function(SOURCE, name, _NAMES), SOURCE, name.split("<")[0])
 
 
+def _grid(n: int) -> tuple:
+    """Blocks of BLOCK threads for n threads' work (the launches are grid-stride past 65535)."""
+    return (max(1, min(-(-n // BLOCK), 65535)),)
+
+
 def rounds_for(longest_row: int) -> int:
     """spt_sort's tree rounds for a row of this many products: log2 of its tiles, rounded up."""
     tiles = max(1, -(-int(longest_row) // sptrans.TILE))
-    return max(0, (tiles - 1).bit_length())
+    return (tiles - 1).bit_length()
 
 
 def buffer_bytes(products: int, itemsize: int) -> int:
@@ -86,8 +91,7 @@ def spgemm_merge(A, B):
     csum = spgemm._product_offsets(A, B)
     seg = cp.empty(m + 1, dtype=cp.int32)
     ctrl = cp.zeros(sptrans._CTRL, dtype=cp.int32)   # spt_sort's control words: barrier, -, longest row
-    rows = _launcher("merge_rows")
-    rows((min(-(-(m + 1) // BLOCK), 8192),), (BLOCK,), (A.indptr, csum, m, seg, ctrl.data.ptr + 4 * 2))
+    _launcher("merge_rows")(_grid(m + 1), (BLOCK,), (A.indptr, csum, m, seg, ctrl.data.ptr + 4 * 2))
     products = int(csum[nnz].get())
     if products == 0:
         return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
@@ -101,10 +105,8 @@ def spgemm_merge(A, B):
     ct = _cuda.ctype(dtype)
     keys = cp.empty(2 * products, dtype=cp.uint64)   # the keys, then the merge rounds' scratch
     vals = cp.empty(products, dtype=dtype)
-    expand = _launcher(f"merge_expand<{ct}>")
-    warps = BLOCK // 32
-    expand((max(1, min(-(-nnz // (32 * warps)), 65535)),), (BLOCK,),
-           (A.indices, A.data, nnz, B.indptr, B.indices, B.data, csum, keys, vals))
+    _launcher(f"merge_expand<{ct}>")(_grid(nnz), (BLOCK,),   # a warp takes 32 nonzeros
+                                     (A.indices, A.data, nnz, B.indptr, B.indices, B.data, csum, keys, vals))
     col = cp.empty(products, dtype=cp.int32)
     val = cp.empty(products, dtype=dtype)
     ks = sptrans._kernels(cp)
@@ -117,20 +119,19 @@ def spgemm_merge(A, B):
     # each run of equal columns in a row: its head (a row's first product, or a new column), the
     # heads' inclusive scan its place in C; a thread a product, whatever the rows' lengths
     heads = cp.zeros(products, dtype=cp.int32)
-    grid = lambda n: (max(1, min(-(-n // BLOCK), 65535)),)   # noqa: E731  grid-stride launches
-    _launcher("merge_starts")(grid(m), (BLOCK,), (seg, m, heads))
-    _launcher("merge_heads")(grid(products), (BLOCK,), (col, products, heads))
+    _launcher("merge_starts")(_grid(m), (BLOCK,), (seg, m, heads))
+    _launcher("merge_heads")(_grid(products), (BLOCK,), (col, products, heads))
     rank = cp.cumsum(heads, dtype=cp.int32)
     del heads
     nnz_c = int(rank[products - 1].get())
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    _launcher(f"merge_write<{ct}>")(grid(max(products, m + 1)), (BLOCK,),
+    _launcher(f"merge_write<{ct}>")(_grid(max(products, m + 1)), (BLOCK,),
                                     (seg, m, products, col, val, rank, Cp, Cp32, Cj, Cx))
     return spgemm.csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=True, canonical=True)
 
 
-class MergeSpGEMM(Kernel):
+class MergeSpGEMM(spgemm.SparseProduct):
     name = "spgemm.merge"
     ops = ("spgemm",)
     backend = "gpu"
@@ -153,13 +154,8 @@ class MergeSpGEMM(Kernel):
                             f"({f.rowct_max:,} products); ~{BYTES_PER_PRODUCT:.0f} B a product a pass at the "
                             f"copy bandwidth (sort-bound) + {FIXED_S * 1e3:.2f} ms fixed")
 
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
-
-    def run(self, prepared, B, out=None):
-        if out is not None:
-            raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
-        return spgemm_merge(prepared.arrays["A"], B)
+    def product(self, A, B, params):
+        return spgemm_merge(A, B)
 
 
 register(MergeSpGEMM())
