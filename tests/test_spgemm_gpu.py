@@ -436,6 +436,27 @@ def test_scan_kernels_match_cumsum(cp, hs, rng, n):
     assert np.array_equal(csum.get(), np.concatenate([[0], np.cumsum(np.diff(B.indptr)[Aj])]))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint64, np.float64])
+def test_zeroed_and_read_back(cp, rng, dtype):
+    """_cuda.zeroed: every element zero in a pool block that held other values (poisoned first);
+    _cuda.read_back: the values .get() reads, for a slice, one element, an empty array and one
+    larger than the pinned buffer's first size, in order behind work queued on the stream."""
+    from matplan.kernels import _cuda
+    n = 100_003
+    poison = cp.full(n, 7, dtype=dtype)
+    del poison                                    # its block goes back to the pool for reuse
+    z = _cuda.zeroed(n, dtype)
+    assert z.dtype == dtype and z.shape == (n,) and not cp.any(z)
+    assert _cuda.zeroed(0, dtype).size == 0
+    a = cp.asarray(rng.integers(0, 1 << 30, 3 * n).astype(dtype))
+    a[5:9] += 1                                   # queued before the read: must be seen
+    for v in (a, a[5:9], a[-1:], a[:0], a[:2].reshape(1, 2)):
+        got = _cuda.read_back(v)
+        assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v.get())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _cuda.read_back(a[::2])
+
+
 def test_output_past_free_memory_raises(cp, hs, rng, monkeypatch):
     """spgemm(out='device') refuses a C that would not fit the free device memory, naming the
     alternatives (the check runs for every output once SMALL_OUTPUT_FRACTION is 0; the one-pass

@@ -392,7 +392,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     idx2 = cp.empty(m, dtype=cp.int32) if T2 else taken_idx
     words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
-        acc = cp.zeros(words, dtype=cp.uint64)
+        acc = _cuda.zeroed(words, cp.uint64)
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
@@ -400,7 +400,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
                           _device_id()),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
              idx, idx2, acc))
-    host = acc[:words].get()
+    host = _cuda.read_back(acc[:words])
     total = int(host[T + 2])
     mean = total / m
     var = max(0.0, float(host[T + 5:T + 6].view(np.float64)[0]) / m - mean * mean)
@@ -562,11 +562,11 @@ def _classify_words(n_tables: int) -> int:
 
 
 class _Zeros:
-    """One zeroed uint64 allocation that a call's small counters are carved from: each cp.zeros
-    is a memset launch and ~8 us of host time, five of them a call."""
+    """One zeroed uint64 allocation that a call's small counters are carved from: each zeroed
+    allocation costs host time (_cuda.zeroed), five of them a call."""
 
     def __init__(self, words):
-        self.buf, self.off = cupy_module().zeros(int(sum(words)), dtype=np.uint64), 0
+        self.buf, self.off = _cuda.zeroed(int(sum(words)), np.uint64), 0
 
     def take(self, n: int):
         v = self.buf[self.off:self.off + n]
@@ -578,7 +578,7 @@ def _scan(kernel: str, n: int, args, status=None):
     """Launch scan_products or scan_rows (spgemm.cu scan_i64: one launch, out[0] = 0, out[1:] the
     inclusive scan of n values) with ``args`` and a zeroed look-back ``status`` (_scan_words(n))."""
     if status is None:
-        status = cupy_module().zeros(_scan_words(n), dtype=np.uint64)
+        status = _cuda.zeroed(_scan_words(n), np.uint64)
     _launch(kernel, _scan_words(n) - 1, 256, args + (status,))
 
 
@@ -784,8 +784,8 @@ def int32_operand(name: str, M):
     the hash kernels index A, B and C's columns with 32-bit integers.
     """
     csp = cupyx_sparse()
-    sizes = (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
-    if max(v for _, v in sizes) > INT32_MAX:
+    if max(M.nnz, *M.shape) > INT32_MAX:
+        sizes = (("nnz", M.nnz), ("rows", M.shape[0]), ("columns", M.shape[1]))
         too_big = [f"{what} {v:,}" for what, v in sizes if v > INT32_MAX]
         raise ValueError(f"{name}: {', '.join(too_big)} past 2^31 - 1 = {INT32_MAX:,}; spgemm.hash indexes "
                          f"A, B and C's columns with int32 (split {name} into blocks of fewer nonzeros)")
@@ -984,7 +984,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # an upper-bound buffer, while the others take the two passes; where the buffer does not fit
     # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
     # and transfer more): a row left at index -1 would be lost
-    row_nnz = cp.zeros(m, dtype=cp.int64)
+    row_nnz = _cuda.zeroed(m, cp.int64)
     n_esc = s.n_esc
     n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
     if n_sorted:
@@ -1032,7 +1032,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     if risky or sym_counts[len(sym_ladder)]:
         # rows in the largest table may have filled it (past 3/4 of it counts as full, see
         # symbolic_shared): one more host transfer to know
-        n_global_sym = n_direct + int(ovf_count.get()[0])
+        n_global_sym = n_direct + int(_cuda.read_back(ovf_count)[0])
     if n_global_sym:
         _symbolic_global(s, ovf_rows, n_global_sym, row_nnz, s.rowct_max)
     del ovf_rows, sym_order
@@ -1070,7 +1070,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
         order, counts = s.whole
     else:
         order, counts_d = groups_of(s.num_idx[r0:r1], len(ladder))
-        counts = counts_d.get()
+        counts = _cuda.read_back(counts_d)
         order += np.int32(r0)                   # panel-local positions -> global row ids
     Cj = cp.empty(nnz, dtype=cp.int32)
     Cx = cp.empty(nnz, dtype=dtype)
@@ -1289,7 +1289,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
             tables, escs = {size: m}, {}
     else:
         order, counts = _group(one, len(classes), False, lift)
-        row_nnz = cp.zeros(m, dtype=cp.int64)   # rows of no products are not launched
+        row_nnz = _cuda.zeroed(m, cp.int64)   # rows of no products are not launched
         starts = _starts(counts)
         fork = _Fork(counts[1:])
         escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
@@ -1303,7 +1303,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
-    nnz_c = int(Cp[m].get())
+    nnz_c = int(_cuda.read_back(Cp[m:])[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
         #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows

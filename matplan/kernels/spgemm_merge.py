@@ -90,9 +90,9 @@ def spgemm_merge(A, B):
         return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
     csum = spgemm._product_offsets(A, B)
     seg = cp.empty(m + 1, dtype=cp.int32)
-    ctrl = cp.zeros(sptrans._CTRL, dtype=cp.int32)   # spt_sort's control words: barrier, -, longest row
+    ctrl = _cuda.zeroed(sptrans._CTRL, cp.int32)   # spt_sort's control words: barrier, -, longest row
     _launcher("merge_rows")(_grid(m + 1), (BLOCK,), (A.indptr, csum, m, seg, ctrl.data.ptr + 4 * 2))
-    products = int(csum[nnz].get())
+    products = int(_cuda.read_back(csum[nnz:])[0])
     if products == 0:
         return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
     if products > spgemm.INT32_MAX:
@@ -118,12 +118,12 @@ def spgemm_merge(A, B):
     del keys, vals, tile_x
     # each run of equal columns in a row: its head (a row's first product, or a new column), the
     # heads' inclusive scan its place in C; a thread a product, whatever the rows' lengths
-    heads = cp.zeros(products, dtype=cp.int32)
+    heads = _cuda.zeroed(products, cp.int32)
     _launcher("merge_starts")(_grid(m), (BLOCK,), (seg, m, heads))
     _launcher("merge_heads")(_grid(products), (BLOCK,), (col, products, heads))
     rank = cp.cumsum(heads, dtype=cp.int32)
     del heads
-    nnz_c = int(rank[products - 1].get())
+    nnz_c = int(_cuda.read_back(rank[products - 1:])[0])
     Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     _launcher(f"merge_write<{ct}>")(_grid(max(products, m + 1)), (BLOCK,),

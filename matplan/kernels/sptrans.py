@@ -213,7 +213,7 @@ def _transpose(A, check, mark, method="auto", bins=BINS):
     totals_off = n + 1
     tile_x_off = totals_off + g_place
     ctrl_off = tile_x_off + tiles
-    ws = cp.zeros(ctrl_off + _CTRL, dtype=cp.int32)
+    ws = _cuda.zeroed(ctrl_off + _CTRL, cp.int32)
     # keys [0, nnz): scattered keys, later the merge scratch; [nnz, 2 nnz): ranks (int32), later runs
     keys = cp.empty(2 * nnz, dtype=cp.uint64)
     p_ws = ws.data.ptr
@@ -227,7 +227,7 @@ def _transpose(A, check, mark, method="auto", bins=BINS):
                                   np.uintp(p_ws + 4 * tile_x_off), np.uintp(p_ws + 4 * ctrl_off), out_idx, out_val),
             3, 5)
     _launch(sort, mark)
-    if check and int(ws[ctrl_off + 1].get()):
+    if check and int(_cuda.read_back(ws[ctrl_off + 1:ctrl_off + 2])[0]):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, ws[:n + 1], (n, m), sorted_rows=True, canonical=canonical)
@@ -263,20 +263,29 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
     max_huge = min(n, nnz // (cap + 1))
     # A.T's indptr (the column counts, scanned in place) is an allocation of its own, so the
-    # returned matrix does not keep the workspace alive. One zeroed workspace (int32 words) holds
-    # the rest: control words, the scan's status (8-byte words); segsort: the column lists
-    # (seg_list, n ints: medium from the front, long from the back; huge_list: columns of more
-    # than cap keys, at most nnz / (cap + 1)); radix: the digit histograms, a tile ticket and
-    # tiles x 256 look-back words a pass (Poisson: 2.7 MB)
-    counts = cp.zeros(n + 1, dtype=cp.int32)
+    # returned matrix does not keep the workspace alive. One scratch allocation holds the rest
+    # (each allocation and each zeroing is host time, which bounds a call's time): first the
+    # segsort's keys or the radix passes' buffers, then a zeroed workspace of int32 words: control
+    # words, the scan's status (8-byte words); segsort: the column lists (seg_list, n ints: medium
+    # from the front, long from the back; huge_list: columns of more than cap keys, at most
+    # nnz / (cap + 1)); radix: the digit histograms, a tile ticket and tiles x 256 look-back words
+    # a pass (Poisson: 2.7 MB)
+    counts = _cuda.zeroed(n + 1, cp.int32)
     status_off = (_CTRL + 1) & ~1
     list_off = status_off + 2 * scan_tiles
     huge_off = list_off + (n if seg else 0)
     hist_off = huge_off + (max_huge + 1 if seg else 0)
     ticket_off = hist_off + (passes * 256 if rdx else 0)
     look_off = ticket_off + (passes if rdx else 0)
-    ws = cp.zeros(look_off + (passes * tiles * 256 if rdx else 0), dtype=cp.int32)
-    p_ws = ws.data.ptr
+    ws_bytes = 4 * (look_off + (passes * tiles * 256 if rdx else 0))
+    # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge
+    # columns' scratch; radix: between passes, keys (column, row) as int2 and values, ping-pong
+    between = min(2, passes - 1)
+    front = -(-(16 * nnz if seg else between * (8 + A.dtype.itemsize) * nnz) // 16) * 16
+    scratch = cp.empty(front + ws_bytes, dtype=cp.uint8)
+    p_keys = scratch.data.ptr
+    p_ws = p_keys + front   # the 8-byte status words aligned: front rounded up to 16 bytes
+    cp.cuda.runtime.memsetAsync(p_ws, 0, ws_bytes, cp.cuda.get_current_stream().ptr)
     # device addresses as plain ints (the launches pack them: _cuda.Launcher)
     p_ctrl, p_status, p_list, p_huge, p_hist = (p_ws + 4 * o for o in (0, status_off, list_off, huge_off, hist_off))
     if not seg:
@@ -284,9 +293,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         short_max = warp_max = cap = INT32_MAX   # no column is binned
     if not rdx:
         p_hist = 0
-    # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge columns' scratch
-    keys = cp.empty(2 * nnz, dtype=cp.uint64) if seg else None
-    p_second = keys.data.ptr + 8 * nnz if seg else 0
+    p_second = p_keys + 8 * nnz if seg else 0
 
     def done(name):
         if mark is not None:
@@ -304,36 +311,36 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
         for name, fn, grid, block, args in (
                 ("scatter", ks.scatter, (m + nnz + TILE - 1) // TILE, BLOCK,
-                 (indptr_a, indices, m, nnz, counts, p_second, n, keys)),
+                 (indptr_a, indices, m, nnz, counts, p_second, n, p_keys)),
                 ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
-                 (counts, n, keys, A.data, out_idx, out_val, short_max)),
+                 (counts, n, p_keys, A.data, out_idx, out_val, short_max)),
                 ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
-                 (counts, n, p_list, p_huge, p_ctrl, keys, A.data, out_idx, out_val, cap)),
+                 (counts, n, p_list, p_huge, p_ctrl, p_keys, A.data, out_idx, out_val, cap)),
                 # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
                 ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
-                 (counts, p_huge, p_ctrl, keys, p_second, A.data, out_idx, out_val, cap))):
+                 (counts, p_huge, p_ctrl, p_keys, p_second, A.data, out_idx, out_val, cap))):
             fn((grid,), (block,), args)
             done(name)
     if rdx:
-        _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles,
-                        [p_ws + 4 * o for o in (hist_off, look_off, ticket_off)] + [counts.data.ptr + 4 * n],
+        _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles,
+                        [p_keys] + [p_ws + 4 * o for o in (hist_off, look_off, ticket_off)] + [counts.data.ptr + 4 * n],
                         out_idx, out_val, done)
-    if check and int(ws[0].get()):
+    if check and int(_cuda.read_back(scratch[front:front + 4].view(cp.int32))[0]):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, counts, (n, m), sorted_rows=True, canonical=canonical)
 
 
-def _radix_launches(cp, ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
-    """The radix passes (module docstring): ptrs are the device addresses of the digit histograms,
-    the look-back words, the tile tickets (a pass each) and A.T's indptr[n] (the valid entries)."""
+def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
+    """The radix passes (module docstring): ptrs are the device addresses of the buffers between
+    passes (min(2, passes - 1) x (8 + itemsize) x nnz bytes), the digit histograms, the look-back
+    words, the tile tickets (a pass each) and A.T's indptr[n] (the valid entries)."""
     m, n = A.shape
     nnz = int(indices.size)
-    hist, look, ticket, n_live = ptrs
-    # between passes: keys (column, row) as int2 and values, ping-pong buffers in one allocation
+    buf, hist, look, ticket, n_live = ptrs
+    # between passes: keys (column, row) as int2 and values, ping-pong buffers
     between, item = min(2, passes - 1), A.dtype.itemsize
-    buf = cp.empty(max(1, between * (8 + item) * nnz), dtype=cp.uint8)
-    bufs = [(buf.data.ptr + 8 * nnz * i, buf.data.ptr + 8 * nnz * between + item * nnz * i)
+    bufs = [(buf + 8 * nnz * i, buf + 8 * nnz * between + item * nnz * i)
             for i in range(between)]   # the keys first: every buffer aligned to its element
     first, src, p_live = (indices, A.data), (0, 0), 0
     for p in range(passes):   # the last pass writes A.T
