@@ -913,6 +913,8 @@ class _Symbolic:
     hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
     taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
     n_esc: int = 0             # numeric_esc classes at the front of the one-pass classes
+    counts: tuple = None       # (row_nnz zeroed, Cp, Cp32): C's row counts and offsets, allocated
+    #                            while the analysis runs (off its host round trip)
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -960,6 +962,9 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
                     _scan_words(m), _classify_words(len(num_ladder))])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
+    # allocated while the GPU scans, so the host's work after the analysis's transfer (which the
+    # GPU waits for) is shorter: every path fills these
+    s.counts = (_cuda.zeroed(m, cp.int64), cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32))
     sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, s.n_esc),
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
@@ -984,7 +989,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # an upper-bound buffer, while the others take the two passes; where the buffer does not fit
     # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
     # and transfer more): a row left at index -1 would be lost
-    row_nnz = _cuda.zeroed(m, cp.int64)
+    row_nnz = s.counts[0]
     n_esc = s.n_esc
     n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
     if n_sorted:
@@ -1040,7 +1045,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     clock.append(time.perf_counter())
 
     # 3. scan; numeric table of every row (sliced per panel), grouped over all rows for one panel
-    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
+    _, Cp, Cp32 = s.counts
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))  # Cp32: C's indptr < 2^31
     num = _classify(m, k, num_ladder, row_nnz=row_nnz, acc=zeros.take(_classify_words(len(num_ladder))),
                     taken=s.taken)
@@ -1277,8 +1282,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     Uj, Ux = _upper_bound(s)
     sort_caps = classes[:s.n_esc]
     n_glob = 0
+    row_nnz, Cp, Cp32 = s.counts   # zeroed: rows of no products are not launched
     if bal and lift < 0:
-        row_nnz = cp.empty(m, dtype=cp.int64)   # every row is launched and writes its count
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
@@ -1289,7 +1294,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
             tables, escs = {size: m}, {}
     else:
         order, counts = _group(one, len(classes), False, lift)
-        row_nnz = _cuda.zeroed(m, cp.int64)   # rows of no products are not launched
         starts = _starts(counts)
         fork = _Fork(counts[1:])
         escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
@@ -1301,7 +1305,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
             _global_rows(s, fork.stream(len(classes)), long_rows, n_glob, _NULL, np.int64(0), Uj, Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
-    Cp, Cp32 = cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32)
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(_cuda.read_back(Cp[m:])[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
