@@ -1,7 +1,9 @@
 """SpTRANS on the GPU: sptrans.transpose (segsort, the default) vs CuPy's A.T.tocsr() (cuSPARSE
 csr2csc), the segmented merge (sptrans.transpose(method="merge")), the radix and segsort methods
 alone (the default, "auto", picks one of them on the GPU) and the sort-based transpose
-(spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's.
+(spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's;
+``planner_ms`` is ``plan_transpose(A).run(A)`` (the planner's method, from A's longest column),
+``planner_speedup`` CuPy's time / that, ``planning_s`` the plan's own cost (paid once per plan).
 
 Matrices: the corpus families at >= 1M nonzeros (the 'spgemm' size set, R-MAT scales 17-18) and
 the real matrices (``matplan.corpus.real_matrices``: $MATPLAN_MATRICES, ../shared/matrices, or
@@ -62,7 +64,16 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
         return bool(np.array_equal(T.indptr, ref.indptr) and np.array_equal(T.indices, ref.indices)
                     and np.array_equal(T.data, ref.data))
 
+    # the planner's choice (plan_transpose: from A's longest column and its columns' count) and
+    # the user's call plan.run(A); planning (statistics on the GPU, a few host transfers) is paid
+    # once per plan and reported apart
+    from matplan.planner import plan_transpose
+    t = time.perf_counter()
+    plan = plan_transpose(A)
+    row["planning_s"] = time.perf_counter() - t
+    row["planner_kernel"] = plan.candidates[0].label()
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
+                    ("planner_ms", lambda: plan.run(A)),
                     ("merge_ms", lambda: sptrans.transpose(A, method="merge")),
                     ("radix_ms", lambda: sptrans.transpose(A, method="radix")),
                     ("segsort_ms", lambda: sptrans.transpose(A, method="segsort")),
@@ -81,7 +92,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
             row["vendor_frac_of_copy_bw"] = nbytes / (row["vendor_ms"] * 1e-3) / copy_bw
         if row["sort_ms"]:
             row["speedup_vs_sort"] = row["sort_ms"] / row["ms"]
-        for meth in ("radix", "segsort"):
+        for meth in ("radix", "segsort", "planner"):
             if row[f"{meth}_ms"] and row["vendor_ms"]:
                 row[f"{meth}_speedup"] = row["vendor_ms"] / row[f"{meth}_ms"]
         if row["merge_ms"]:
@@ -120,7 +131,8 @@ def main(argv=None):
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
           flush=True)
     print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
-          f"{'mrg ms':>7} {'rdx ms':>7} {'x rdx':>6} {'seg ms':>7} {'x seg':>6} {'sort ms':>7} {'bw':>5} {'host us':>7} ok", flush=True)
+          f"{'mrg ms':>7} {'rdx ms':>7} {'x rdx':>6} {'seg ms':>7} {'x seg':>6} {'sort ms':>7} {'bw':>5} {'host us':>7} "
+          f"{'plan ms':>7} {'x plan':>6} {'planner':<32} ok", flush=True)
     t0 = time.time()
     rows = []
     for name, load in matrices():
@@ -133,7 +145,8 @@ def main(argv=None):
                   f"{f(r['vendor_ms']):7.3f} {f(r.get('speedup')):6.2f} {f(r['merge_ms']):7.3f} {f(r['radix_ms']):7.3f} "
                   f"{f(r.get('radix_speedup')):6.2f} {f(r['segsort_ms']):7.3f} {f(r.get('segsort_speedup')):6.2f} "
                   f"{f(r['sort_ms']):7.3f} "
-                  f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {r.get('correct')}"
+                  f"{f(r.get('frac_of_copy_bw')):5.2f} {r['host_us']:7.1f} {f(r.get('planner_ms')):7.3f} "
+                  f"{f(r.get('planner_speedup')):6.2f} {r['planner_kernel']:<32} {r.get('correct')}"
                   + ("" if r.get("correct") else f"  {r.get('status', 'WRONG')}")
                   + ("" if r.get("merge_correct") else f"  merge: {r.get('merge_status', 'WRONG')}")
                   + ("" if r.get("radix_correct") else f"  radix: {r.get('radix_status', 'WRONG')}"), flush=True)
@@ -154,9 +167,13 @@ def main(argv=None):
                            segsort_geomean_speedup_vs_vendor=geomean([r["segsort_speedup"] for r in rs
                                                                       if r.get("segsort_speedup") and r.get("segsort_correct")]),
                            geomean_frac_of_copy_bw=geomean([r["frac_of_copy_bw"] for r in rs]),
+                           planner_geomean_speedup_vs_vendor=geomean([r["planner_speedup"] for r in rs
+                                                                      if r.get("planner_speedup")]),
+                           planner_slower_than_vendor=[r["matrix"] for r in rs if r.get("planner_speedup", 0) < 1],
+                           planning_s_max=max((r["planning_s"] for r in rs), default=None),
                            matrices=len(rs))
     summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") and r.get("radix_correct")
-                                 and r.get("segsort_correct") for r in rows)
+                                 and r.get("segsort_correct") and r.get("planner_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
     today = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()

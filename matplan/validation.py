@@ -24,9 +24,9 @@ TSGEMM_MIN_ASPECT = 16
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    op: str            # spmv | spmm | spgemm | tsgemm | gemm
+    op: str            # spmv | spmm | spgemm | tsgemm | gemm | sptrans
     A: object          # CSR (SciPy or cupyx) or dense 2-D array
-    B: object          # dense 1-D/2-D array or CSR
+    B: object          # dense 1-D/2-D array or CSR; None for sptrans (A.T alone)
     backend: str       # "cpu" | "gpu"
     dtype: np.dtype
 
@@ -115,6 +115,17 @@ def normalize(A, B) -> Problem:
     return Problem(op, A, B, backend_a, dtype)
 
 
+def normalize_transpose(A) -> Problem:
+    """Validate A for SpTRANS (A.T as CSR): a sparse matrix of float32 / float64, made CSR once;
+    raises TypeError naming A otherwise."""
+    A, backend = _as_array(A, "A")
+    if not _is_sparse(A):
+        raise TypeError(f"A: SpTRANS plans transpose a sparse matrix (SciPy or cupyx); got a dense "
+                        f"{type(A).__name__} (transpose a dense array with A.T)")
+    dtype = _check_dtype(A, "A")
+    return Problem("sptrans", _to_csr(A), None, backend, dtype)
+
+
 def _check_against_plan(x, name, backend, plan):
     if backend != plan.backend:
         raise ValueError(f"{name}: this plan runs on the {plan.backend}, but {name} is on the {backend}")
@@ -130,14 +141,20 @@ def normalize_matrix(A, plan):
     f = plan.features
     if A.shape != (f.m, f.n):
         raise ValueError(f"A: this plan is for a {f.m}x{f.n} matrix, got {A.shape[0]}x{A.shape[1]}")
-    sparse_op = plan.op in ("spmv", "spmm", "spgemm")
+    sparse_op = plan.op in ("spmv", "spmm", "spgemm", "sptrans")
     if sparse_op != _is_sparse(A):
         raise TypeError(f"A: this plan ({plan.op}) expects a {'sparse' if sparse_op else 'dense'} matrix")
     return _to_csr(A) if sparse_op else A
 
 
 def normalize_operand(B, plan):
-    """B alone, checked against ``plan``: rows, columns (for dense B), dtype, backend."""
+    """B alone, checked against ``plan``: rows, columns (for dense B), dtype, backend; None for a
+    SpTRANS plan, which takes no B."""
+    if plan.op == "sptrans" or B is None:
+        if plan.op == "sptrans" and B is None:
+            return None
+        raise TypeError("B: a SpTRANS plan transposes A alone; pass no B" if plan.op == "sptrans" else
+                        f"B: this plan ({plan.op}) needs B; got None")
     B, backend = _as_array(B, "B")
     _check_against_plan(B, "B", backend, plan)
     f = plan.features

@@ -22,8 +22,9 @@ def as_dtype(A, dtype):
 
 
 def _same_as_scipy(A, T):
-    """T == A.T exactly: pattern, order inside each row of T (stable by row, then position)."""
-    A = sp.csr_matrix(A)
+    """T == A.T exactly: pattern, order inside each row of T (stable by row, then position). A is
+    copied first (the duplicates' check below summed the caller's A in place)."""
+    A = sp.csr_matrix(A, copy=True)
     m, n = A.shape
     assert T.shape == (n, m)
     rows = np.repeat(np.arange(m), np.diff(A.indptr))

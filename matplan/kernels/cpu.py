@@ -24,6 +24,8 @@ class _HostKernel(Kernel):
     def run(self, prepared, B, out=None):
         C = self._product(prepared.arrays["A"], B)
         if out is not None:
+            if sp.issparse(C):
+                raise ValueError(f"out: not supported for {prepared.kernel}'s sparse result")
             out[...] = C
             return out
         return C
@@ -32,15 +34,16 @@ class _HostKernel(Kernel):
 class ScipySparse(_HostKernel):
     name = "cpu.scipy"
     reads_a_at_run = True
-    ops = ("spmv", "spmm", "spgemm")
+    ops = ("spmv", "spmm", "spgemm", "sptrans")
 
     def cost(self, f, params, device):
         bw = device_mod.host_bandwidth_estimate() * HOST_SPARSE_EFFICIENCY
-        nbytes = traffic.spgemm_bytes(f) if f.op == "spgemm" else traffic.csr_spmm_bytes(f)
+        nbytes = (traffic.spgemm_bytes(f) if f.op == "spgemm" else 2 * traffic.csr_bytes(f) if f.op == "sptrans"
+                  else traffic.csr_spmm_bytes(f))
         return Cost(0.0, nbytes / bw, f"SciPy CSR on the host: {nbytes / 1e6:.2f} MB at ~{bw / 1e9:.1f} GB/s")
 
     def _product(self, A, B):
-        C = A @ B
+        C = A.T.tocsr() if B is None else A @ B   # B None: SpTRANS
         if sp.issparse(C):
             C = C.tocsr()
             C.sort_indices()

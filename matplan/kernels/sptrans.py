@@ -62,11 +62,14 @@ launches).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from .._xp import cupy_module, cupyx_sparse
 from . import _cuda
+from .base import Cost, Kernel, Prepared
+from .registry import register
 from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
@@ -363,4 +366,75 @@ def _launch(kernel, mark):
             mark(MERGE_PHASES[a])
 
 
-__all__ = ["transpose", "BLOCK", "ITEMS", "TILE", "PHASES", "MERGE_PHASES", "BINS", "METHODS"]
+# ----------------------------------------------------------------------------- the planner's kernel
+#: A whole call's cost by method and dtype: (fixed seconds, bytes an entry of A at the copy
+#: bandwidth), relative least squares over benchmarks/sptrans.py on an H100 (8564a85, 14 matrices,
+#: sptrans-h100-2026-11-24-8564a85.json). The segmented sort's fit takes the matrices whose longest
+#: column holds at most 64 entries (measured / model 0.88-1.29); the radix method's all 14
+#: (0.79-1.28, and 3.2 for rmat-spgemm float32, an outlier of that run), the merge's 0.80-1.74.
+METHOD_COSTS = {"segsort": {"float64": (101.6e-6, 86.2), "float32": (101.9e-6, 64.2)},
+                "radix": {"float64": (43.2e-6, 239.2), "float32": (53.6e-6, 199.6)},
+                "merge": {"float64": (92.1e-6, 444.5), "float32": (108.9e-6, 410.1)}}
+#: ... and the segmented sort's long rows of A.T (warp, block and merge sorts): bytes an entry of A
+#: per doubling of the longest column past BINS[0], the median of the seven matrices whose longest
+#: column holds 600-59,512 entries (37-124 B).
+LONG_COLUMN_BYTES = 48.0
+
+
+class SpTrans(Kernel):
+    """The planner's SpTRANS (:func:`matplan.planner.plan_transpose`): :func:`transpose` with the
+    method as its parameter, chosen from A's longest column and its columns' count instead of
+    method="auto"'s rule from the shape alone."""
+    name = "sptrans.transpose"
+    ops = ("sptrans",)
+    backend = "gpu"
+    deterministic = True    # no arithmetic; every row of A.T in A's order
+    reads_a_at_run = True
+
+    def supports(self, f):
+        if max(f.m, f.n, f.nnz) > INT32_MAX:
+            return f"A {f.m}x{f.n} with {f.nnz:,} nonzeros: sptrans needs rows, columns and nonzeros below 2^31 - 1"
+        return None
+
+    def candidates(self, f, device):
+        for method in ("segsort", "radix", "merge"):
+            if method != "radix" or f.nnz < RADIX_NNZ_LIMIT:
+                yield {"method": method}
+
+    def cost(self, f, params, device):
+        method = params["method"]
+        fixed, per_entry = METHOD_COSTS[method][f.dtype]
+        t = fixed + f.nnz * per_entry / device.mem_bandwidth
+        if method == "segsort":
+            doublings = max(0.0, math.log2(max(f.col_max, 1) / BINS[0]))
+            t += f.nnz * LONG_COLUMN_BYTES * doublings / device.mem_bandwidth
+            why = (f"segmented sort: scatter, then every row of A.T sorted by its length (longest "
+                   f"{f.col_max:,}" + (f", {doublings:.1f} doublings past {BINS[0]} at "
+                                       f"{LONG_COLUMN_BYTES:.0f} B an entry each" if doublings else "") + ")")
+        elif method == "radix":
+            passes, bits = radix_passes(f.n)
+            why = f"radix: {passes} stable counting pass(es) of {bits} bits over {f.n:,} columns"
+        else:
+            why = "segmented merge: merge-path tiles, tree rounds across them"
+        return Cost(0.0, t, f"{why}; {per_entry:.0f} B an entry at the copy bandwidth + {fixed * 1e6:.0f} us "
+                            f"(fitted on an H100)")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        check_call(B, out)
+        return transpose(prepared.arrays["A"], method=prepared.params["method"])
+
+
+def check_call(B, out) -> None:
+    """A SpTRANS kernel's run takes A alone: TypeError naming B, ValueError naming out otherwise."""
+    if B is not None:
+        raise TypeError("B: a SpTRANS plan transposes A alone; pass no B")
+    if out is not None:
+        raise ValueError("out: not supported for sptrans (A.T is a new sparse matrix)")
+
+
+register(SpTrans())
+
+__all__ = ["transpose", "SpTrans", "check_call", "BLOCK", "ITEMS", "TILE", "PHASES", "MERGE_PHASES", "BINS", "METHODS"]

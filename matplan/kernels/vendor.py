@@ -130,6 +130,32 @@ class CusparseSpGEMM(_VendorKernel):
         return C
 
 
+#: cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``): (fixed seconds, bytes an entry of A at the
+#: copy bandwidth) by dtype, relative least squares over benchmarks/sptrans.py on an H100 (8564a85,
+#: 14 matrices; measured / model 0.91-1.13).
+CUSPARSE_TRANSPOSE_COSTS = {"float64": (94.8e-6, 204.0), "float32": (95.5e-6, 191.7)}
+
+
+class CusparseTranspose(_VendorKernel):
+    name = "sptrans.cusparse"
+    reads_a_at_run = True
+    ops = ("sptrans",)
+    deterministic = False   # cuSPARSE does not promise csr2csc's order to be reproducible
+
+    def cost(self, f, params, device):
+        fixed, per_entry = CUSPARSE_TRANSPOSE_COSTS[f.dtype]
+        return Cost(0.0, fixed + f.nnz * per_entry / device.mem_bandwidth,
+                    f"cuSPARSE csr2csc via CuPy's A.T.tocsr(): {per_entry:.0f} B an entry at the copy "
+                    f"bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
+
+    def run(self, prepared, B, out=None):
+        from .sptrans import check_call
+        check_call(B, out)
+        C = prepared.arrays["A"].T.tocsr()
+        C.sort_indices()
+        return C
+
+
 class Cublas(_VendorKernel):
     name = "gemm.cublas"
     reads_a_at_run = True
@@ -168,4 +194,5 @@ class Cublas(_VendorKernel):
 
 register(CusparseSpMV())
 register(CusparseSpGEMM())
+register(CusparseTranspose())
 register(Cublas())

@@ -8,7 +8,7 @@ from ..kernels import kernels_for
 from ..models import analytic
 from ..models import device as device_mod
 from ..models import learned
-from ..validation import normalize
+from ..validation import normalize, normalize_transpose
 from . import measure as measure_mod
 from . import stats
 from .plan import Candidate, Plan, timer
@@ -43,11 +43,29 @@ def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | Non
         predicted work (GPU only; :mod:`matplan.planner.measure`); "always" / True all such
         finalists; "never" / False keeps the models' choice.
     """
+    return _plan(lambda: normalize(A, B), reuse, deterministic, device, kernels, per_call, measure)
+
+
+def plan_transpose(A, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
+                   kernels=None, measure="auto") -> Plan:
+    """Plan A.T as a CSR matrix (SpTRANS): ``plan.run(A)`` returns it, rows sorted by column.
+
+    The candidates are matplan's three SpTRANS methods (sptrans.transpose: segmented sort, radix,
+    segmented merge), cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``) and SciPy on the host;
+    the choice follows A's longest column (the segmented sort's per-row sorts) and its columns'
+    count (the radix method's passes). The arguments are :func:`plan`'s.
+    """
+    return _plan(lambda: normalize_transpose(A), reuse, deterministic, device, kernels, None, measure)
+
+
+def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure) -> Plan:
+    """plan() and plan_transpose(): the arguments checked, the problem validated (``problem_of()``),
+    statistics, scores, measurement, the Plan."""
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
         raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
     mode = measure_mod.check_mode(measure)
     t0 = timer()
-    problem = normalize(A, B)
+    problem = problem_of()
     dev = device_mod.current(device)
     feats = stats.compute(problem, dev)
     scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
@@ -148,6 +166,15 @@ def _rules(f) -> list:
         return [f"ELL-R rule: warp length ratio {f.warp_ratio:.3f} "
                 f"{'<=' if sort else '>'} {analytic.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
                 "worth sorting by length"]
+    if f.op == "sptrans" and f.nnz:
+        from ..kernels import sptrans
+        passes, bits = sptrans.radix_passes(f.n)
+        short = f.col_max <= sptrans.BINS[0]
+        return [f"SpTRANS rule: the longest column has {f.col_max:,} entries "
+                f"{'<=' if short else '>'} {sptrans.BINS[0]} -> the segmented sort "
+                + ("sorts every row of A.T by a thread" if short else "sorts long rows of A.T by warps, "
+                   "blocks or merge rounds")
+                + f"; the radix method takes {passes} pass(es) of {bits} bits for {f.n:,} columns"]
     if f.op == "spgemm" and f.products:
         balanced = analytic.rbsparse_balanced(f.rowct_var_over_mean)
         return [f"RBSparse rule: var/mean of nnz_RowCt {f.rowct_var_over_mean:.2f} "
@@ -157,6 +184,9 @@ def _rules(f) -> list:
 
 
 def _describe(f) -> str:
+    if f.op == "sptrans":
+        return (f"A.T of A {f.m}x{f.n} with {f.nnz:,} nonzeros: rows mean {f.row_mean:.2f} max {f.row_max}; "
+                f"columns mean {f.nnz / f.n if f.n else 0.0:.2f} max {f.col_max:,}")
     if f.op in ("spmv", "spmm", "spgemm"):
         s = (f"A has {f.nnz:,} nonzeros, rows mean {f.row_mean:.2f} std {f.row_std:.2f} "
              f"min {f.row_min} max {f.row_max}, {f.empty_rows:,} empty; T=round(mu+sigma)={f.T}; "

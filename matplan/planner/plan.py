@@ -82,8 +82,9 @@ class Plan:
         from ..dispatch.linop import linear_operator
         return linear_operator(self.bind(A), A)
 
-    def run(self, A, B, out=None):
-        """Compute A @ B with the chosen kernel (converting A each call; see :meth:`bind`).
+    def run(self, A, B=None, out=None):
+        """Compute A @ B with the chosen kernel (converting A each call; see :meth:`bind`); for a
+        SpTRANS plan (:func:`matplan.planner.plan_transpose`) A.T, with no B.
 
         Operands of exactly the types, dtype and shapes the plan was made for skip the general
         validation (``normalize``: 30-50 us of host time a call on an H100 host, 2026-11-24, as much
@@ -94,13 +95,21 @@ class Plan:
             fast = _fast_inputs(self) + (self._kernel().runner(dict(self.params)),)
             object.__setattr__(self, "_fast", fast)   # a cache, not a field: to_dict / eq ignore it
         a_type, b_type, dtype, a_shape, b_shape, runner = fast
-        if not (type(A) is a_type and type(B) is b_type and A.shape == a_shape and B.shape == b_shape
-                and A.dtype == dtype and B.dtype == dtype):
-            from ..validation import normalize
-            problem = normalize(A, B)
+        if not (type(A) is a_type and A.shape == a_shape and A.dtype == dtype
+                and (B is None if b_type is None else
+                     type(B) is b_type and B.shape == b_shape and B.dtype == dtype)):
+            problem = self._problem(A, B)
             self._check(problem)
             A, B = problem.A, problem.B
         return runner(A, B, out)
+
+    def _problem(self, A, B):
+        """(A, B) validated as a Problem of this plan's kind of operation."""
+        from ..validation import normalize, normalize_operand, normalize_transpose
+        if self.op == "sptrans":
+            normalize_operand(B, self)   # TypeError unless B is None
+            return normalize_transpose(A)
+        return normalize(A, B)
 
     def __getstate__(self):
         """Pickle the plan's fields, not the run cache (``_fast`` holds the kernel's runner, a
@@ -111,7 +120,7 @@ class Plan:
     def __str__(self) -> str:
         f = self.features
         lines = [f"matplan plan: {self.op} on {self.device or self.backend} ({f.dtype}), "
-                 f"A {f.m}x{f.n} nnz={f.nnz:,}" + (f", k={f.k}" if self.op != "spmv" else ""),
+                 f"A {f.m}x{f.n} nnz={f.nnz:,}" + (f", k={f.k}" if self.op not in ("spmv", "sptrans") else ""),
                  f"  chosen: {self.candidates[0].label() if self.candidates else self.kernel}"
                  f"  (reuse={self.reuse}, deterministic={'required' if self.deterministic else 'not required'})",
                  "  why:"]
@@ -158,11 +167,11 @@ class BoundPlan:
         self._kernel = plan._kernel()
         self._fast = _fast_operand_check(plan)
 
-    def __call__(self, B, out=None):
+    def __call__(self, B=None, out=None):
         # Fast path: a dense array of exactly the expected type, dtype and shape needs no
         # further checking (it keeps a small GPU SpMV close to one kernel launch).
         array_type, dtype, shape = self._fast
-        if type(B) is not array_type or B.dtype != dtype or B.shape != shape:
+        if array_type is None or type(B) is not array_type or B.dtype != dtype or B.shape != shape:
             from ..validation import normalize_operand
             B = normalize_operand(B, self.plan)
         return self._kernel.run(self.prepared, B, out=out)
@@ -196,6 +205,8 @@ def _fast_inputs(plan: Plan) -> tuple:
     else:
         array_type, csr_type = np.ndarray, sp.csr_matrix
     a_type = array_type if plan.op in ("tsgemm", "gemm") else csr_type
+    if plan.op == "sptrans":   # no B
+        return a_type, None, np.dtype(f.dtype), (f.m, f.n), None
     b_type = csr_type if plan.op == "spgemm" else array_type
     b_shape = (f.n,) if plan.op == "spmv" else (f.n, f.k)
     return a_type, b_type, np.dtype(f.dtype), (f.m, f.n), b_shape
@@ -203,8 +214,8 @@ def _fast_inputs(plan: Plan) -> tuple:
 
 def _fast_operand_check(plan: Plan):
     """(array type, dtype, shape) of a dense B that ``BoundPlan`` may take without validation:
-    Plan.run's (_fast_inputs); a sparse B (spgemm) is always validated."""
-    if plan.op == "spgemm":
+    Plan.run's (_fast_inputs); a sparse B (spgemm) and SpTRANS's absent B are always validated."""
+    if plan.op in ("spgemm", "sptrans"):
         return None, None, None
     _, b_type, dtype, _, b_shape = _fast_inputs(plan)
     return b_type, dtype, b_shape

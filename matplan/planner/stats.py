@@ -45,6 +45,7 @@ class Features:
     col_spread: float = 0.0      # mean |j/n - i/m| over (sampled) nonzeros: how far B's gathers wander
     layout: str = ""             # dense A: "C" or "F" (or "strided")
     t2threshold: float = 0.0     # TSM2: device's memory/compute boundary in k
+    col_max: int = 0             # SpTRANS: entries of A's longest column (the longest row of A.T)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -208,6 +209,14 @@ def spgemm_features(A, B) -> dict:
     return out
 
 
+def longest_column(A, nnz: int) -> int:
+    """Entries of CSR A's longest column (SpTRANS: what the segmented sort's per-row sorts grow with)."""
+    xp = array_module(A)
+    if nnz == 0 or A.shape[1] == 0:
+        return 0
+    return int(_host(xp.bincount(A.indices[:nnz], minlength=A.shape[1]).max()))
+
+
 def dense_layout(A) -> str:
     flags = A.flags
     if flags.c_contiguous:
@@ -220,12 +229,14 @@ def dense_layout(A) -> str:
 def compute(problem, device) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``."""
     A, B, op = problem.A, problem.B, problem.op
-    k = 1 if B.ndim == 1 else B.shape[1]
+    k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
-    if op in ("spmv", "spmm", "spgemm"):
+    if op in ("spmv", "spmm", "spgemm", "sptrans"):
         base.update(sparse_features(A))
         if op == "spgemm":
             base.update(spgemm_features(A, B))
+        if op == "sptrans":
+            base.update(col_max=longest_column(A, base["nnz"]))
     else:
         m, n = A.shape
         base.update(nnz=m * n, density=1.0, layout=dense_layout(A),
@@ -238,4 +249,4 @@ def _host(a):
 
 
 __all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row",
-           "sampled_compression", "row_lengths"]
+           "sampled_compression", "row_lengths", "longest_column"]
