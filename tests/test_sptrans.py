@@ -24,7 +24,7 @@ def as_dtype(A, dtype):
 def _same_as_scipy(A, T):
     """T == A.T exactly: pattern, order inside each row of T (stable by row, then position). A is
     copied first (the duplicates' check below summed the caller's A in place)."""
-    A = sp.csr_matrix(A, copy=True)
+    A = sp.csr_matrix(A).copy()
     m, n = A.shape
     assert T.shape == (n, m)
     rows = np.repeat(np.arange(m), np.diff(A.indptr))
@@ -36,9 +36,9 @@ def _same_as_scipy(A, T):
     starts = np.zeros(T.nnz, bool)
     starts[T.indptr[:-1][T.indptr[:-1] < T.nnz]] = True
     assert np.all((d >= 0) | starts[1:]), "rows of A.T must be sorted by column"
-    S = sp.csr_matrix(A, dtype=np.float64, copy=True)
+    S = sp.csr_matrix(A, dtype=np.float64).copy()
     S.sum_duplicates()
-    U = sp.csr_matrix(T, dtype=np.float64, copy=True)
+    U = sp.csr_matrix(T, dtype=np.float64).copy()
     U.sum_duplicates()
     # duplicates summed in another order (SciPy sums A's, not A.T's): rounding differences only
     diff = abs(U - S.T.tocsr()).max() if S.nnz else 0.0

@@ -151,9 +151,9 @@ class CusparseTranspose(_VendorKernel):
     def run(self, prepared, B, out=None):
         from .sptrans import check_call
         check_call(B, out)
-        C = prepared.arrays["A"].T.tocsr()
-        C.sort_indices()
-        return C
+        # csr2csc lists each row of A.T in A's row order: sorted already. A sort_indices() here
+        # checked (and re-sorted) it on the GPU: rmat-scale18 0.85 ms against 0.40 (H100, c05df22)
+        return prepared.arrays["A"].T.tocsr()
 
 
 class Cublas(_VendorKernel):
