@@ -23,7 +23,7 @@ def as_dtype(A, dtype):
 
 def _same_as_scipy(A, T):
     """T == A.T exactly: pattern, order inside each row of T (stable by row, then position). A is
-    copied first (the duplicates' check below summed the caller's A in place)."""
+    copied first: SciPy's abs(A) below sums A's duplicates in place."""
     A = sp.csr_matrix(A).copy()
     m, n = A.shape
     assert T.shape == (n, m)
