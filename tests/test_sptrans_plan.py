@@ -29,12 +29,14 @@ def test_host_plan_runs_and_matches_scipy(rng, make):
     assert "A.T of A" in p.reasons[0] and "sptrans" in str(p)
 
 
-def test_longest_column_feature(rng):
+def test_transpose_features(rng):
     A = messy_csr(rng, 200, 50)
     f = stats.compute(planner.choose.normalize_transpose(A), device_mod.current())
-    assert f.op == "sptrans" and f.k == 0 and f.nnz == A.nnz
+    assert (f.op, f.k, f.m, f.n, f.nnz) == ("sptrans", 0, 200, 50, A.nnz)
     assert f.col_max == np.bincount(A.indices, minlength=50).max()
-    assert stats.longest_column(sp.csr_matrix((5, 0)), 0) == 0
+    assert f.row_max == np.diff(A.indptr).max() and f.row_mean == A.nnz / 200
+    for empty in (sp.csr_matrix((5, 0)), sp.csr_matrix((0, 5)), sp.csr_matrix((4, 6))):
+        assert stats.transpose_features(empty)["nnz"] == 0
 
 
 def test_bad_inputs_are_named(rng):

@@ -209,12 +209,22 @@ def spgemm_features(A, B) -> dict:
     return out
 
 
-def longest_column(A, nnz: int) -> int:
-    """Entries of CSR A's longest column (SpTRANS: what the segmented sort's per-row sorts grow with)."""
+def transpose_features(A) -> dict:
+    """What a SpTRANS plan decides from, and no more (a plan of A.T is often made for one call):
+    shape, nnz, the mean and longest row, and the longest column (``col_max``: what the segmented
+    sort's per-row sorts grow with); two host transfers."""
     xp = array_module(A)
-    if nnz == 0 or A.shape[1] == 0:
-        return 0
-    return int(_host(xp.bincount(A.indices[:nnz], minlength=A.shape[1]).max()))
+    m, n = A.shape
+    nnz = int(_host(A.indptr[-1])) if m else 0
+    out = dict(m=m, n=n, nnz=nnz, density=nnz / (m * n) if m * n else 0.0,
+               index_dtype=str(np.dtype(A.indices.dtype)))
+    if nnz == 0 or n == 0:
+        return out
+    longest = xp.stack([xp.diff(A.indptr).max().astype(xp.int64),
+                        xp.bincount(A.indices[:nnz], minlength=n).max().astype(xp.int64)])
+    row_max, col_max = (int(v) for v in _host(longest))
+    out.update(row_mean=nnz / m, row_max=row_max, col_max=col_max)
+    return out
 
 
 def dense_layout(A) -> str:
@@ -231,12 +241,12 @@ def compute(problem, device) -> Features:
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
-    if op in ("spmv", "spmm", "spgemm", "sptrans"):
+    if op == "sptrans":
+        base.update(transpose_features(A))
+    elif op in ("spmv", "spmm", "spgemm"):
         base.update(sparse_features(A))
         if op == "spgemm":
             base.update(spgemm_features(A, B))
-        if op == "sptrans":
-            base.update(col_max=longest_column(A, base["nnz"]))
     else:
         m, n = A.shape
         base.update(nnz=m * n, density=1.0, layout=dense_layout(A),
@@ -249,4 +259,4 @@ def _host(a):
 
 
 __all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row",
-           "sampled_compression", "row_lengths", "longest_column"]
+           "sampled_compression", "row_lengths", "transpose_features"]
