@@ -1031,6 +1031,18 @@ def test_gpu_linear_operator_cg(cp, rng):
 
 
 @pytest.mark.gpu
+def test_gpu_linear_operator_rmatvec_of_a_rectangular_matrix(cp, rng):
+    """rmatvec / rmatmat on the GPU build A^T once (matplan's SpTRANS) and match SciPy's A.T @ y on
+    a rectangular A (a symmetric one, as in the CG test above, would hide a wrong transpose)."""
+    A = sp.random(300, 170, density=0.05, format="csr", random_state=3)
+    dA = _gpu_csr(cp, A)
+    op = planner.plan(dA, cp.asarray(rng.standard_normal(170))).as_linear_operator(dA)
+    y, Y = rng.standard_normal(300), rng.standard_normal((300, 3))
+    np.testing.assert_allclose(op.rmatvec(cp.asarray(y)).get(), A.T @ y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(op.rmatmat(cp.asarray(Y)).get(), A.T @ Y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
 def test_gpu_routing(cp, rng):
     import cupyx.scipy.sparse as csp
     cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
