@@ -61,6 +61,8 @@ def _demo_problems(rng):
     for fam in ("poisson3d", "rmat"):
         A = corpus.load(fam, "small", seed=0)
         yield "spgemm", fam, A, A
+    for fam in ("banded", "rmat"):   # A.T: no B
+        yield "sptrans", fam, corpus.load(fam, "small", seed=0), None
     A, B = corpus.generators.tall_skinny(4096, 8, np.float64, seed=0)
     yield "tsgemm", "dense 4096x4096, k=8", A, B
 
@@ -82,9 +84,9 @@ def cmd_demo(args) -> int:
     rng = np.random.default_rng(args.seed)
     rows, plans, failures = [], [], 0
     for op, name, A, B in _demo_problems(rng):
-        ref = A @ B
-        Ad, Bd = _to_device(A, gpu), _to_device(B, gpu)
-        p = planner.plan(Ad, Bd)
+        ref = A.T.tocsr() if B is None else A @ B
+        Ad, Bd = _to_device(A, gpu), None if B is None else _to_device(B, gpu)
+        p = planner.plan_transpose(Ad) if B is None else planner.plan(Ad, Bd)
         plans.append(p)
         p.run(Ad, Bd)  # warm-up (compilation, handles)
         t = time.perf_counter()
