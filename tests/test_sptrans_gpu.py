@@ -312,22 +312,32 @@ def test_plan_transpose_picks_by_the_longest_column(cp, st, rng, dtype):
     assert st.auto_method(n, banded.nnz) == "radix"   # the shape rule's miss the planner avoids
 
 
-def test_plan_transpose_vendor_and_merge_candidates_run(cp, st, rng):
+@pytest.mark.parametrize("case", ["messy", "float32", "empty", "int64"])
+def test_plan_transpose_vendor_and_merge_candidates_run(cp, st, rng, case):
     """Every GPU candidate of a SpTRANS plan runs and matches SciPy when the plan is restricted to
-    it (kernels=...), messy input included (duplicates, unsorted rows, a long row, empty rows)."""
+    it (kernels=...): messy input (duplicates, unsorted rows, a long row, empty rows), float32, an
+    empty matrix and int64 indices."""
+    import cupyx.scipy.sparse as csp
     from matplan import planner
-    A = messy_csr(rng, 500, 300)
-    Ad = _dev(cp, A)
+    dtype = np.float32 if case == "float32" else np.float64
+    A = sp.csr_matrix((40, 30)) if case == "empty" else as_dtype(messy_csr(rng, 500, 300), dtype)
+    Ad = _dev(cp, A, dtype)
+    if case == "int64":
+        Ad = csp.csr_matrix((Ad.data, Ad.indices.astype(cp.int64), Ad.indptr.astype(cp.int64)), shape=A.shape)
+        if Ad.indices.dtype != cp.int64:
+            pytest.skip("this cupyx does not hold int64 indices")
     for kernel in ("sptrans.cusparse", "sptrans.transpose"):
         p = planner.plan_transpose(Ad, kernels=[kernel], measure="never")
-        assert p.kernel == kernel
+        assert p.kernel == kernel and p.features.nnz == A.nnz
         T = p.run(Ad).get()
+        assert T.dtype == dtype and T.shape == (A.shape[1], A.shape[0])
         if kernel == "sptrans.cusparse":   # cuSPARSE's order among duplicates is its own: compare sums
             assert T.has_sorted_indices   # SciPy computes the flag: rows sorted by column
             S, U = A.copy(), T.copy()   # copies: sum_duplicates works in place
             S.sum_duplicates()
             U.sum_duplicates()
-            assert abs(U - S.T.tocsr()).max() <= 1e-12 * np.abs(A.data).sum()   # abs(A) would sum A in place
+            tol = 4 * np.finfo(dtype).eps * np.abs(A.data).sum()   # sums in another order; abs(A) would sum A in place
+            assert abs(U - S.T.tocsr()).max() <= tol
         else:
             _same_as_scipy(A, T)
     merge = st.SpTrans().run(st.SpTrans().prepare(Ad, {"method": "merge"}), None)
