@@ -73,3 +73,17 @@ def check_dense_product(C, A_host, B_host, rtol):
     assert bad == 0, f"{bad} unwritten (NaN-poisoned) or non-finite elements in C"
     err = np.abs(got - ref)
     assert (err <= rtol * bound + 1e-30).all(), f"max relative error {np.max(err / bound):.3g}"
+
+
+def int64_indices(cp, M):
+    """cupyx CSR M with int64 indices and indptr. cupyx's csr_matrix((data, indices, indptr))
+    casts indices that fit back to int32 (CuPy 14.2), so a test built that way never sees int64;
+    ``_from_parts`` keeps them (the test is skipped where this cupyx has none)."""
+    import pytest
+    import cupyx.scipy.sparse as csp
+    from_parts = getattr(csp.csr_matrix, "_from_parts", None)
+    if from_parts is None:
+        pytest.skip("this cupyx has no csr_matrix._from_parts to hold int64 indices")
+    M = from_parts(M.data, M.indices.astype(cp.int64), M.indptr.astype(cp.int64), M.shape)
+    assert M.indices.dtype == cp.int64 and M.indptr.dtype == cp.int64
+    return M
