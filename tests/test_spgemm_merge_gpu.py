@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import messy_csr, random_csr
+from conftest import int64_indices, messy_csr, random_csr
 
 pytestmark = pytest.mark.gpu
 
@@ -18,8 +18,9 @@ def _dev(cp, M, dtype=np.float64, index_dtype=np.int32):
     """M on the GPU as it is (duplicates and order kept)."""
     import cupyx.scipy.sparse as csp
     M = sp.csr_matrix(M)
-    return csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices.astype(index_dtype)),
-                           cp.asarray(M.indptr.astype(index_dtype))), shape=M.shape)
+    D = csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices.astype(index_dtype)),
+                        cp.asarray(M.indptr.astype(index_dtype))), shape=M.shape)
+    return int64_indices(cp, D) if np.dtype(index_dtype) == np.int64 else D   # cupyx casts to int32
 
 
 def _check(cp, sm, A, B, dtype, index_dtype=np.int32):
