@@ -252,14 +252,13 @@ def test_segsort_scatter_matches_phase_scatter(rng):
 
 
 def test_radix_passes_and_auto_method():
-    """Digit passes cover column n - 1 in as few passes of at most 9 bits as can; 'auto' takes the
-    radix method up to 2^16 columns or for long mean columns, the segsort otherwise."""
+    """Digit passes cover column n - 1 in as few passes of at most 8 bits as can; 'auto' takes the
+    radix method for at most two passes or long mean columns, the segsort otherwise."""
     from matplan.kernels import sptrans as st
-    assert st.radix_passes(1) == (1, 1) and st.radix_passes(512) == (1, 9) and st.radix_passes(513) == (2, 5)
-    assert st.radix_passes(65536) == (2, 8) and st.radix_passes(1 << 18) == (2, 9)
-    assert st.radix_passes((1 << 18) + 1) == (3, 7) and st.radix_passes(1 << 24) == (3, 8)
-    assert st.radix_passes(1 << 27) == (3, 9) and st.radix_passes((1 << 27) + 1) == (4, 7)
-    assert st.auto_method(65536, 10) == "radix" and st.auto_method(65537, 10) == "segsort"
+    assert st.radix_passes(1) == (1, 1) and st.radix_passes(256) == (1, 8) and st.radix_passes(257) == (2, 5)
+    assert st.radix_passes(65536) == (2, 8) and st.radix_passes(65537) == (3, 6)
+    assert st.radix_passes(1 << 24) == (3, 8) and st.radix_passes((1 << 24) + 1) == (4, 7)
+    assert st.auto_method(65536, 10) == "radix"
     assert st.auto_method(262144, 7 * 262144) == "segsort"
     assert st.auto_method(262144, st.RADIX_MEAN_COLUMN * 262144) == "radix"
     assert st.auto_method(100, st.RADIX_NNZ_LIMIT) == "segsort"

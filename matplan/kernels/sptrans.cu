@@ -430,9 +430,8 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
 #define SEG_MERGE_BLOCK 512
-// radix method: digits of at most 9 bits (RDX_BINS values; two a thread in spt_radix_pass), at most
-// 4 passes (31-bit columns). 9 bits make columns below 2^18 two passes (8 bits took three past 2^16).
-#define RDX_BINS 512
+// radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
+#define RDX_BINS 256
 #define RDX_MAX_PASSES 4
 #ifndef RDX_ITEMS
 #define RDX_ITEMS 8                         // keys a thread: tiles of RDX_TILE keys (sptrans.RADIX_TILE)
@@ -863,9 +862,7 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
                long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
                const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
                T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val) {
-    // per warp and digit: running count (<= 32 * RDX_ITEMS), then start in the tile (<= RDX_TILE):
-    // 16 bits each keep the block's static shared memory under 48 KB with 512 digits
-    __shared__ unsigned short s_wcnt[SPT_BLOCK / 32][RDX_BINS];
+    __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
     __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
     __shared__ T s_vals[RDX_TILE];                     // first pass: the rows of the tile's entries
@@ -918,42 +915,24 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
         const int before = d < RDX_BINS ? s_wcnt[w][d] : 0;
         rk[k] = before + __popc(peers & ((1u << lane) - 1u));
         __syncwarp();
-        if (d < RDX_BINS && lane == __ffs(peers) - 1) s_wcnt[w][d] = (unsigned short)(before + __popc(peers));
+        if (d < RDX_BINS && lane == __ffs(peers) - 1) s_wcnt[w][d] = before + __popc(peers);
         __syncwarp();
     }
     __syncthreads();
-    // a thread takes digits RDX_DPT t .. RDX_DPT t + RDX_DPT - 1 from here (consecutive, so the
-    // block scans of their sums run in digit order)
-    constexpr int RDX_DPT = RDX_BINS / SPT_BLOCK;
-    int cnts[RDX_DPT], hsum = 0, csum = 0;
+    const int d = threadIdx.x;   // SPT_BLOCK == RDX_BINS: a thread a digit from here
+    int cnt = 0;
 #pragma unroll
-    for (int j = 0; j < RDX_DPT; ++j) {
-        const int d = threadIdx.x * RDX_DPT + j;
-        int cnt = 0;
-#pragma unroll
-        for (int q = 0; q < SPT_BLOCK / 32; ++q) {
-            const int c = s_wcnt[q][d];
-            s_wcnt[q][d] = (unsigned short)cnt;
-            cnt += c;
-        }
-        cnts[j] = cnt;
-        csum += cnt;
-        hsum += d <= mask ? hist[d] : 0;
-    }
+    for (int q = 0; q < SPT_BLOCK / 32; ++q) { const int c = s_wcnt[q][d]; s_wcnt[q][d] = cnt; cnt += c; }
     int all, tile_keys;
-    int start = block_exclusive_scan(hsum, s_warp, &all);         // the thread's first digit's first slot
-    int tstart = block_exclusive_scan(csum, s_warp, &tile_keys);  // ... in the tile
-    volatile unsigned* st = status;
-#pragma unroll
-    for (int jd = 0; jd < RDX_DPT; ++jd) {   // publish every digit's count before any walk back
-        const int d = threadIdx.x * RDX_DPT + jd;
-        if (d <= mask) st[(long long)tile * RDX_BINS + d] = ((unsigned)cnts[jd] << 2) | (tile == 0 ? 2u : 1u);
-    }
-#pragma unroll
-    for (int jd = 0; jd < RDX_DPT; ++jd) {
-        const int d = threadIdx.x * RDX_DPT + jd, cnt = cnts[jd];
-        int prefix = 0;
-        if (d <= mask && tile > 0) {
+    const int start = block_exclusive_scan(d <= mask ? hist[d] : 0, s_warp, &all);   // digit's first slot
+    const int tstart = block_exclusive_scan(cnt, s_warp, &tile_keys);                 // ... in the tile
+    int prefix = 0;
+    if (d <= mask) {
+        volatile unsigned* st = status;
+        if (tile == 0) {
+            st[d] = ((unsigned)cnt << 2) | 2u;
+        } else {
+            st[(long long)tile * RDX_BINS + d] = ((unsigned)cnt << 2) | 1u;
             // walk back RDX_LOOKBACK predecessors a step, their words loaded together. H100 variants
             // (sptrans-radix-variants-h100-2026-11-23.log, 410a237), GPU time: 80 registers, 16 words
             // -> 64 registers (4 blocks an SM), 4 words: Poisson 192 -> 150 us, banded 297 -> 240,
@@ -976,11 +955,9 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
             }
             st[(long long)tile * RDX_BINS + d] = ((unsigned)(prefix + cnt) << 2) | 2u;
         }
-        s_base[d] = start + prefix - tstart;   // global slot of the tile's slot i when i holds digit d
-        s_tstart[d] = tstart;
-        start += d <= mask ? hist[d] : 0;
-        tstart += cnt;
     }
+    s_base[d] = start + prefix - tstart;   // global slot of the tile's slot i when i holds digit d
+    s_tstart[d] = tstart;
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < RDX_ITEMS; ++k) {

@@ -5,7 +5,7 @@ A.T (n x m) with no host synchronisation (the result is assembled with cupyx's `
 which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
 for the GPU in CuPy 14.2). Two methods (sptrans.cu has the details):
 
-``method="auto"`` (default): "radix" when n <= 2^16 (RADIX_AUTO_COLUMNS) or the mean
+``method="auto"`` (default): "radix" when it needs at most two passes (n <= 2^16) or the mean
 column holds at least RADIX_MEAN_COLUMN entries, else "segsort" (:func:`auto_method`; from the shape,
 so no host synchronisation). The segsort's cost grows with long columns (bitonic sorts, merge
 rounds), the radix method's with log2(n) (passes): H100 2026-11-23 (01cfb4f), GPU time queued,
@@ -43,7 +43,7 @@ millions of entries transposes faster with ``method="merge"``.
 ``method="radix"``: a stable LSD counting sort of A's entries by column, so every row of A.T comes
 out in A's order and nothing is sorted per row. ``spt_count`` and ``spt_scan`` as above (no ranks;
 spt_scan also bins the column counts into each pass's digit histogram), then ``spt_radix_pass``
-once per digit (ceil(log2 n / 9) passes of at most 9 bits, least significant first): a block ranks
+once per digit (ceil(log2 n / 8) passes of at most 8 bits, least significant first): a block ranks
 a tile of 2048 keys stably by digit (warp by warp, __match_any_sync), finds the digit's count in
 earlier tiles by decoupled look-back (a word per tile and digit), stages the tile in shared memory
 by digit and writes it coalesced. Keys carry (column, row) and the value, so the last pass writes
@@ -90,10 +90,9 @@ SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
 METHODS = ("auto", "segsort", "radix", "merge")
-#: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^9 = RADIX_BINS; columns below 2^31 so
-#: at most RDX_MAX_PASSES = 4 passes) and the nnz bound of its 32-bit look-back words (count << 2 | flag)
-RADIX_BITS, RADIX_NNZ_LIMIT = 9, 2**30
-RADIX_BINS = 1 << RADIX_BITS
+#: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8; columns below 2^31 so at most
+#: RDX_MAX_PASSES = 4 passes) and the nnz bound of its 32-bit look-back words (count << 2 | flag)
+RADIX_BITS, RADIX_NNZ_LIMIT = 8, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
 #: method="auto" takes the radix method past this mean column length (nnz / n) even when it needs
@@ -101,10 +100,6 @@ RADIX_TILE = BLOCK * 8
 #: rmat-scale17 (mean 14.8) 1.01 / 0.54, ice40 (22) 1.02 / 0.68; banded (17, no long column) 1.06
 #: / 1.68 is the case this rule gets wrong
 RADIX_MEAN_COLUMN = 14
-#: ... and up to this many columns whatever their lengths: the columns two passes of 8-bit digits
-#: covered when the rule was measured (9-bit digits since make columns up to 2^18 two passes; on
-#: short columns there the segsort or the radix method is plan_transpose's to choose)
-RADIX_AUTO_COLUMNS = 1 << 16
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -250,13 +245,13 @@ def radix_passes(n: int) -> tuple:
 
 
 def auto_method(n: int, nnz: int) -> str:
-    """method="auto"'s choice from the shape alone (no host synchronisation): "radix" when n <=
-    RADIX_AUTO_COLUMNS or the mean column is long (nnz / n >= RADIX_MEAN_COLUMN), where the
-    segsort's per-column sorts dominate; else "segsort". nnz >= 2^30: "segsort" (the radix
-    look-back words' limit)."""
+    """method="auto"'s choice from the shape alone (no host synchronisation): "radix" when its
+    passes are at most two (n <= 2^16) or the mean column is long (nnz / n >= RADIX_MEAN_COLUMN),
+    where the segsort's per-column sorts dominate; else "segsort", whose work on short columns is
+    less than three radix passes. nnz >= 2^30: "segsort" (the radix look-back words' limit)."""
     if nnz >= RADIX_NNZ_LIMIT:
         return "segsort"
-    return "radix" if n <= RADIX_AUTO_COLUMNS or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
+    return "radix" if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
 
 
 def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
@@ -276,16 +271,16 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     # segsort's keys or the radix passes' buffers, then a zeroed workspace of int32 words: control
     # words, the scan's status (8-byte words); segsort: the column lists (seg_list, n ints: medium
     # from the front, long from the back; huge_list: columns of more than cap keys, at most
-    # nnz / (cap + 1)); radix: the digit histograms, a tile ticket and tiles x RADIX_BINS
-    # look-back words a pass (Poisson: 3.5 MB)
+    # nnz / (cap + 1)); radix: the digit histograms, a tile ticket and tiles x 256 look-back words
+    # a pass (Poisson: 2.7 MB)
     counts = _cuda.zeroed(n + 1, cp.int32)
     status_off = (_CTRL + 1) & ~1
     list_off = status_off + 2 * scan_tiles
     huge_off = list_off + (n if seg else 0)
     hist_off = huge_off + (max_huge + 1 if seg else 0)
-    ticket_off = hist_off + (passes * RADIX_BINS if rdx else 0)
+    ticket_off = hist_off + (passes * 256 if rdx else 0)
     look_off = ticket_off + (passes if rdx else 0)
-    ws_bytes = 4 * (look_off + (passes * tiles * RADIX_BINS if rdx else 0))
+    ws_bytes = 4 * (look_off + (passes * tiles * 256 if rdx else 0))
     # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge
     # columns' scratch; radix: between passes, keys (column, row) as int2 and values, ping-pong
     between = min(2, passes - 1)
@@ -354,8 +349,8 @@ def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out
     for p in range(passes):   # the last pass writes A.T
         dst = (0, 0) if p == passes - 1 else bufs[p % 2]
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (indptr_a, m, *first, *src, nnz, p_live, n, p * bits, bits, hist + 4 * RADIX_BINS * p,
-                           look + 4 * p * tiles * RADIX_BINS, ticket + 4 * p, *dst, out_idx, out_val))
+                          (indptr_a, m, *first, *src, nnz, p_live, n, p * bits, bits, hist + 4 * 256 * p,
+                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only: A.T's indptr[n] of them
         first, src, p_live = (0, 0), dst, n_live
