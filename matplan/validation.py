@@ -150,11 +150,12 @@ def normalize_matrix(A, plan):
 def normalize_operand(B, plan):
     """B alone, checked against ``plan``: rows, columns (for dense B), dtype, backend; None for a
     SpTRANS plan, which takes no B."""
-    if plan.op == "sptrans" or B is None:
-        if plan.op == "sptrans" and B is None:
-            return None
-        raise TypeError("B: a SpTRANS plan transposes A alone; pass no B" if plan.op == "sptrans" else
-                        f"B: this plan ({plan.op}) needs B; got None")
+    if plan.op == "sptrans":
+        from .kernels.sptrans import check_call
+        check_call(B, None)   # TypeError naming B unless B is None
+        return None
+    if B is None:
+        raise TypeError(f"B: this plan ({plan.op}) needs B; got None")
     B, backend = _as_array(B, "B")
     _check_against_plan(B, "B", backend, plan)
     f = plan.features

@@ -282,9 +282,8 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     look_off = ticket_off + (passes if rdx else 0)
     ws_bytes = 4 * (look_off + (passes * tiles * 256 if rdx else 0))
     # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge
-    # columns' scratch; radix: between passes, keys (column, row) as int2 and values, ping-pong
-    between = min(2, passes - 1)
-    front = -(-(16 * nnz if seg else between * (8 + A.dtype.itemsize) * nnz) // 16) * 16
+    # columns' scratch; radix: the buffers between passes (_radix_between)
+    front = -(-(16 * nnz if seg else _radix_between(passes, A.dtype.itemsize, nnz)[1]) // 16) * 16
     scratch = cp.empty(front + ws_bytes, dtype=cp.uint8)
     p_keys = scratch.data.ptr
     p_ws = p_keys + front   # the 8-byte status words aligned: front rounded up to 16 bytes
@@ -334,15 +333,22 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     return csr_from_parts(out_val, out_idx, counts, (n, m), sorted_rows=True, canonical=canonical)
 
 
+def _radix_between(passes: int, itemsize: int, nnz: int) -> tuple:
+    """(buffers, bytes) between the radix passes: ping-pong buffers of keys (column, row) as int2
+    and values, at most two (none for one pass), laid out keys first."""
+    between = min(2, passes - 1)
+    return between, between * (8 + itemsize) * nnz
+
+
 def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
     """The radix passes (module docstring): ptrs are the device addresses of the buffers between
-    passes (min(2, passes - 1) x (8 + itemsize) x nnz bytes), the digit histograms, the look-back
-    words, the tile tickets (a pass each) and A.T's indptr[n] (the valid entries)."""
+    passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
+    (a pass each) and A.T's indptr[n] (the valid entries)."""
     m, n = A.shape
     nnz = int(indices.size)
     buf, hist, look, ticket, n_live = ptrs
-    # between passes: keys (column, row) as int2 and values, ping-pong buffers
-    between, item = min(2, passes - 1), A.dtype.itemsize
+    item = A.dtype.itemsize
+    between = _radix_between(passes, item, nnz)[0]
     bufs = [(buf + 8 * nnz * i, buf + 8 * nnz * between + item * nnz * i)
             for i in range(between)]   # the keys first: every buffer aligned to its element
     first, src, p_live = (indices, A.data), (0, 0), 0
