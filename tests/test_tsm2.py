@@ -249,6 +249,21 @@ def test_async_winner_is_stored_and_labelled():
     assert not tsm2.async_eligible("col", np.float64, 16, 4097, 4096)   # columns not 16-byte aligned
     assert tsm2.async_eligible("row", np.float64, 3, 4096, 4096)
     assert not tsm2.async_eligible("row", np.float64, 2, 4096, 4096)    # k below ASYNC_K
+    assert tsm2.async_eligible("col", np.float32, 1, 4096, 4096)         # column-major: from k = 1
+
+
+def test_async_variants_skip_repeated_configs():
+    """The online timing tries each distinct knob set once: ``wr1`` where the preset has two
+    warps along the rows (float64 k = 16), not where it has one (float32 k = 16)."""
+    assert tsm2.async_variants(np.float64, 16, "row") == ("preset", "s3", "minb1", "wr1")
+    assert tsm2.async_variants(np.float32, 16, "row") == ("preset", "s3", "minb1")
+    for dtype in (np.float32, np.float64):
+        for k in (1, 2, 4, 8, 16, 32):
+            for layout in ("row", "col"):
+                names = tsm2.async_variants(dtype, k, layout)
+                assert names[0] == "preset" and set(names) <= set(tsm2.ASYNC_VARIANTS)
+                configs = [tsm2._async_config(dtype, k, v, layout) for v in names]
+                assert all(a != b for i, a in enumerate(configs) for b in configs[i + 1:])
 
 
 def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):

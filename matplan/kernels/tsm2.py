@@ -90,9 +90,18 @@ DUEL_ROUNDS = 5
 #: tsm2-online-choice-h100-2026-11-24-b21f221.log). At k = 3..4 row-major the register kernel
 #: was faster on both, column-major the async kernel (n = 16384, k = 4: float32 0.99 of copy
 #: bandwidth against 0.92, float64 1.00 against 0.98; tsgemm-h100-2026-11-24-818deae.log), so
-#: both are timed there too.
+#: both are timed there too. Column-major A is timed from k = 1: at n = 8192 the async kernel
+#: with ``minb1`` ran float32 k = 1, 2 at 0.94-0.95 of copy bandwidth back to back against the
+#: column register kernel's 0.86-0.87, float64 at 1.02 against 1.00
+#: (benchmarks/results/tsm2-small-n-h100-2026-11-24-f828fdd.log).
 ASYNC_K = (3, 32)
-ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}}
+#: Knob sets over tsm2_async.default_config that the online timing tries (those equal to an
+#: earlier one's config are skipped, :func:`async_variants`). ``minb1``: one resident block
+#: asked of the compiler (more registers); ``wr1``: one warp along the rows, half the rows per
+#: block where the preset has two (twice the blocks: at n = 8192 float64 k = 16, 256 blocks
+#: where the preset's 128 leave SMs idle, 0.92 of copy bandwidth against 0.83-0.85 row-major and
+#: 1.01 against 0.91 column-major, same log).
+ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}, "minb1": {"minb": 1}, "wr1": {"wr": 1}}
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
@@ -460,11 +469,30 @@ def _candidate_label(c: tuple) -> str:
 
 
 def async_eligible(layout: str, dtype, k: int, m: int, n: int) -> bool:
-    """Whether the online timing tries the cp.async kernel: ASYNC_K[0] <= k <= ASYNC_K[1] and A's
-    rows (row-major, C order: n * itemsize % 16 == 0) or columns (column-major, F order:
-    m * itemsize % 16 == 0) start on 16-byte boundaries."""
+    """Whether the online timing tries the cp.async kernel: ASYNC_K[0] <= k <= ASYNC_K[1]
+    (column-major: 1 <= k) and A's rows (row-major, C order: n * itemsize % 16 == 0) or columns
+    (column-major, F order: m * itemsize % 16 == 0) start on 16-byte boundaries."""
     lead = n if layout == "row" else m
-    return ASYNC_K[0] <= k <= ASYNC_K[1] and lead * np.dtype(dtype).itemsize % 16 == 0
+    low = ASYNC_K[0] if layout == "row" else 1
+    return low <= k <= ASYNC_K[1] and lead * np.dtype(dtype).itemsize % 16 == 0
+
+
+def async_variants(dtype, k: int, layout: str) -> tuple:
+    """The ASYNC_VARIANTS names the online timing tries for this problem: those whose knobs the
+    kernel accepts and differ from every earlier variant's (``wr1`` is the preset where it
+    already has one warp along the rows)."""
+    from . import tsm2_async
+    seen, names = set(), []
+    for name in ASYNC_VARIANTS:
+        cfg = _async_config_items(np.dtype(dtype), int(k), name, layout)
+        try:
+            tsm2_async.check_config(dict(cfg), np.dtype(dtype).itemsize, layout == "col")
+        except ValueError:
+            continue
+        if cfg not in seen:
+            seen.add(cfg)
+            names.append(name)
+    return tuple(names)
 
 
 def _bucket(x: int) -> int:
@@ -712,7 +740,8 @@ class TSM2(Kernel):
             tc = tsm2_tc.eligible(f.dtype, f.k, layout, f.m, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s,
-                              tuple(ASYNC_VARIANTS) if eligible else (), tsm2_tc.variants(layout) if tc else ())
+                              async_variants(f.dtype, f.k, layout) if eligible else (),
+                              tsm2_tc.variants(layout) if tc else ())
             t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
             # a bucket's winner may be the async kernel while this n's rows are not 16-byte
             # aligned: the register kernel then runs with the bucket's t1/t3
