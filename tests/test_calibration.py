@@ -96,7 +96,7 @@ def test_installed_store_calibrates_tsm2_cost_and_restores(restore_store):
     f = Features(op="tsgemm", backend="gpu", dtype="float32", index_dtype="", m=4096, n=4096, k=16,
                  layout="C")
     params = {"layout": "row", "t1": 256, "t2": 16, "t3": 2}
-    key = tsm2.t1_key(dev.name, "float32", "row", 16, 4096)
+    key = tsm2.t1_key(dev.name, "float32", "row", 16, 4096, 4096)
     before = tsm2.T1_STORE
     raw = tsm2.TSM2().cost(f, params, dev).run_s
     rows = [cal(3.0, "2026-01-01", key=key), cal(2.0, "2026-02-01", key=key, version="0.2")]

@@ -109,9 +109,13 @@ def test_old_gpus_plan_too():
 
 
 def test_t1_store_and_buckets():
-    key = tsm2.t1_key("dev", np.float32, "row", 5, 9000)
-    assert key == ("dev", "float32", "row", 8, 16384)
-    assert tsm2.t1_key("dev", "float32", "row", 8, 16384) == key
+    key = tsm2.t1_key("dev", np.float32, "row", 5, 9000, 9000)
+    assert key == ("dev", "float32", "row", 8, 16384, 16384)
+    assert tsm2.t1_key("dev", "float32", "row", 8, 16384, 12000) == key
+    # the timed rows are capped (TIMING_ELEMENTS / n): every m past the cap shares one key
+    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 32768)[-1] == tsm2.timed_rows(32768, 32768) == 8192
+    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 1 << 20) == tsm2.t1_key("dev", "float32", "row", 8, 32768, 9000)
+    assert tsm2.t1_key("dev", "float32", "row", 8, 8192, 8192) != tsm2.t1_key("dev", "float32", "row", 8, 8192, 1 << 20)
     store = tsm2.InProcessT1Store()
     assert store.get(key) is None and store.ratio(key) is None
     store.put(key, {"t1": 128, "t3": 2}, {(64, 2): 2e-3, (128, 2): 1e-3}, 1.1)
@@ -137,7 +141,7 @@ def test_cost_uses_the_timing_calibration():
     old = tsm2.T1_STORE
     try:
         store = tsm2.InProcessT1Store()
-        store.put(tsm2.t1_key(H100.name, "float32", "row", 4, f.n), p, {(p["t1"], p["t3"]): 1.0}, 1.5)
+        store.put(tsm2.t1_key(H100.name, "float32", "row", 4, f.n, f.m), p, {(p["t1"], p["t3"]): 1.0}, 1.5)
         tsm2.set_t1_store(store)
         cal = kern.cost(f, p, H100)
     finally:
@@ -161,7 +165,7 @@ def test_cublas_cost_uses_the_vendor_calibration():
     f = _features("F", "float64", k=8)
     base = cub.cost(f, {}, H100)
     assert not base.calibrated
-    key = tsm2.t1_key(H100.name, "float64", "col", 8, f.n)
+    key = tsm2.t1_key(H100.name, "float64", "col", 8, f.n, f.m)
     try:
         tsm2.VENDOR_RATIO[key] = 0.8
         cal = cub.cost(f, {}, H100)
@@ -208,7 +212,7 @@ def test_split_waves_fills_the_last_wave():
 
 def test_t1_store_keeps_the_row_depth():
     store = tsm2.InProcessT1Store()
-    key = tsm2.t1_key("dev", "float32", "row", 16, 32768)
+    key = tsm2.t1_key("dev", "float32", "row", 16, 32768, 32768)
     store.put(key, {"t1": 512, "t3": 4, "depth": 2}, {(512, 4, 1): 2e-3, (512, 4, 2): 1.5e-3}, 1.0)
     assert store.get(key) == {"t1": 512, "t3": 4, "depth": 2}
     assert store.timings[key] == {"t1=512,t3=4,depth=1": 2e-3, "t1=512,t3=4,depth=2": 1.5e-3}
@@ -252,15 +256,17 @@ def test_async_winner_is_stored_and_labelled():
     assert tsm2.async_eligible("col", np.float32, 1, 4096, 4096)         # column-major: from k = 1
 
 
-def test_async_variants_skip_repeated_configs():
+def test_async_variants_skip_repeated_configs_and_small_grid_ones_on_capped_timings():
     """The online timing tries each distinct knob set once: ``wr1`` where the preset has two
-    warps along the rows (float64 k = 16), not where it has one (float32 k = 16)."""
-    assert tsm2.async_variants(np.float64, 16, "row") == ("preset", "s3", "minb1", "wr1")
-    assert tsm2.async_variants(np.float32, 16, "row") == ("preset", "s3", "minb1")
+    warps along the rows (float64 k = 16), not where it has one (float32 k = 16); the variants
+    for small grids only where it times all of A's rows (n = 8192, not n = 32768)."""
+    assert tsm2.async_variants(np.float64, 16, "row", 8192, 8192) == ("preset", "s3", "minb1", "wr1")
+    assert tsm2.async_variants(np.float32, 16, "row", 8192, 8192) == ("preset", "s3", "minb1")
+    assert tsm2.async_variants(np.float64, 16, "col", 32768, 32768) == ("preset", "s3")
     for dtype in (np.float32, np.float64):
         for k in (1, 2, 4, 8, 16, 32):
             for layout in ("row", "col"):
-                names = tsm2.async_variants(dtype, k, layout)
+                names = tsm2.async_variants(dtype, k, layout, 8192, 8192)
                 assert names[0] == "preset" and set(names) <= set(tsm2.ASYNC_VARIANTS)
                 configs = [tsm2._async_config(dtype, k, v, layout) for v in names]
                 assert all(a != b for i, a in enumerate(configs) for b in configs[i + 1:])

@@ -191,7 +191,7 @@ def test_planner_tsgemm_on_gpu(cp, rng, order, dtype):
     assert tc.params["layout"] == ("row" if order == "C" else "col")
     assert tc.params["t1_source"] == "timed on the device"
     assert "t2threshold" in tc.why
-    key = tsm2.t1_key(p.device, dtype, tc.params["layout"], k, n)
+    key = tsm2.t1_key(p.device, dtype, tc.params["layout"], k, n, m)
     best = tsm2.T1_STORE.get(key)
     assert (best["t1"], best["t3"]) == (tc.params["t1"], tc.params["t3"])
     assert best.get("depth", 1) == tc.params.get("depth", 1)

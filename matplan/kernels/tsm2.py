@@ -17,8 +17,8 @@ columns of C per pass (A is read ceil(k / t2) times), ``t3`` loads of A in fligh
 (``"col"``: elements of the row; ``"row"``: rows per warp, each a 16-byte vector per lane).
 ``t2`` and ``t3`` come from the performance model in :mod:`matplan.models.tsm2`; ``t1`` (and t3's
 multiples, and the row kernel's depth) is chosen by timing the candidates on the device once per
-(device, dtype, layout, k bucket, n bucket) and kept in :data:`T1_STORE` (an in-process dict; the
-tuning database plugs in with :func:`set_t1_store`). A split over n is evened out to whole waves
+(device, dtype, layout, buckets of k, n and the timed rows: :func:`t1_key`) and kept in
+:data:`T1_STORE` (an in-process dict; the tuning database plugs in with :func:`set_t1_store`). A split over n is evened out to whole waves
 of resident blocks. The same timing tries the cp.async kernels of ``tsm2_async.cu`` (both
 layouts, A streamed through shared memory) for k in ASYNC_K, then times the winner and cuBLAS in
 alternation to calibrate both costs (:func:`_duel`). A prepared TSM2 keeps one :class:`Launch`
@@ -102,6 +102,11 @@ ASYNC_K = (3, 32)
 #: where the preset's 128 leave SMs idle, 0.92 of copy bandwidth against 0.83-0.85 row-major and
 #: 1.01 against 0.91 column-major, same log).
 ASYNC_VARIANTS = {"preset": {}, "s3": {"stages": 3}, "minb1": {"minb": 1}, "wr1": {"wr": 1}}
+#: Variants for grids of about one wave, tried only when the online timing runs the problem's own
+#: rows (m <= TIMING_ELEMENTS / n): timed on 8192 of n = 32768's rows they won and then ran the
+#: full problem 5-8% slower than the preset (float32 k = 16 minb1, float64 k = 16 wr1; H100,
+#: tsgemm-h100-2026-11-24-b3ab259.log), where the planner took TSM2 at 0.87x cuBLAS.
+SMALL_GRID_VARIANTS = ("minb1", "wr1")
 #: The split-K reduction kernel (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
@@ -414,7 +419,8 @@ class SplitSum:
 
 # --- online t1 choice -----------------------------------------------------------------------------
 class InProcessT1Store:
-    """The winners of the online timing, per (device, dtype, layout, k bucket, n bucket).
+    """The winners of the online timing, per :func:`t1_key` (device, dtype, layout, buckets of k, n
+    and the timed rows).
 
     Each entry keeps the winning ``{"t1": .., "t3": ..}`` (and ``"depth"`` for the row kernel when
     timed with depths), every candidate's seconds and
@@ -477,13 +483,16 @@ def async_eligible(layout: str, dtype, k: int, m: int, n: int) -> bool:
     return low <= k <= ASYNC_K[1] and lead * np.dtype(dtype).itemsize % 16 == 0
 
 
-def async_variants(dtype, k: int, layout: str) -> tuple:
-    """The ASYNC_VARIANTS names the online timing tries for this problem: those whose knobs the
+def async_variants(dtype, k: int, layout: str, m: int, n: int) -> tuple:
+    """The ASYNC_VARIANTS names the online timing tries for an m x n A: those whose knobs the
     kernel accepts and differ from every earlier variant's (``wr1`` is the preset where it
-    already has one warp along the rows)."""
+    already has one warp along the rows), SMALL_GRID_VARIANTS only where the timing runs all m
+    rows."""
     from . import tsm2_async
     seen, names = set(), []
     for name in ASYNC_VARIANTS:
+        if name in SMALL_GRID_VARIANTS and timed_rows(m, n) < m:
+            continue
         cfg = _async_config_items(np.dtype(dtype), int(k), name, layout)
         try:
             tsm2_async.check_config(dict(cfg), np.dtype(dtype).itemsize, layout == "col")
@@ -500,8 +509,16 @@ def _bucket(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def t1_key(device_name: str, dtype, layout: str, k: int, n: int) -> tuple:
-    return (device_name, str(np.dtype(dtype)), layout, _bucket(k), _bucket(n))
+def timed_rows(m: int, n: int) -> int:
+    """Rows of the online timing's problem for an m x n A: m, capped at TIMING_ELEMENTS / n."""
+    return max(1, min(int(m), TIMING_ELEMENTS // max(int(n), 1)))
+
+
+def t1_key(device_name: str, dtype, layout: str, k: int, n: int, m: int) -> tuple:
+    """The online timing's cache key: device, dtype, layout and the buckets of k, n and the timed
+    problem's rows (:func:`timed_rows`), so a winner timed on a few thousand rows is not reused
+    for a problem whose grid is several times larger (or smaller)."""
+    return (device_name, str(np.dtype(dtype)), layout, _bucket(k), _bucket(n), _bucket(timed_rows(m, n)))
 
 
 def time_kernel(fn, repeats: int = TIMING_REPEATS, warmup: int = 2) -> float:
@@ -529,7 +546,7 @@ def vendor_ratio(device, f):
     layout = layout_of_features(f)
     if layout is None:
         return None
-    key = t1_key(device.name, f.dtype, layout, f.k, f.n)
+    key = t1_key(device.name, f.dtype, layout, f.k, f.n, f.m)
     if key not in VENDOR_RATIO and f.m >= 1 and f.n >= 1 and f.k >= 1 and _can_time(f, device):
         if TSM2().supports(f) is None:
             list(TSM2().candidates(f, device))   # the t1 search's duel calibrates cuBLAS alongside
@@ -550,7 +567,7 @@ def _vendor_model_s(device, m, n, k, dtype) -> float:
 def _timing_problem(dtype, layout, m, n, k):
     """Random A (m capped so it has at most TIMING_ELEMENTS elements, in the layout), B and C."""
     cp = cupy_module()
-    mb = max(1, min(m, TIMING_ELEMENTS // max(n, 1)))
+    mb = timed_rows(m, n)
     rng = cp.random.default_rng(12345)
     order = "C" if layout == "row" else "F"
     A = cp.asarray(rng.random((mb, n), dtype=np.float64).astype(dtype), order=order)
@@ -608,7 +625,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
     in a RuntimeWarning; RuntimeError when every candidate fails (:func:`score_candidates`).
     """
-    key = t1_key(device.name, dtype, layout, k, n)
+    key = t1_key(device.name, dtype, layout, k, n, m)
     hit = T1_STORE.get(key)
     if hit is not None:
         if key not in VENDOR_RATIO:   # a stored winner (another process, the tuning database)
@@ -740,7 +757,7 @@ class TSM2(Kernel):
             tc = tsm2_tc.eligible(f.dtype, f.k, layout, f.m, f.n)
             best, _ = tune_t1(device, f.dtype, layout, f.m, f.n, f.k, t2,
                               t3_candidates(layout, f.dtype, t2, t3), t1s,
-                              async_variants(f.dtype, f.k, layout) if eligible else (),
+                              async_variants(f.dtype, f.k, layout, f.m, f.n) if eligible else (),
                               tsm2_tc.variants(layout) if tc else ())
             t1, t3, depth = best["t1"], best["t3"], best.get("depth", 1)
             # a bucket's winner may be the async kernel while this n's rows are not 16-byte
@@ -760,7 +777,7 @@ class TSM2(Kernel):
     def cost(self, f, params, device):
         mp = _model_params(device, f)
         t = model_time(device, f.m, f.n, f.k, f.dtype, params["layout"], params["t1"], params["t2"], params["t3"])
-        ratio = T1_STORE.ratio(t1_key(device.name, f.dtype, params["layout"], f.k, f.n))
+        ratio = T1_STORE.ratio(t1_key(device.name, f.dtype, params["layout"], f.k, f.n, f.m))
         k, thr = f.k, mp["t2threshold"]
         why = (f"TSM2 {params['layout']}-major kernel: k={k} {'<=' if k <= thr else '>'} "
                f"t2threshold={thr:.1f} ({mp['bound']}-bound); model t2={mp['t2']}, t3={mp['t3']} "

@@ -127,7 +127,7 @@ class TimingRecord:
 class CalibrationRecord:
     device_key: str
     kernel: str                  # "tsgemm.tsm2"
-    key: str                     # canonical JSON of the kernel's own key (e.g. dtype, layout, k and n buckets)
+    key: str                     # canonical JSON of the kernel's own key (e.g. dtype, layout, k, n and m buckets)
     value: dict                  # what the kernel measured (e.g. best t1/t3, per-candidate seconds, ratio)
     matplan_version: str
     created_at: str = ""
