@@ -545,14 +545,21 @@ def test_one_pass_takes_few_long_rows(cp, hs, rng, monkeypatch, dtype, sort, glo
     assert not info["one_pass"]
 
 
-@pytest.mark.parametrize("range_below", [0, 10 ** 9])
-def test_one_pass_copies_by_rows_and_by_ranges(cp, hs, rng, monkeypatch, range_below):
-    """compact_rows (a warp a row) and compact_ranges (a block a range of rows, an entry a thread)
-    give the same C: empty rows, rows of one entry and a long row included."""
-    monkeypatch.setattr(hs, "COMPACT_RANGE_BELOW", range_below)
-    A, B = _rows_of_products(rng, [0, 1, 3, 0, 200, 7] * 300 + [511, 0], long_a={5, 1799})
+@pytest.mark.parametrize("copier", ["entries", "rows", "ranges"])
+def test_one_pass_copies_by_entries_rows_and_ranges(cp, hs, rng, monkeypatch, copier):
+    """compact_entries (a block a range of C's entries), compact_rows (a warp a row) and
+    compact_ranges (a block a range of rows, an entry a thread) give the same C from a poisoned
+    pool: empty rows (a run of 3000 inside one block's entries), rows of one entry, rows of up to
+    500 entries over 600 columns."""
+    monkeypatch.setattr(hs, "COMPACT_BY_ENTRIES", copier == "entries")
+    monkeypatch.setattr(hs, "COMPACT_RANGE_BELOW", 10 ** 9 if copier == "ranges" else 0)
+    counts = [0, 1, 3, 0, 200, 7] * 300 + [0] * 3000 + [1, 0, 0, 2] + [511, 0]
+    A, B = _rows_of_products(rng, counts, long_a={5, 1799}, ncols=600)
+    products = int((sp.csr_matrix(A).astype(bool).astype(np.int64) @ np.diff(B.indptr)).sum())
     info = {}
+    _poison_pool(cp, products * 8)
     _check_one(cp, hs, A, B, np.float64, True, info)
+    _poison_pool(cp, products * 8)
     _check_one(cp, hs, A, B, np.float32, True, {}, esc=False)
     assert info["one_pass"]
 

@@ -1178,6 +1178,64 @@ __global__ void __launch_bounds__(256) compact_ranges(
     }
 }
 
+// * compact_entries: a block takes COMPACT_ITEMS * blockDim.x consecutive entries of C, whatever rows
+//   hold them: two threads find the rows of its first and last entries (binary search over Cp), each
+//   thread the row of its first of COMPACT_ITEMS consecutive entries (a search between those rows),
+//   then steps forward (a search again past empty rows); the entries' sources are staged in shared
+//   memory and copied coalesced. A long row spreads over as many blocks as its entries fill, where
+//   compact_rows gives it one block (skewed's 34 long rows) and compact_ranges the block of its range.
+#define COMPACT_ITEMS 8
+__device__ __forceinline__ int row_of_entry(const long long* __restrict__ Cp, long long q, int lo, int hi) {
+    // the last row r in [lo, hi) with Cp[r] <= q, given Cp[lo] <= q < Cp[hi]
+    while (hi - lo > 1) {
+        const int mid = lo + ((hi - lo) >> 1);
+        if (Cp[mid] <= q) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) compact_entries(
+        const int* __restrict__ Ap, const long long* __restrict__ csum, const long long* __restrict__ Cp,
+        const int* __restrict__ Uj, const T* __restrict__ Ux, const int m, const long long nnz,
+        int* __restrict__ Cj, T* __restrict__ Cx) {
+    __shared__ long long s_src[256 * COMPACT_ITEMS];
+    __shared__ int s_rows[2];
+    const long long q0 = (long long)blockIdx.x * (blockDim.x * COMPACT_ITEMS);
+    const int span = (int)min((long long)blockDim.x * COMPACT_ITEMS, nnz - q0);
+    if (threadIdx.x < 2)
+        s_rows[threadIdx.x] = row_of_entry(Cp, threadIdx.x ? q0 + span - 1 : q0, 0, m);
+    __syncthreads();
+    const int r_first = s_rows[0], r_end = s_rows[1] + 1;   // Cp[r_end] > every entry of the block
+    const int first = threadIdx.x * COMPACT_ITEMS;
+    if (first < span) {
+        long long q = q0 + first;
+        int r = row_of_entry(Cp, q, r_first, r_end);
+        long long start = Cp[r], next = Cp[r + 1], src = csum[Ap[r]];
+        const int end = min(first + COMPACT_ITEMS, span);
+        for (int t = first; t < end; ++t, ++q) {
+            if (q >= next) {   // past row r: the next row, or a search when empty rows lie between
+                ++r;
+                if (Cp[r + 1] <= q) r = row_of_entry(Cp, q, r, r_end);
+                start = Cp[r];
+                next = Cp[r + 1];
+                src = csum[Ap[r]];
+            }
+            s_src[t] = src + (q - start);
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < span; t += blockDim.x) {
+        const long long s = s_src[t];
+        Cj[q0 + t] = Uj[s];
+        Cx[q0 + t] = Ux[s];
+    }
+}
+
+template __global__ void compact_entries<float>(const int*, const long long*, const long long*, const int*,
+                                                const float*, int, long long, int*, float*);
+template __global__ void compact_entries<double>(const int*, const long long*, const long long*, const int*,
+                                                 const double*, int, long long, int*, double*);
 template __global__ void compact_ranges<float>(const int*, const long long*, const long long*, const int*,
                                                const float*, int, int*, float*);
 template __global__ void compact_ranges<double>(const int*, const long long*, const long long*, const int*,

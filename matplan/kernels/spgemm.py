@@ -104,7 +104,8 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
           + ("numeric_global_acc<float>", "numeric_global_acc<double>",
              "numeric_global_out<float>", "numeric_global_out<double>",
              "numeric_global_seg<float>", "numeric_global_seg<double>",
-             "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>")
+             "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>",
+             "compact_entries<float>", "compact_entries<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
                   for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
@@ -828,6 +829,11 @@ ONE_PASS_LONG_BYTES = 256 << 20
 COMPACT_LANES = 32
 COMPACT_ROWS = 256
 COMPACT_RANGE_BELOW = 16
+#: The one-pass path copies C with compact_entries (a block per 2048 consecutive entries of C,
+#: whatever rows hold them); False: compact_rows / compact_ranges by the rules above.
+COMPACT_BY_ENTRIES = True
+#: compact_entries' entries a block (256 threads of spgemm.cu's COMPACT_ITEMS).
+COMPACT_ENTRIES_BLOCK = 256 * 8
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
 HOST_MEM_FRACTION = 0.8
 
@@ -1209,14 +1215,20 @@ def _compact_lanes(esc_rows: dict, tables=None) -> int:
     return COMPACT_LANES if tables or not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
 
 
-def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES):
+def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES,
+             entries: bool = False):
     """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
     compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS;
-    BLOCK_THREADS: a block a row) a row, or compact_ranges (every row; for short rows)."""
+    BLOCK_THREADS: a block a row) a row, compact_ranges (every row; for short rows) or
+    compact_entries (every row; a block a range of C's entries, ``Cj.size`` of them)."""
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
     args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
-    if ranges:
+    if entries:
+        if Cj.size:
+            _launch(f"compact_entries<{ct}>", -(-Cj.size // COMPACT_ENTRIES_BLOCK), 256,
+                    args[:6] + (np.int64(Cj.size),) + args[6:])
+    elif ranges:
         _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
     else:
         _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
@@ -1308,7 +1320,9 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(_cuda.read_back(Cp[m:])[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    if n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
+    if COMPACT_BY_ENTRIES:
+        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, entries=True)
+    elif n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
         #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows
         _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]], lanes=_compact_lanes(escs, tables))
         _compact(s, Cp, Uj, Ux, Cj, Cx, long_rows, lanes=BLOCK_THREADS)
