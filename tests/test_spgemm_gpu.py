@@ -551,7 +551,7 @@ def test_one_pass_copies_by_entries_rows_and_ranges(cp, hs, rng, monkeypatch, co
     compact_ranges (a block a range of rows, an entry a thread) give the same C from a poisoned
     pool: empty rows (a run of 3000 inside one block's entries), rows of one entry, rows of up to
     500 entries over 600 columns."""
-    monkeypatch.setattr(hs, "COMPACT_BY_ENTRIES", copier == "entries")
+    monkeypatch.setattr(hs, "COMPACT_ALL_BY_ENTRIES", copier == "entries")
     monkeypatch.setattr(hs, "COMPACT_RANGE_BELOW", 10 ** 9 if copier == "ranges" else 0)
     counts = [0, 1, 3, 0, 200, 7] * 300 + [0] * 3000 + [1, 0, 0, 2] + [511, 0]
     A, B = _rows_of_products(rng, counts, long_a={5, 1799}, ncols=600)

@@ -35,8 +35,8 @@ atomics, deterministic sums; a row whose columns span at most its W * P slots is
 window of them instead, ESC_WINDOW), the others a table sized from their bound at full load (no overflow
 possible), the long rows the global path; each sorted row goes to its products' offset
 of that buffer with its count, the
-counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` copies the rows
-into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
+counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` (``compact_entries``
+where rows took the global path) copies the rows into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
 their GPU time in the symbolic pass and the host round trip after it.
 Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
@@ -830,8 +830,12 @@ COMPACT_LANES = 32
 COMPACT_ROWS = 256
 COMPACT_RANGE_BELOW = 16
 #: The one-pass path copies C with compact_entries (a block per 2048 consecutive entries of C,
-#: whatever rows hold them); False: compact_rows / compact_ranges by the rules above.
-COMPACT_BY_ENTRIES = True
+#: whatever rows hold them) where rows took the global path: a long row spreads over the blocks its
+#: entries fill. H100 (630161a, spgemm-compact-entries-h100-2026-11-24-630161a.log), GPU time of
+#: the copy: skewed 425 -> 67 us (its 34 long rows had a block each), metis 84 -> 71; without long
+#: rows compact_rows / compact_ranges stay ahead (uniform 136 against 161, world_highways 68
+#: against 77, Poisson 103 against 105). True: compact_entries for every one-pass product (tests).
+COMPACT_ALL_BY_ENTRIES = False
 #: compact_entries' entries a block (256 threads of spgemm.cu's COMPACT_ITEMS).
 COMPACT_ENTRIES_BLOCK = 256 * 8
 #: Fraction of the host's available memory (MemAvailable) an out='host' result may take.
@@ -1209,10 +1213,10 @@ def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
 
 
-def _compact_lanes(esc_rows: dict, tables=None) -> int:
-    """compact_rows' lanes a row for rows of numeric_esc's classes (``esc_rows``: {class cap: rows})
-    and no tables: from the widest class used, a quarter of its products, 4 to COMPACT_LANES."""
-    return COMPACT_LANES if tables or not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
+def _compact_lanes(esc_rows: dict) -> int:
+    """compact_rows' lanes a row for rows of numeric_esc's classes (``esc_rows``: {class cap: rows}):
+    from the widest class used, a quarter of its products, 4 to COMPACT_LANES."""
+    return COMPACT_LANES if not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
 
 
 def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES,
@@ -1320,12 +1324,8 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     nnz_c = int(_cuda.read_back(Cp[m:])[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
-    if COMPACT_BY_ENTRIES:
+    if n_glob or COMPACT_ALL_BY_ENTRIES:
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, entries=True)
-    elif n_glob:   # the long rows a block each (in compact_ranges' blocks they took 485 us of skewed's
-        #           1.1 ms on an H100), the others by their row list as the hybrid copies its rows
-        _compact(s, Cp, Uj, Ux, Cj, Cx, order[starts[1]:starts[-2]], lanes=_compact_lanes(escs, tables))
-        _compact(s, Cp, Uj, Ux, Cj, Cx, long_rows, lanes=BLOCK_THREADS)
     else:
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
