@@ -1126,7 +1126,8 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
 }
 
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
-// C's exact offsets Cp[i]; two mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
+// C's exact offsets Cp[i]; compact_entries (below) where rows took the global path, else two
+// mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
 // * compact_rows: ``lanes`` (a power of two <= blockDim.x; 32 on the one-pass path) a row, grid-stride,
 //   over the rows of ``rows`` (the hybrid's numeric_esc rows, lanes from their widest class) or all. H100 (9643a20), 8 lanes (4 rows a
 //   warp) against a warp a row: Poisson 140 against 102 us, uniform 235 against 144.
