@@ -1222,9 +1222,9 @@ def _compact_lanes(esc_rows: dict) -> int:
 def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES,
              entries: bool = False):
     """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
-    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS;
-    BLOCK_THREADS: a block a row) a row, compact_ranges (every row; for short rows) or
-    compact_entries (every row; a block a range of C's entries, ``Cj.size`` of them)."""
+    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS) a
+    row; compact_ranges (every row; for short rows); or compact_entries (every row; a block a
+    range of C's entries, ``Cj.size`` of them)."""
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
     args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
