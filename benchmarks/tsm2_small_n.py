@@ -10,6 +10,7 @@ waiting). An empty kernel's single and queued times calibrate the launch gap. Fr
 the copy bandwidth measured in the same run (bytes of A + B + C once).
 
     PYTHONPATH=. python3 benchmarks/tsm2_small_n.py [--n 8192] [--k 1 2 4 8 16] --json out.json
+        [--extra '{"name": {"tj": 128, "stages": 3}}'] [--no-register]
 """
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ from _common import git_commit  # noqa: E402
 TOL = {"float32": 1e-4, "float64": 1e-10}
 
 
-def async_variants(tsm2_async, dtype, k, col):
+def async_variants(tsm2_async, dtype, k, col, extra=None):
     """The preset and knob changes that give more blocks (fewer rows a block) or more bytes in
-    flight; configs the kernel would reject are left out."""
+    flight, and ``extra`` ({name: knobs over the preset}); configs the kernel would reject are
+    left out."""
     base = tsm2_async.default_config(dtype, k, col)
     out = {"preset": base, "s6": dict(base, stages=6), "minb1": dict(base, minb=1)}
+    out.update({name: dict(base, **knobs) for name, knobs in (extra or {}).items()})
     if base["rr"] >= 2 and not col:
         out["rr/2"] = dict(base, rr=base["rr"] // 2)
         out["rr/2,s6"] = dict(base, rr=base["rr"] // 2, stages=6)
@@ -59,6 +62,9 @@ def main(argv=None):
     ap.add_argument("--layout", nargs="+", default=["C", "F"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--extra", default=None, metavar="JSON",
+                    help='more cp.async configs, e.g. \'{"tj128": {"tj": 128, "stages": 3}}\'')
+    ap.add_argument("--no-register", action="store_true", help="skip the register kernel's splits")
     args = ap.parse_args(argv)
 
     import cupy as cp
@@ -96,14 +102,15 @@ def main(argv=None):
                         ("async", p["async"]) if p.get("async") else (p["t1"], p["t3"], p.get("depth", 1))) + "]":
                         lambda: kern.run(prep, B, out=C)}
                     if k >= 3 and A.flags.c_contiguous or col:
-                        for name, cfg in async_variants(tsm2_async, dtype, k, col).items():
+                        extra = json.loads(args.extra) if args.extra else None
+                        for name, cfg in async_variants(tsm2_async, dtype, k, col, extra).items():
                             try:
                                 go = tsm2_async.AsyncLaunch(A, B, C, cfg, col=col)
                             except ValueError as exc:
                                 print(f"# skip async {name}: {exc}")
                                 continue
                             cands[f"async {name}"] = (lambda go=go: go(A, B, C))
-                    if not p.get("async") and not p.get("tc"):
+                    if not p.get("async") and not p.get("tc") and not args.no_register:
                         for S in (1, 2, 4):
                             go = tsm2.Launch(A, lay, lda, k, C.strides, p["t1"], min(p["t2"], k), p["t3"],
                                              depth=p.get("depth", 1), slices=S)
