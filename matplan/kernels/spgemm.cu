@@ -432,10 +432,6 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 // deterministic like the sort's. H100 (2026-11-24), banded-spgemm (289 products, 33 columns a
 // row): numeric_esc 1170 -> 845 us; shared-memory atomicAdd instead of the match: 865 us. What is
 // left is the products' expansion (the csum search, B's loads), the same as the sort's.
-// Rounds of products a lane expands before using their loads (numeric_esc; -DESC_CHUNK=1: one).
-#ifndef ESC_CHUNK
-#define ESC_CHUNK 4
-#endif
 template <typename T, int W, int P, int SLOT_BITS>
 __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
                                            const int lo, const unsigned mask, const long long base,
@@ -508,55 +504,33 @@ __global__ void __launch_bounds__(256) numeric_esc(
     int key[P];
 #pragma unroll
     for (int j = 0; j < P; ++j) key[j] = EMPTY_KEY;
-    // the products in chunks of CH rounds: each chunk's searches, then all its loads, then their
-    // uses, so a lane has CH rounds of B's and A's loads in flight instead of one (a round's
-    // multiply waited for its loads before the next round's loads were issued)
-    constexpr int CH = P < ESC_CHUNK ? P : ESC_CHUNK;
-    static_assert(P % CH == 0, "ESC_CHUNK: a power of two");
 #pragma unroll
-    for (int j0 = 0; j0 < P; j0 += CH) {
+    for (int j = 0; j < P; ++j) {
         // no product of the row left (the same for the group): a row of the W * P class has more
         // than half as many products, and the search below ran for the empty rounds too (H100,
         // 2026-11-24: banded 845 -> 768 us, metis 284 -> 262, skewed 104 -> 99, dragon 386 -> 417)
-        if ((long long)j0 * W >= np) break;
-        int bb[CH], ee[CH];
+        if ((long long)j * W >= np) break;
+        const int p = j * W + lw;
+        int e = 0, b = 0;
+        if (na <= W) {
+            int t = 0;
 #pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            const int p = (j0 + c) * W + lw;
-            int e = 0, b = 0;
-            if (na <= W) {
-                int t = 0;
-#pragma unroll
-                for (int step = W / 2; step > 0; step >>= 1)
-                    if (__shfl_sync(mask, cs, t + step, W) <= p) t += step;
-                b = __shfl_sync(mask, bs, t, W) + p - __shfl_sync(mask, cs, t, W);
-                e = a0 + t;
-            } else if (p < np) {
-                int lo = a0, hi = a1;   // csum[lo] - first <= p < csum[hi] - first
-                while (hi - lo > 1) {
-                    const int mid = (lo + hi) >> 1;
-                    if (csum[mid] - first <= p) lo = mid; else hi = mid;
-                }
-                b = Bp[Aj[lo]] + (int)(p - (csum[lo] - first));
-                e = lo;
+            for (int step = W / 2; step > 0; step >>= 1)
+                if (__shfl_sync(mask, cs, t + step, W) <= p) t += step;
+            b = __shfl_sync(mask, bs, t, W) + p - __shfl_sync(mask, cs, t, W);
+            e = a0 + t;
+        } else if (p < np) {
+            int lo = a0, hi = a1;   // csum[lo] - first <= p < csum[hi] - first
+            while (hi - lo > 1) {
+                const int mid = (lo + hi) >> 1;
+                if (csum[mid] - first <= p) lo = mid; else hi = mid;
             }
-            bb[c] = b;
-            ee[c] = e;
+            b = Bp[Aj[lo]] + (int)(p - (csum[lo] - first));
+            e = lo;
         }
-        int bj[CH];
-        T ax[CH], bx[CH];
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            bj[c] = 0; ax[c] = T(0); bx[c] = T(0);
-            if ((j0 + c) * W + lw < np) { bj[c] = Bj[bb[c]]; ax[c] = Ax[ee[c]]; bx[c] = Bx[bb[c]]; }
-        }
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            const int p = (j0 + c) * W + lw;
-            if (p < np) {
-                key[j0 + c] = (bj[c] << ESC_SLOT_BITS) | p;
-                vals[p] = ax[c] * bx[c];
-            }
+        if (p < np) {
+            key[j] = (Bj[b] << ESC_SLOT_BITS) | p;
+            vals[p] = Ax[e] * Bx[b];
         }
     }
     __syncwarp(mask);
