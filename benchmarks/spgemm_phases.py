@@ -11,13 +11,14 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
   ``host_ms``: the call's own phase clock (``info['host_ms']``).
 
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
-        [--set MIN_TPR=32 ...]   # override spgemm's numeric tuning constants (variants, same run)
+        [--set MIN_TPR=32 ...]   # override spgemm's numeric (or tuple) tuning constants (variants, same run)
         [--define SUBWARP_MIN_BLOCKS=6 ...]   # compile spgemm.cu with -D (its #ifndef constants)
         [--no-esc]   # short rows in hash tables (spgemm(..., esc=False)), for comparison
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import json
 import os
@@ -92,9 +93,10 @@ def main(argv=None):
     for item in args.set:
         name, _, value = item.partition("=")
         kind = type(getattr(hs, name, None))
-        if kind not in (int, float, bool):
-            sys.exit(f"--set {item}: spgemm has no numeric or boolean constant {name!r}")
-        overrides[name] = value.lower() in ("1", "true") if kind is bool else kind(value)
+        if kind not in (int, float, bool, tuple):
+            sys.exit(f"--set {item}: spgemm has no numeric, boolean or tuple constant {name!r}")
+        overrides[name] = (value.lower() in ("1", "true") if kind is bool
+                           else ast.literal_eval(value) if kind is tuple else kind(value))
         setattr(hs, name, overrides[name])
     for item in args.define:   # compile-time constants of spgemm.cu (#ifndef NAME ... in the source)
         name, _, value = item.partition("=")
