@@ -1265,10 +1265,6 @@ INSTANTIATE_NUMERIC_ESC_CLASS(16, 4)
 INSTANTIATE_NUMERIC_ESC_CLASS(32, 4)
 INSTANTIATE_NUMERIC_ESC_CLASS(32, 8)
 INSTANTIATE_NUMERIC_ESC_CLASS(32, 16)
-// narrower groups for the same slot counts (spgemm.ESC_CLASSES may name them)
-INSTANTIATE_NUMERIC_ESC_CLASS(8, 8)
-INSTANTIATE_NUMERIC_ESC_CLASS(16, 8)
-INSTANTIATE_NUMERIC_ESC_CLASS(16, 16)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

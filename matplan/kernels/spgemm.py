@@ -107,7 +107,7 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
              "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>",
              "compact_entries<float>", "compact_entries<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
-                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16), (8, 8), (16, 8), (16, 16))))
+                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
 #: W * P products is expanded into registers (P a lane of a W-lane group), bitonic-sorted by column
 #: and its runs summed; (W, P) by class, the smallest that holds the row. It replaces the hash
