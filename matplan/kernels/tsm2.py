@@ -21,8 +21,9 @@ multiples, and the row kernel's depth) is chosen by timing the candidates on the
 :data:`T1_STORE` (an in-process dict; the tuning database plugs in with :func:`set_t1_store`).
 A split over n is evened out to whole waves of resident blocks. The same timing tries the
 cp.async kernels of ``tsm2_async.cu`` (both layouts, A streamed through shared memory) for k in
-ASYNC_K, then times the winner and cuBLAS in alternation to calibrate both costs (:func:`_duel`). A prepared TSM2 keeps one :class:`Launch`
-(or ``tsm2_async.AsyncLaunch``) per k and strides, so a plan's run only launches.
+ASYNC_K, then times the winner and cuBLAS in alternation to calibrate both costs (:func:`_duel`).
+A prepared TSM2 keeps one :class:`Launch` (or ``tsm2_async.AsyncLaunch``) per k and strides, so a
+plan's run only launches.
 """
 from __future__ import annotations
 
