@@ -473,8 +473,14 @@ __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigne
     if (lw == 0 && row_count) *row_count = total;
 }
 
+// Blocks an SM must hold of numeric_esc's 512-slot class (W * P = 512), asked of the compiler
+// (__launch_bounds__): at 1 it takes 80 registers and 3 blocks fit (37.5% occupancy, Nsight
+// Compute on banded, spgemm-esc-ncu-h100-2026-11-24-7dffe5b.log).
+#ifndef ESC_MIN_BLOCKS_512
+#define ESC_MIN_BLOCKS_512 1
+#endif
 template <typename T, int W, int P>
-__global__ void __launch_bounds__(256) numeric_esc(
+__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
