@@ -474,10 +474,12 @@ __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigne
 }
 
 // Blocks an SM must hold of numeric_esc's 512-slot class (W * P = 512), asked of the compiler
-// (__launch_bounds__): at 1 it takes 80 registers and 3 blocks fit (37.5% occupancy, Nsight
-// Compute on banded, spgemm-esc-ncu-h100-2026-11-24-7dffe5b.log).
+// (__launch_bounds__). Unasked it took 80-89 registers and 3 blocks fit (37.5% occupancy, the
+// kernel latency-bound: Nsight Compute on banded, spgemm-esc-ncu-h100-2026-11-24-7dffe5b.log);
+// at 4 (64 registers, ~280 bytes of spills in float64) banded's numeric_esc went 1041-1047 ->
+// 693 us on an H100 (spgemm-esc-occupancy-h100-2026-11-24-ea8b9dc.log).
 #ifndef ESC_MIN_BLOCKS_512
-#define ESC_MIN_BLOCKS_512 1
+#define ESC_MIN_BLOCKS_512 4
 #endif
 template <typename T, int W, int P>
 __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc(
