@@ -481,13 +481,8 @@ __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigne
 #ifndef ESC_MIN_BLOCKS_512
 #define ESC_MIN_BLOCKS_512 4
 #endif
-// ... and of its 256-slot class (1: not asked).
-#ifndef ESC_MIN_BLOCKS_256
-#define ESC_MIN_BLOCKS_256 1
-#endif
 template <typename T, int W, int P>
-__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : W * P == 256 ? ESC_MIN_BLOCKS_256 : 1)
-numeric_esc(
+__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
