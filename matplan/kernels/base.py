@@ -5,7 +5,8 @@ A kernel is a stateless strategy object:
 * ``candidates(features, device)`` yields parameter dicts (JSON-able values);
 * ``cost(features, params, device)`` predicts ``Cost(prepare_s, run_s, why)``
   from the analytic model (the learned model may override it);
-* ``prepare(A, params)`` converts A to the kernel's format (timed separately);
+* ``prepare(A, params)`` converts A to the kernel's format (timed separately; ``KeepsA``'s
+  keeps A as it is, for kernels that run on A's own arrays);
 * ``run(prepared, B, out=None)`` computes the product;
 * ``runner(params)`` returns what ``Plan.run`` calls, ``(A, B, out=None) -> C``: by default
   prepare then run; a kernel whose call is dominated by host time gives a shorter path.
@@ -102,3 +103,10 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<kernel {self.name} ops={self.ops} backend={self.backend}>"
+
+
+class KeepsA(Kernel):
+    """A kernel that runs on A as it is: prepare converts nothing and keeps A's own arrays."""
+
+    def prepare(self, A, params: dict) -> Prepared:
+        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)

@@ -5,7 +5,7 @@ import scipy.sparse as sp
 
 from ..models import device as device_mod
 from ..models import traffic
-from .base import Cost, Kernel, Prepared
+from .base import Cost, KeepsA
 from .registry import register
 
 #: Rough sustained FLOP/s of NumPy's BLAS on a small host, for costing dense products.
@@ -14,12 +14,9 @@ HOST_FLOPS = 20e9
 HOST_SPARSE_EFFICIENCY = 0.3
 
 
-class _HostKernel(Kernel):
+class _HostKernel(KeepsA):
     backend = "cpu"
     deterministic = True
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
 
     def run(self, prepared, B, out=None):
         C = self._product(prepared.arrays["A"], B)

@@ -92,7 +92,7 @@ import numpy as np
 from .._xp import array_module, cupy_module, cupyx_sparse
 from ..models import analytic, traffic
 from . import _cuda
-from .base import Cost, Kernel, Prepared
+from .base import Cost, KeepsA
 from .registry import register
 
 _CU = "spgemm.cu"
@@ -1621,15 +1621,12 @@ def predict_panels(est_nnz: float, m: int, itemsize: int, free_bytes: int | None
                + "); spgemm() refuses one piece: use out='host' or spgemm_panels()")
 
 
-class SparseProduct(Kernel):
-    """A GPU SpGEMM kernel of ours: prepare keeps A, run computes A @ B by :meth:`product` (no
-    ``out``: C's sparsity is not known in advance)."""
+class SparseProduct(KeepsA):
+    """A GPU SpGEMM kernel of ours: prepare keeps A (KeepsA), run computes A @ B by
+    :meth:`product` (no ``out``: C's sparsity is not known in advance)."""
 
     def product(self, A, B, params):
         raise NotImplementedError
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
 
     def run(self, prepared, B, out=None):
         if out is not None:

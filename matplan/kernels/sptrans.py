@@ -68,7 +68,7 @@ import numpy as np
 
 from .._xp import cupy_module, cupyx_sparse
 from . import _cuda
-from .base import Cost, Kernel, Prepared
+from .base import Cost, KeepsA
 from .registry import register
 from .spgemm import check_csr, csr_from_parts
 
@@ -387,7 +387,7 @@ METHOD_COSTS = {"segsort": {"float64": (101.6e-6, 86.2), "float32": (101.9e-6, 6
 LONG_COLUMN_BYTES = 48.0
 
 
-class SpTrans(Kernel):
+class SpTrans(KeepsA):
     """The planner's SpTRANS (:func:`matplan.planner.plan_transpose`): :func:`transpose` with the
     method as its parameter, chosen from A's longest column and its columns' count instead of
     method="auto"'s rule from the shape alone."""
@@ -424,9 +424,6 @@ class SpTrans(Kernel):
             why = "segmented merge: merge-path tiles, tree rounds across them"
         return Cost(0.0, t, f"{why}; {per_entry:.0f} B an entry at the copy bandwidth + {fixed * 1e6:.0f} us "
                             f"(fitted on an H100)")
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
 
     def run(self, prepared, B, out=None):
         check_call(B, out)

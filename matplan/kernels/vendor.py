@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._xp import cupy_module
 from ..models import analytic, traffic
-from .base import Cost, Kernel, Prepared
+from .base import Cost, KeepsA
 from .registry import register
 
 #: kernel -> {limit: value, "evidence": why}. Measured on an H100, CuPy 14.2, CUDA 13 (issue 8).
@@ -60,12 +60,9 @@ CUBLAS_GEMM_EFFICIENCY = 0.7
 LAUNCH_S = 6e-6
 
 
-class _VendorKernel(Kernel):
+class _VendorKernel(KeepsA):
     backend = "gpu"
     vendor = True
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
 
     def run(self, prepared, B, out=None):
         C = prepared.arrays["A"] @ B
