@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import git_commit, timed  # noqa: E402
+from _common import geomean, git_commit, timed  # noqa: E402
 
 
 def problems():
@@ -105,7 +105,7 @@ def main(argv=None):
     r = [x["hash_ms"] / x["esc_ms"] for x in rows]
     c = [x["cusparse_ms"] / x["esc_ms"] for x in rows]
     if rows:
-        print(f"geomean hash/esc {np.exp(np.mean(np.log(r))):.3f}, cuSPARSE/esc {np.exp(np.mean(np.log(c))):.3f} "
+        print(f"geomean hash/esc {geomean(r):.3f}, cuSPARSE/esc {geomean(c):.3f} "
               f"over {len(rows)} calls; hash/esc range {min(r):.2f}-{max(r):.2f}")
     if args.json:
         with open(args.json, "w") as fh:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import sys
@@ -44,7 +43,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import geomean, git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
 
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan.corpus import generators  # noqa: E402
@@ -267,8 +266,8 @@ def main(argv=None):
         rs = [r for r in results if r["dtype"] == dt and r["planner_ms"]]
         if rs:
             summary[dt] = dict(
-                planner_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["planner_speedup_vs_vendor"]) for r in rs])),
-                best_geomean_speedup_vs_vendor=math.exp(np.mean([math.log(r["speedup_vs_vendor"]) for r in rs])),
+                planner_geomean_speedup_vs_vendor=geomean([r["planner_speedup_vs_vendor"] for r in rs]),
+                best_geomean_speedup_vs_vendor=geomean([r["speedup_vs_vendor"] for r in rs]),
                 worst_planner_vs_oracle=max(r["planner_vs_oracle"] for r in rs),
                 worst_model_vs_oracle=max((r["model_vs_oracle"] for r in rs if r["model_vs_oracle"]), default=None),
                 min_best_frac_of_copy_bw=min(r["frac_of_copy_bw"] for r in rs),

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import git_commit, timed  # noqa: E402
+from _common import geomean, git_commit, timed  # noqa: E402
 from sptrans import matrices  # noqa: E402
 
 
@@ -138,7 +138,7 @@ def main(argv=None):
               f"{r['radix_fused_us']:7.1f} {r['radix_host_us']:6.1f} {r['vendor_us'] / r['radix_fused_us']:5.2f}")
     for key, label in (("fused_us", "auto, the default"), ("radix_fused_us", "radix"), ("merge_fused_us", "merge")):
         xs = [r["vendor_us"] / r[key] for r in rows]
-        print(f"geomean x CuPy ({label}) {float(np.exp(np.mean(np.log(xs)))):.2f}" if xs else "no matrices")
+        print(f"geomean x CuPy ({label}) {geomean(xs):.2f}" if xs else "no matrices")
 
 
 if __name__ == "__main__":

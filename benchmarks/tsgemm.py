@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import sys
 import time
 
 import numpy as np
 
-from _common import git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import geomean, git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Calls queued between the two events of the back-to-back timing.
@@ -164,17 +163,17 @@ def summarise(rows):
             small = [r["frac_of_copy_bw"] for r in sel if r["k"] <= 16]
             small_q = [r["frac_of_copy_bw_b2b"] for r in sel if r["k"] <= 16]
             out[f"{dt}/{lay}"] = {
-                "geomean_speedup_vs_cublas": math.exp(np.mean([math.log(r["speedup_vs_vendor"]) for r in sel])),
+                "geomean_speedup_vs_cublas": geomean([r["speedup_vs_vendor"] for r in sel]),
                 "min_frac_copy_bw_k_le_16": min(small) if small else None,
                 "min_frac_copy_bw_k_le_16_b2b": min(small_q) if small_q else None,
-                "geomean_speedup_vs_cublas_b2b": math.exp(np.mean([math.log(r["vendor_ms_b2b"] / r["ms_b2b"]) for r in sel])),
+                "geomean_speedup_vs_cublas_b2b": geomean([r["vendor_ms_b2b"] / r["ms_b2b"] for r in sel]),
                 "frac_copy_bw_by_k": {r["k"]: round(r["frac_of_copy_bw"], 3) for r in sel if r["n"] == max(x["n"] for x in sel)},
                 "model_abs_rel_err_median": float(np.median([abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel])),
                 "model_abs_rel_err_max": float(max(abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel)),
                 "uncalibrated_model_abs_rel_err_median": float(np.median([abs(r["model_uncalibrated_ms"] / r["ms"] - 1) for r in sel])),
                 "vendor_model_abs_rel_err_median": float(np.median([abs(r["vendor_predicted_ms"] / r["vendor_ms"] - 1) for r in sel])),
                 "planner_picks_tsm2": sum(r["planner_kernel"] == "tsgemm.tsm2" for r in sel),
-                "planner_geomean_speedup_vs_cublas": math.exp(np.mean([math.log(r["vendor_ms"] / r["planner_ms"]) for r in sel])),
+                "planner_geomean_speedup_vs_cublas": geomean([r["vendor_ms"] / r["planner_ms"] for r in sel]),
                 "planner_worst_vs_cublas": max(r["planner_ms"] / r["vendor_ms"] for r in sel),
                 "planner_min_frac_copy_bw_k_le_16": min(r["planner_frac_of_copy_bw"] for r in sel if r["k"] <= 16),
             }
