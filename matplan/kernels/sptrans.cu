@@ -33,6 +33,8 @@
 
 typedef unsigned long long u64;
 
+#include "lookback.cuh"
+
 // Grid barrier of cooperative groups' algorithm (the launch is cooperative, so all blocks are
 // resident): block 0 adds 2^31 - (grid - 1), the others 1; the top bit flips once all arrived.
 __device__ __forceinline__ void grid_sync(unsigned int* bar) {
@@ -490,19 +492,16 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
     }
 }
 
-__device__ __forceinline__ u64 seg_status(unsigned flag, int value) {
-    return ((u64)flag << 32) | (u64)(unsigned)value;
-}
-
 // ws[0..n] (ws[0] == 0, ws[1 + j] = count of column j) -> inclusive prefix sums in place. status:
-// one zeroed word a tile (flag << 32 | value; flag 1: the tile's sum, 2: inclusive prefix).
+// one zeroed word a tile (lookback_prefix's: value << 2 | flag, 1: the tile's sum, 2: inclusive
+// prefix), read back by the whole block.
 // hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
 // digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, int short_max, int warp_max,
          int cap, int* hist, int passes, int bits) {
     __shared__ int s_warp[SPT_BLOCK / 32];
-    __shared__ int s_tile, s_prefix, s_base[3];
+    __shared__ int s_tile, s_base[3];
     __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
     if (hist)
@@ -530,24 +529,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
     }
     int total;
     const int excl = block_exclusive_scan(sum, s_warp, &total);
-    if (threadIdx.x == 0) {
-        int prefix = 0;
-        if (t == 0) {
-            atomicExch(&status[0], seg_status(2, total));
-        } else {
-            atomicExch(&status[t], seg_status(1, total));
-            for (int j = t - 1;;) {
-                const u64 st = *(volatile u64*)&status[j];
-                const unsigned flag = (unsigned)(st >> 32);
-                if (flag == 0) continue;              // tile j has not published yet
-                prefix += (int)(unsigned)(st & 0xffffffffull);
-                if (flag == 2) break;
-                --j;
-            }
-            atomicExch(&status[t], seg_status(2, prefix + total));
-        }
-        s_prefix = prefix;
-    }
+    const int prefix = (int)lookback_prefix(status, t, total);   // every thread: block barriers
     int bin_total, huge_total;
     const int bin_excl = block_exclusive_scan(bins, s_warp, &bin_total);
     const int huge_excl = block_exclusive_scan(huge, s_warp, &huge_total);
@@ -560,7 +542,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
         for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK)
             if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
     __syncthreads();
-    int run = s_prefix + excl;
+    int run = prefix + excl;
     int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16), hg = s_base[2] + huge_excl;
 #pragma unroll
     for (int k = 0; k < SPT_ITEMS; ++k) {
