@@ -35,17 +35,10 @@ def device_attribute(name: str, device_id: int) -> int:
     return int(rt.deviceGetAttribute(getattr(rt, "cudaDevAttr" + name, _ATTRIBUTE_ENUMS[name]), device_id))
 
 
-_INCLUDE = re.compile(r'^#include "([^"]+)"[ \t]*$', re.MULTILINE)
-
-
 @functools.lru_cache(maxsize=None)
 def source(filename: str) -> str:
-    """The text of ``filename`` beside this module, each ``#include "x.cuh"`` of a file beside it
-    replaced by that file's text: NVRTC then needs no include path, and CuPy's compile cache,
-    keyed on the source text, sees a header's changes (nvcc in CI resolves the same includes)."""
     with open(os.path.join(_HERE, filename), encoding="utf-8") as fh:
-        text = fh.read()
-    return _INCLUDE.sub(lambda m: source(m.group(1)), text)
+        return fh.read()
 
 
 @functools.lru_cache(maxsize=None)

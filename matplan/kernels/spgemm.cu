@@ -33,14 +33,10 @@
 // indptr and csum stay global; c_base = 0 writes the whole C.
 // Compiles with NVRTC (CuPy RawModule) and with plain nvcc -c (no host headers).
 
-#include "lookback.cuh"
-
 #define EMPTY_KEY 0x7fffffff
 #define FULL_MASK 0xffffffffu
 #define MAX_RPB 32
 #define MAX_GROUPS 32   // table sizes + 2 (empty rows, global path) that classify/bucket handle
-// rows a thread of classify_rows (spgemm.CLASSIFY_ROWS)
-#define CLASSIFY_ROWS 4
 #define GLOBAL_SCAN_COLS 8   // columns of the dense accumulator a thread scans per step (numeric_global)
 
 // Dynamic shared memory of every kernel here (one declaration: one linkage).
@@ -646,10 +642,9 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
 // out[0] = 0, out[i + 1] = in[0] + ... + in[i] (int64), optionally also truncated to int32 in out32
 // (C's indptr, used when nnz(C) < 2^31). Single pass with decoupled look-back (Merrill & Garland):
 // a block scans SCAN_ITEMS * blockDim.x consecutive values, publishes its aggregate (flag 1) and
-// then its inclusive prefix (flag 2) in status[1 + b] (value << 2 | flag); the whole block reads
-// its predecessors' words, blockDim.x at a time, back to the nearest inclusive prefix
-// (lookback_prefix; a thread walking back alone took 58 us for 1.8M values, a warp 32 at a time
-// up to 25 dependent rounds). Block ids are taken from a ticket (status[0]) so a block's
+// then its inclusive prefix (flag 2) in status[1 + b] (value << 2 | flag); its first warp reads
+// its predecessors' words 32 at a time back to the nearest inclusive prefix (a thread walking
+// back alone took 58 us for 1.8M values). Block ids are taken from a ticket (status[0]) so a block's
 // predecessors have all started: no deadlock whatever order the blocks are scheduled in.
 // status: 1 + gridDim.x zeroed words. Replaces cupy.cumsum (several launches, ~65 us of host
 // time each on the H100 host) on the launch path.
@@ -658,6 +653,7 @@ template <typename Load>
 __device__ __forceinline__ void scan_i64(const long long n, Load load, long long* __restrict__ out,
                                          int* __restrict__ out32, unsigned long long* status) {
     __shared__ long long s_warp[33];
+    __shared__ long long s_prefix;
     __shared__ int s_bid;
     if (threadIdx.x == 0) s_bid = (int)atomicAdd(status, 1ULL);
     __syncthreads();
@@ -668,8 +664,10 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     const long long base = ((long long)bid * blockDim.x + warp * 32) * SCAN_ITEMS + lane;
     long long v[SCAN_ITEMS], run = 0;
 #pragma unroll
+    for (int j = 0; j < SCAN_ITEMS; ++j) v[j] = base + 32 * j < n ? load(base + 32 * j) : 0;   // loads in flight together
+#pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) {
-        long long x = base + 32 * j < n ? load(base + 32 * j) : 0;
+        long long x = v[j];
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
             const long long y = __shfl_up_sync(FULL_MASK, x, off);
@@ -680,9 +678,36 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     }
     long long total;   // the warps' offsets within the block: lane 0 carries its warp's sum
     const long long excl = __shfl_sync(FULL_MASK, block_exclusive_sum(lane == 0 ? run : 0LL, s_warp, &total), 0);
-    const long long prefix = lookback_prefix(status + 1, bid, total);
-    if (bid == 0 && threadIdx.x == 0) { out[0] = 0; if (out32) out32[0] = 0; }
-    const long long before = prefix + excl;
+    if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
+        volatile unsigned long long* st = status + 1;
+        long long before = 0;
+        if (bid == 0) {
+            if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
+        } else {
+            if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
+            __threadfence();
+            for (int top = bid - 1;; top -= 32) {
+                const int q = top - lane;
+                unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
+                while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
+                    if ((w & 3ULL) == 0) w = st[q];
+                const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
+                const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
+                long long part = lane <= stop ? (long long)(w >> 2) : 0;
+                for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
+                before += __shfl_sync(FULL_MASK, part, 0);
+                if (found) break;
+            }
+            __threadfence();
+            if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
+        }
+        if (lane == 0) {
+            s_prefix = before;
+            if (bid == 0) { out[0] = 0; if (out32) out32[0] = 0; }
+        }
+    }
+    __syncthreads();
+    const long long before = s_prefix + excl;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) {
         const long long e = base + 32 * j;
@@ -730,60 +755,50 @@ extern "C" __global__ void classify_rows(
         const long long* __restrict__ caps, const int T, const long long top, const int mode,
         const int T2, const int n_esc, int* __restrict__ idx, int* __restrict__ idx2,
         unsigned long long* __restrict__ acc) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
+    long long fig = 0;
+    int risky = 0, g = 0, g2 = 0;
+    if (i < m) {
+        fig = mode == 0 ? csum[Ap[i + 1]] - csum[Ap[i]] : vals[i];
+        const long long need = mode == 0 ? min(fig, k) : fig;
+        int t = -1, t2 = -1;
+        if (need > 0) {
+            t = 0;
+            while (t < T && need > caps[t]) ++t;
+            if (mode == 0 && t == T && min((double)fig / 3.141592653589793, (double)k) <= (double)top) {
+                t = T - 1;
+                risky = 1;
+            }
+            t2 = 0;   // the one-pass classes; the first n_esc (numeric_esc) compare products
+            while (t2 < T2 && (t2 < n_esc ? fig : need) > caps[T + t2]) ++t2;
+            if (mode == 0 && T2 > 0 && t2 < n_esc) t = -1;   // numeric_esc takes the row on either path
+            if (mode == 1 && n_esc > 0 && idx2[i] >= 0 && idx2[i] < n_esc) t = -1;   // it took the row
+        }
+        idx[i] = t;
+        g = t + 1;
+        if (T2 > 0) idx2[i] = t2;
+        g2 = t2 + 1;
+    }
     // block-level totals in shared memory first: one global atomic per figure and block (a warp
-    // per atomic serialised ~8k warps on the same words: ~100 us for 262k rows), and
-    // CLASSIFY_ROWS rows a thread, so a quarter as many blocks as rows / blockDim.x take them
+    // per atomic serialised ~8k warps on the same words: ~100 us for 262k rows)
     __shared__ unsigned long long s_acc[MAX_GROUPS + 4], s_acc2[MAX_GROUPS];
     __shared__ double s_sq;
     for (int t = threadIdx.x; t < MAX_GROUPS + 4; t += blockDim.x) s_acc[t] = 0;
     for (int t = threadIdx.x; t < MAX_GROUPS; t += blockDim.x) s_acc2[t] = 0;
     if (threadIdx.x == 0) s_sq = 0.0;
     __syncthreads();
-    unsigned long long sum = 0, mx = 0, nr = 0;
-    double sq = 0.0;
-#pragma unroll
-    for (int it = 0; it < CLASSIFY_ROWS; ++it) {
-        const long long i64 = ((long long)blockIdx.x * CLASSIFY_ROWS + it) * blockDim.x + threadIdx.x;
-        const bool in = i64 < m;
-        const int i = in ? (int)i64 : 0;
-        long long fig = 0;
-        int risky = 0, g = 0, g2 = 0;
-        if (in) {
-            fig = mode == 0 ? csum[Ap[i + 1]] - csum[Ap[i]] : vals[i];
-            const long long need = mode == 0 ? min(fig, k) : fig;
-            int t = -1, t2 = -1;
-            if (need > 0) {
-                t = 0;
-                while (t < T && need > caps[t]) ++t;
-                if (mode == 0 && t == T && min((double)fig / 3.141592653589793, (double)k) <= (double)top) {
-                    t = T - 1;
-                    risky = 1;
-                }
-                t2 = 0;   // the one-pass classes; the first n_esc (numeric_esc) compare products
-                while (t2 < T2 && (t2 < n_esc ? fig : need) > caps[T + t2]) ++t2;
-                if (mode == 0 && T2 > 0 && t2 < n_esc) t = -1;   // numeric_esc takes the row on either path
-                if (mode == 1 && n_esc > 0 && idx2[i] >= 0 && idx2[i] < n_esc) t = -1;   // it took the row
-            }
-            idx[i] = t;
-            g = t + 1;
-            if (T2 > 0) idx2[i] = t2;
-            g2 = t2 + 1;
-        }
-        sum += (unsigned long long)fig;
-        mx = (unsigned long long)fig > mx ? (unsigned long long)fig : mx;
-        nr += risky;
-        sq += (double)fig * (double)fig;
-        const unsigned live = __ballot_sync(FULL_MASK, in);
-        if (in) {
-            const unsigned peers = __match_any_sync(live, g);
-            if (lane == __ffs(peers) - 1) atomicAdd(&s_acc[g], (unsigned long long)__popc(peers));
-            if (T2 > 0) {
-                const unsigned peers2 = __match_any_sync(live, g2);
-                if (lane == __ffs(peers2) - 1) atomicAdd(&s_acc2[g2], (unsigned long long)__popc(peers2));
-            }
+    const unsigned live = __ballot_sync(FULL_MASK, i < m);
+    if (i < m) {
+        const unsigned peers = __match_any_sync(live, g);
+        if (lane == __ffs(peers) - 1) atomicAdd(&s_acc[g], (unsigned long long)__popc(peers));
+        if (T2 > 0) {
+            const unsigned peers2 = __match_any_sync(live, g2);
+            if (lane == __ffs(peers2) - 1) atomicAdd(&s_acc2[g2], (unsigned long long)__popc(peers2));
         }
     }
+    unsigned long long sum = (unsigned long long)fig, mx = (unsigned long long)fig, nr = risky;
+    double sq = (double)fig * (double)fig;
     for (int off = 16; off > 0; off >>= 1) {
         sum += __shfl_down_sync(FULL_MASK, sum, off);
         nr += __shfl_down_sync(FULL_MASK, nr, off);

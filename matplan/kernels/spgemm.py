@@ -374,11 +374,6 @@ class _Classes:
     second: "_Classes | None" = None
 
 
-#: classify_rows' rows a thread (the kernel's CLASSIFY_ROWS): blocks of 256 threads take 1024
-#: rows, so a quarter as many blocks add their totals to the same few words by global atomics.
-CLASSIFY_ROWS = 4
-
-
 def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None,
               second: tuple = (), taken: tuple = ()) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
@@ -400,7 +395,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
         acc = _cuda.zeroed(words, cp.uint64)
     ref = csum if mode == 0 else row_nnz
-    _launch("classify_rows", -(-m // (256 * CLASSIFY_ROWS)), 256,
+    _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
              _device_caps(table_caps(ladder, 1.0 if mode == 0 else NUMERIC_LAST_TABLE_LOAD) + tuple(caps2),
                           _device_id()),
