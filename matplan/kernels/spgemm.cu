@@ -664,10 +664,8 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     const long long base = ((long long)bid * blockDim.x + warp * 32) * SCAN_ITEMS + lane;
     long long v[SCAN_ITEMS], run = 0;
 #pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) v[j] = base + 32 * j < n ? load(base + 32 * j) : 0;   // loads in flight together
-#pragma unroll
     for (int j = 0; j < SCAN_ITEMS; ++j) {
-        long long x = v[j];
+        long long x = base + 32 * j < n ? load(base + 32 * j) : 0;
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
             const long long y = __shfl_up_sync(FULL_MASK, x, off);
