@@ -237,6 +237,26 @@ def test_segsort_bins_validated():
             sptrans._check_bins(bad)
 
 
+@pytest.mark.parametrize("method", ["segsort", "radix"])
+@pytest.mark.parametrize("n, nnz", [(1, 1), (7200, 1_339_200), (262_144, 1_810_432), (560_282, 1_652_213)])
+def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
+    """One scratch allocation a call: the front (keys or radix buffers) 16-byte aligned, then the
+    zeroed workspace, whose parts (control words, 8-byte status words, lists or radix words, the
+    n + 1 column counts last) follow one another without overlap."""
+    from matplan.kernels import sptrans
+    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = sptrans._layout(n, nnz, method, 8, sptrans.BINS)
+    status, lists, huge, hist, ticket, look, counts = offs
+    assert front % 16 == 0 and front >= (16 * nnz if method == "segsort" else 0)
+    assert status >= sptrans._CTRL and status % 2 == 0          # uint64 words after the control words
+    assert lists == status + 2 * scan_tiles and scan_tiles * sptrans.SCAN_TILE >= n + 1
+    assert lists <= huge <= hist <= ticket <= look <= counts and ws_bytes == 4 * (counts + n + 1)
+    if method == "segsort":
+        assert huge - lists == n and hist - huge == max_huge + 1 and counts == hist
+    else:
+        assert (ticket - hist, look - ticket, counts - look) == (passes * 256, passes, passes * tiles * 256)
+        assert passes * bits >= max(1, (n - 1).bit_length()) and bits <= sptrans.RADIX_BITS
+
+
 def test_segsort_scatter_matches_phase_scatter(rng):
     """spt_scatter's unrolled walk writes what phase_scatter writes (empty rows, long rows, bad indices)."""
     for A in (messy_csr(rng, 60, 40), random_csr(rng, 5, 300, 0.3), sp.csr_matrix((3, 4))):

@@ -392,10 +392,10 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 // no grid barrier. tests/sptrans_reference.py ports each kernel (segsort_* functions).
 //   spt_count      : per-block shared-memory hash aggregation of column counts (one global atomic
 //                    per distinct column of a 2048-entry chunk instead of one per entry: hot
-//                    columns no longer serialise thousands of atomics on one word); each entry's
-//                    rank in its column (arbitrary order)
-//   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr, in
-//                    place; columns binned by length: ids of medium ones (short_max < L <= warp_max)
+//                    columns no longer serialise thousands of atomics on one word), into the
+//                    zeroed workspace; each entry's rank in its column (arbitrary order)
+//   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr (an
+//                    allocation of its own, not zeroed); columns binned by length: ids of medium ones (short_max < L <= warp_max)
 //                    to the front of seg_list, of long ones (warp_max < L <= cap) to its back, of
 //                    huge ones (L > warp_max and L > cap) to huge_list
 //   spt_scatter    : as phase 2 above (merge path over A's rows; key (row << 32 | e) to its slot)
@@ -532,14 +532,15 @@ __device__ __forceinline__ long long lookback_prefix(unsigned long long* status,
     return before;
 }
 
-// ws[0..n] (ws[0] == 0, ws[1 + j] = count of column j) -> inclusive prefix sums in place. status:
+// counts[0..n] (counts[0] == 0, counts[1 + j] = count of column j) -> their inclusive prefix sums
+// in indptr[0..n] (A^T's indptr: its own allocation, which needs no zeroing). status:
 // one zeroed word a tile (lookback_prefix's: value << 2 | flag, 1: the tile's sum, 2: inclusive
 // prefix), read back by the whole block.
 // hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
 // digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
-spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, int short_max, int warp_max,
-         int cap, int* hist, int passes, int bits) {
+spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* status, int* ctrl, int* seg_list,
+         int* huge_list, int short_max, int warp_max, int cap, int* hist, int passes, int bits) {
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile, s_base[3];
     __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
@@ -555,7 +556,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
 #pragma unroll
     for (int k = 0; k < SPT_ITEMS; ++k) {
         const long long i = i0 + k;
-        v[k] = i < len ? ws[i] : 0;
+        v[k] = i < len ? counts[i] : 0;
         sum += v[k];
         if (hist && i >= 1 && i < len && v[k]) {   // radix: column i - 1's entries to its digits
             const int mask = (1 << bits) - 1;
@@ -589,7 +590,7 @@ spt_scan(int* ws, int n, u64* status, int* ctrl, int* seg_list, int* huge_list, 
         const long long i = i0 + k;
         if (i < len) {
             run += v[k];
-            ws[i] = run;
+            indptr[i] = run;
             if (i >= 1) {
                 if (v[k] > warp_max && v[k] > cap) huge_list[hg++] = (int)(i - 1);
                 else if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);

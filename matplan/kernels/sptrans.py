@@ -139,7 +139,7 @@ _KERNELS: dict = {}
 
 
 def _kernels(cp):
-    dev = cp.cuda.Device().id
+    dev = cp.cuda.runtime.getDevice()   # (cuda.Device() builds an object first: host time a call)
     k = _KERNELS.get(dev)
     if k is None:
         k = _KERNELS[dev] = _Kernels(cp)
@@ -254,57 +254,71 @@ def auto_method(n: int, nnz: int) -> str:
     return "radix" if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
 
 
-def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
-    """The segsort's or the radix method's launches (module docstring): count and scan, then the
-    segsort's four kernels or the radix passes; no host synchronisation unless ``check``."""
-    m, n = A.shape
-    nnz = int(indices.size)
-    seg, rdx = method == "segsort", method == "radix"
-    short_max, warp_max, cap = bins
+@functools.lru_cache(maxsize=256)
+def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple) -> tuple:
+    """The scratch allocation of a segsort or radix call (a pure function of the shape, cached: its
+    arithmetic is host time before the first launch): (front, ws_bytes, offsets of the workspace's
+    parts in int32 words, passes, bits, scan tiles, radix tiles, the most huge columns).
+
+    front: the segsort's keys [0, nnz) (the scattered keys) and [nnz, 2 nnz) (ranks, int32, later
+    the huge columns' scratch), or the radix passes' buffers (_radix_between), rounded up to 16
+    bytes. Then a zeroed workspace of int32 words: control words, the scan's status (8-byte
+    words); segsort: the column lists (seg_list, n ints: medium from the front, long from the
+    back; huge_list: columns of more than cap keys, at most nnz / (cap + 1)); radix: the digit
+    histograms, a tile ticket and tiles x 256 look-back words a pass (Poisson: 2.7 MB); last the
+    column counts (n + 1), which spt_scan scans into A.T's indptr."""
+    seg = method == "segsort"
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
-    max_huge = min(n, nnz // (cap + 1))
-    # A.T's indptr (the column counts, scanned in place) is an allocation of its own, so the
-    # returned matrix does not keep the workspace alive. One scratch allocation holds the rest
-    # (each allocation and each zeroing is host time, which bounds a call's time): first the
-    # segsort's keys or the radix passes' buffers, then a zeroed workspace of int32 words: control
-    # words, the scan's status (8-byte words); segsort: the column lists (seg_list, n ints: medium
-    # from the front, long from the back; huge_list: columns of more than cap keys, at most
-    # nnz / (cap + 1)); radix: the digit histograms, a tile ticket and tiles x 256 look-back words
-    # a pass (Poisson: 2.7 MB)
-    counts = _cuda.zeroed(n + 1, cp.int32)
-    status_off = (_CTRL + 1) & ~1
-    list_off = status_off + 2 * scan_tiles
-    huge_off = list_off + (n if seg else 0)
-    hist_off = huge_off + (max_huge + 1 if seg else 0)
-    ticket_off = hist_off + (passes * 256 if rdx else 0)
-    look_off = ticket_off + (passes if rdx else 0)
-    ws_bytes = 4 * (look_off + (passes * tiles * 256 if rdx else 0))
-    # segsort: keys [0, nnz) the scattered keys; [nnz, 2 nnz) ranks (int32), later the huge
-    # columns' scratch; radix: the buffers between passes (_radix_between)
-    front = -(-(16 * nnz if seg else _radix_between(passes, A.dtype.itemsize, nnz)[1]) // 16) * 16
+    max_huge = min(n, nnz // (bins[2] + 1))
+    status = (_CTRL + 1) & ~1
+    lists = status + 2 * scan_tiles
+    huge = lists + (n if seg else 0)
+    hist = huge + (max_huge + 1 if seg else 0)
+    ticket = hist + (0 if seg else passes * 256)
+    look = ticket + (0 if seg else passes)
+    counts = look + (0 if seg else passes * tiles * 256)
+    ws_bytes = 4 * (counts + n + 1)
+    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz)[1]) // 16) * 16
+    return front, ws_bytes, (status, lists, huge, hist, ticket, look, counts), passes, bits, scan_tiles, tiles, max_huge
+
+
+def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
+    """The segsort's or the radix method's launches (module docstring): count and scan, then the
+    segsort's four kernels or the radix passes; no host synchronisation unless ``check``. The
+    launch comes first that the GPU can start on (a single call waits for the host until then);
+    allocations the later launches need are made while it runs."""
+    m, n = A.shape
+    nnz = int(indices.size)
+    seg = method == "segsort"
+    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = _layout(n, nnz, method, A.dtype.itemsize, bins)
+    short_max, warp_max, cap = bins if seg else (INT32_MAX,) * 3   # radix: no column is binned
+    # one scratch allocation (each allocation and each zeroing is host time, which bounds a call's
+    # time): keys or the radix buffers, then the zeroed workspace (_layout)
     scratch = cp.empty(front + ws_bytes, dtype=cp.uint8)
     p_keys = scratch.data.ptr
     p_ws = p_keys + front   # the 8-byte status words aligned: front rounded up to 16 bytes
     cp.cuda.runtime.memsetAsync(p_ws, 0, ws_bytes, cp.cuda.get_current_stream().ptr)
     # device addresses as plain ints (the launches pack them: _cuda.Launcher)
-    p_ctrl, p_status, p_list, p_huge, p_hist = (p_ws + 4 * o for o in (0, status_off, list_off, huge_off, hist_off))
-    if not seg:
-        p_list = p_huge = 0
-        short_max = warp_max = cap = INT32_MAX   # no column is binned
-    if not rdx:
-        p_hist = 0
+    p_status, p_list, p_huge, p_hist, p_ticket, p_look, p_counts = (p_ws + 4 * o for o in offs)
     p_second = p_keys + 8 * nnz if seg else 0
 
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, counts, p_second, p_ctrl))
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
     done("count")
-    ks.scan((scan_tiles,), (BLOCK,), (counts, n, p_status, p_ctrl, p_list, p_huge, short_max, warp_max, cap,
-                                      p_hist, passes, bits))
+    # A.T's indptr is an allocation of its own, so the returned matrix does not keep the
+    # workspace alive
+    indptr = cp.empty(n + 1, dtype=cp.int32)
+    ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list if seg else 0,
+                                      p_huge if seg else 0, short_max, warp_max, cap, 0 if seg else p_hist,
+                                      passes, bits))
     done("scan")
+    if seg:
+        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys))
+        done("scatter")
     out_idx = cp.empty(nnz, dtype=cp.int32)
     out_val = cp.empty(nnz, dtype=A.dtype)
     if seg:
@@ -312,25 +326,22 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
         warps = BIG_BLOCK // 32
         big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
         for name, fn, grid, block, args in (
-                ("scatter", ks.scatter, (m + nnz + TILE - 1) // TILE, BLOCK,
-                 (indptr_a, indices, m, nnz, counts, p_second, n, p_keys)),
                 ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
-                 (counts, n, p_keys, A.data, out_idx, out_val, short_max)),
+                 (indptr, n, p_keys, A.data, out_idx, out_val, short_max)),
                 ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
-                 (counts, n, p_list, p_huge, p_ctrl, p_keys, A.data, out_idx, out_val, cap)),
+                 (indptr, n, p_list, p_huge, p_ws, p_keys, A.data, out_idx, out_val, cap)),
                 # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
                 ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
-                 (counts, p_huge, p_ctrl, p_keys, p_second, A.data, out_idx, out_val, cap))):
+                 (indptr, p_huge, p_ws, p_keys, p_second, A.data, out_idx, out_val, cap))):
             fn((grid,), (block,), args)
             done(name)
-    if rdx:
+    else:
         _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles,
-                        [p_keys] + [p_ws + 4 * o for o in (hist_off, look_off, ticket_off)] + [counts.data.ptr + 4 * n],
-                        out_idx, out_val, done)
+                        (p_keys, p_hist, p_look, p_ticket, indptr.data.ptr + 4 * n), out_idx, out_val, done)
     if check and int(_cuda.read_back(scratch[front:front + 4].view(cp.int32))[0]):
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
-    return csr_from_parts(out_val, out_idx, counts, (n, m), sorted_rows=True, canonical=canonical)
+    return csr_from_parts(out_val, out_idx, indptr, (n, m), sorted_rows=True, canonical=canonical)
 
 
 def _radix_between(passes: int, itemsize: int, nnz: int) -> tuple:
