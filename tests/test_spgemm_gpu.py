@@ -455,6 +455,10 @@ def test_zeroed_and_read_back(cp, rng, dtype):
         assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v.get())
     with pytest.raises(ValueError, match="C-contiguous"):
         _cuda.read_back(a[::2])
+    # read_at: the same words named by a device address (no CuPy slice), any count and dtype
+    got = _cuda.read_at(a.data.ptr + 5 * a.itemsize, 4, dtype)
+    assert got.dtype == dtype and np.array_equal(got, a[5:9].get())
+    assert _cuda.read_at(a.data.ptr, 0, dtype).size == 0
 
 
 def test_output_past_free_memory_raises(cp, hs, rng, monkeypatch):

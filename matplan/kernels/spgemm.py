@@ -338,6 +338,12 @@ def groups_of(idx, n_tables: int):
 # ~40 CuPy calls of the xp functions above (3.5-5.7 ms of host time per call on an H100,
 # benchmarks/results/spgemm-phases-h100-2026-11-23-bb69dc5.log). The xp functions stay the
 # reference the GPU path is tested against.
+def _rows_at(order, start) -> int:
+    """The device address of order[start:] (int32 row ids) for a launch: a CuPy slice costs ~2 us
+    of host time, and the launch paths take one a class."""
+    return order.data.ptr + 4 * int(start)
+
+
 def _starts(counts) -> list:
     """Where each group of ``counts`` (host) starts in the grouped order, and the total last."""
     return list(itertools.accumulate(np.asarray(counts).tolist(), initial=0))
@@ -364,7 +370,7 @@ class _Classes:
     """classify_rows' result: table index per row and its totals (GPU), and the host figures of one
     transfer; ``second``: the one-pass classes of the same launch (mode 0 with ``second``)."""
     idx: object
-    acc: object             # classify_rows' totals, then bucket_rows' fill counters (uint64, GPU)
+    acc: int                # address of classify_rows' totals, then bucket_rows' fill counters (uint64)
     counts: np.ndarray      # rows per index -1 .. n_tables
     total: int              # sum of the row figure (products, or C's nnz)
     peak: int               # its largest row
@@ -372,17 +378,20 @@ class _Classes:
     mean: float
     var: float
     second: "_Classes | None" = None
+    keep: object = None     # the allocation holding acc when _classify made it
 
 
 def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None, acc=None,
-              second: tuple = (), taken: tuple = ()) -> _Classes:
+              second: tuple = (), taken: tuple = (), meanwhile=None) -> _Classes:
     """Table index of every row: from nnz_RowCt (A, csum: symbolic pass, as symbolic_index) or
     from C's exact row nnz (row_nnz: numeric pass, as table_index); one launch, one transfer.
     ``second`` (mode 0): (caps, n_esc) of the one-pass classes, classified in the same launch (the
     first n_esc are numeric_esc's product limits, compared with nnz_RowCt itself; a row none
     holds gets len(caps)); acc must then hold _classify_words of both. Rows numeric_esc takes
     (second's class < n_esc) get index -1 here: they have no symbolic table. ``taken`` (mode 1):
-    (the analysis's second idx, n_esc): those rows get index -1 too (numeric_esc wrote them)."""
+    (the analysis's second idx, n_esc): those rows get index -1 too (numeric_esc wrote them).
+    acc: the address of _classify_words zeroed words, or None (zeroed here). ``meanwhile``: called
+    after the launch, before the transfer waits for it (host work the GPU's run hides)."""
     cp = cupy_module()
     T = len(ladder)
     caps2, n_esc = second or ((), 0)
@@ -392,8 +401,10 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     idx = cp.empty(m, dtype=cp.int32)
     idx2 = cp.empty(m, dtype=cp.int32) if T2 else taken_idx
     words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
+    keep = None
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
-        acc = _cuda.zeroed(words, cp.uint64)
+        keep = _cuda.zeroed(words, cp.uint64)
+        acc = keep.data.ptr
     ref = csum if mode == 0 else row_nnz
     _launch("classify_rows", (m + 255) // 256, 256,
             (A.indptr if mode == 0 else ref, ref, ref, np.int32(m), np.int64(k),
@@ -401,16 +412,19 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
                           _device_id()),
              np.int32(T), np.int64(ladder[-1]), np.int32(mode), np.int32(T2), np.int32(n_esc or n_taken),
              idx, idx2, acc))
-    host = _cuda.read_back(acc[:words])
+    if meanwhile is not None:
+        meanwhile()
+    host = _cuda.read_at(acc, words, np.uint64)
     total = int(host[T + 2])
     mean = total / m
     var = max(0.0, float(host[T + 5:T + 6].view(np.float64)[0]) / m - mean * mean)
     two = None
     if T2:
         w = _classify_words(T)
-        two = _Classes(idx2, acc[w:], host[w:w + T2 + 2].astype(np.int64), total, int(host[T + 3]), 0, mean, var)
-    return _Classes(idx, acc[:_classify_words(T)], host[:T + 2].astype(np.int64), total, int(host[T + 3]),
-                    int(host[T + 4]), mean, var, two)
+        two = _Classes(idx2, acc + 8 * w, host[w:w + T2 + 2].astype(np.int64), total, int(host[T + 3]), 0, mean,
+                       var, keep=keep)
+    return _Classes(idx, acc, host[:T + 2].astype(np.int64), total, int(host[T + 3]), int(host[T + 4]), mean, var,
+                    two, keep)
 
 
 def _group(c: _Classes, n_tables: int, balanced: bool, lift: int = -1):
@@ -427,7 +441,7 @@ def _group(c: _Classes, n_tables: int, balanced: bool, lift: int = -1):
     elif lift >= 0:
         counts[n_tables + 1] += counts[lift + 1:n_tables + 1].sum()
         counts[lift + 1:n_tables + 1] = 0
-    return _bucket(c.idx, n_tables, top, c.acc[:n_tables + 2], c.acc[n_tables + 6:], lift), counts
+    return _bucket(c.idx, n_tables, top, c.acc, c.acc + 8 * (n_tables + 6), lift), counts
 
 
 #: Few rows in big shared tables run one block each on as many SMs while the rest of the GPU
@@ -563,16 +577,19 @@ def _classify_words(n_tables: int) -> int:
 
 
 class _Zeros:
-    """One zeroed uint64 allocation that a call's small counters are carved from: each zeroed
-    allocation costs host time (_cuda.zeroed), five of them a call."""
+    """One zeroed uint64 allocation that a call's counters are carved from, as device addresses
+    (launch arguments, _cuda.read_at): each zeroed allocation costs host time (_cuda.zeroed), and
+    each CuPy slice ~2 us more."""
 
     def __init__(self, words):
-        self.buf, self.off = _cuda.zeroed(int(sum(words)), np.uint64), 0
+        self.buf = _cuda.zeroed(int(sum(words)), np.uint64)
+        self.at = self.buf.data.ptr
 
-    def take(self, n: int):
-        v = self.buf[self.off:self.off + n]
-        self.off += n
-        return v
+    def take(self, n: int) -> int:
+        """The address of the next ``n`` zeroed words."""
+        at = self.at
+        self.at += 8 * n
+        return at
 
 
 def _scan(kernel: str, n: int, args, status=None):
@@ -923,8 +940,9 @@ class _Symbolic:
     hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
     taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
     n_esc: int = 0             # numeric_esc classes at the front of the one-pass classes
-    counts: tuple = None       # (row_nnz zeroed, Cp, Cp32): C's row counts and offsets, allocated
-    #                            while the analysis runs (off its host round trip)
+    counts: tuple = None       # (row_nnz, Cp, Cp32): the address of C's row counts (int64, zeroed,
+    #                            in zeros) and C's row offsets, allocated while the analysis runs
+    zeros: object = None       # the call's _Zeros (its words must outlive every launch reading them)
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -969,14 +987,15 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     sorts = esc_caps(k) if esc and passes == "auto" else ()   # numeric_esc's classes come first
     classes = (sorts + num_ladder) if passes == "auto" else ()
     s.n_esc = len(sorts)
-    zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)), 1,
-                    _scan_words(m), _classify_words(len(num_ladder))])
+    zeros = s.zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)),
+                              1, _scan_words(m), _classify_words(len(num_ladder)), m])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
-    # allocated while the GPU scans, so the host's work after the analysis's transfer (which the
-    # GPU waits for) is shorter: every path fills these
-    s.counts = (_cuda.zeroed(m, cp.int64), cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32))
+    row_nnz = zeros.take(m)
+
+    def offsets():   # allocated while the GPU classifies, off the host's work after the transfer
+        s.counts = (row_nnz, cp.empty(m + 1, dtype=cp.int64), cp.empty(m + 1, dtype=cp.int32))
     sym = _classify(m, k, sym_ladder, A=A, csum=csum, second=(classes, s.n_esc),
-                    acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))))
+                    acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))), meanwhile=offsets)
     bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     s.rowct_max = sym.peak
     info.update(products=sym.total, rowct_max=sym.peak,
@@ -999,7 +1018,6 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # an upper-bound buffer, while the others take the two passes; where the buffer does not fit
     # (or HYBRID_MIN_ROWS says no), they are classified again for the symbolic tables (one launch
     # and transfer more): a row left at index -1 would be lost
-    row_nnz = s.counts[0]
     n_esc = s.n_esc
     n_sorted = int(sym.second.counts[1:n_esc + 1].sum()) if n_esc else 0
     if n_sorted:
@@ -1021,7 +1039,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     # 2. symbolic
     ovf_rows = cp.empty(m, dtype=cp.int32)
     n_direct = int(sym_counts[-1])
-    ovf_count = zeros.take(1).view(cp.int32)[:1]   # rows that overflowed, listed after the n_direct
+    ovf_count = zeros.take(1)   # (int32) rows that overflowed, listed after the n_direct
     starts = _starts(sym_counts)
     if n_direct:
         ovf_rows[:n_direct] = sym_order[starts[-2]:starts[-1]]
@@ -1047,7 +1065,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     if risky or sym_counts[len(sym_ladder)]:
         # rows in the largest table may have filled it (past 3/4 of it counts as full, see
         # symbolic_shared): one more host transfer to know
-        n_global_sym = n_direct + int(_cuda.read_back(ovf_count)[0])
+        n_global_sym = n_direct + int(_cuda.read_at(ovf_count, 1, np.int32)[0])
     if n_global_sym:
         _symbolic_global(s, ovf_rows, n_global_sym, row_nnz, s.rowct_max)
     del ovf_rows, sym_order
@@ -1151,7 +1169,7 @@ def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx,
         n = int(counts[t + 1])
         if n:
             with fork.stream(t):
-                _numeric_launch(s, size, order[starts[t + 1]:starts[t + 2]], n, Cp, base, Cj, Cx, row_nnz)
+                _numeric_launch(s, size, _rows_at(order, starts[t + 1]), n, Cp, base, Cj, Cx, row_nnz)
 
 
 def bitmap_words(size: int, rpb: int, ncols: int, slot_bytes: int, smem_bytes: int, sort: bool) -> int:
@@ -1186,7 +1204,7 @@ def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, U
         n = int(counts[c + 1])
         if n:
             with fork.stream(c):
-                _esc_launch(s, c, order[starts[c + 1]:starts[c + 2]], n, Uj, Ux, row_nnz)
+                _esc_launch(s, c, _rows_at(order, starts[c + 1]), n, Uj, Ux, row_nnz)
     return {cap: int(n) for cap, n in zip(sort_caps, counts[1:len(sort_caps) + 1]) if n}
 
 
@@ -1316,13 +1334,13 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         e = len(sort_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         n_glob = int(counts[-1])
-        long_rows = order[starts[-2]:starts[-1]]
         if n_glob:
-            _global_rows(s, fork.stream(len(classes)), long_rows, n_glob, _NULL, np.int64(0), Uj, Ux, row_nnz)
+            _global_rows(s, fork.stream(len(classes)), _rows_at(order, starts[-2]), n_glob, _NULL, np.int64(0), Uj,
+                         Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
     _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
-    nnz_c = int(_cuda.read_back(Cp[m:])[0])
+    nnz_c = int(_cuda.read_at(Cp.data.ptr + 8 * m, 1, np.int64)[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     if n_glob or COMPACT_ALL_BY_ENTRIES:
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, entries=True)

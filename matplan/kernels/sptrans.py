@@ -338,7 +338,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     else:
         _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles,
                         (p_keys, p_hist, p_look, p_ticket, indptr.data.ptr + 4 * n), out_idx, out_val, done)
-    if check and int(_cuda.read_back(scratch[front:front + 4].view(cp.int32))[0]):
+    if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     canonical = True if getattr(A, "_has_canonical_format", None) is True else None
     return csr_from_parts(out_val, out_idx, indptr, (n, m), sorted_rows=True, canonical=canonical)
