@@ -442,8 +442,10 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define RDX_LOOKBACK 4                      // look-back words loaded at once
 #endif
 
-// rank: null for the radix method (no ranks).
-extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
+// RANKS (the segsort): also each entry's rank in its column, to rank[]; without (the radix method,
+// rank unused) every atomic is a reduction whose old value nobody waits for.
+template <bool RANKS>
+__global__ void __launch_bounds__(SEG_CNT_BLOCK)
 spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
     __shared__ int s_col[SEG_CNT_HASH];
     __shared__ int s_cnt[SEG_CNT_HASH];
@@ -468,21 +470,27 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
                     const int prev = atomicCAS(&s_col[hh], -1, col);
                     if (prev == -1 || prev == col) {
                         slot[k] = hh;
-                        loc[k] = atomicAdd(&s_cnt[hh], 1);
+                        if (RANKS) loc[k] = atomicAdd(&s_cnt[hh], 1);
+                        else atomicAdd(&s_cnt[hh], 1);
                         break;
                     }
                 }
-                if (slot[k] == -1) loc[k] = atomicAdd(&counts[col + 1], 1);   // table crowded
+                if (slot[k] == -1) {   // table crowded
+                    if (RANKS) loc[k] = atomicAdd(&counts[col + 1], 1);
+                    else atomicAdd(&counts[col + 1], 1);
+                }
             }
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) {   // one atomic per column
         const int c = s_col[i];
-        if (c >= 0) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
+        if (c < 0) continue;
+        if (RANKS) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
+        else atomicAdd(&counts[c + 1], s_cnt[i]);
     }
-    __syncthreads();
-    if (rank) {
+    if (RANKS) {
+        __syncthreads();
 #pragma unroll
         for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
             if (slot[k] == -2) continue;

@@ -73,7 +73,8 @@ from .registry import register
 from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
-_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_scan", "spt_scatter",
+_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>", "spt_scan",
+          "spt_scatter",
           "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>", "spt_sort_big<double>",
           "spt_merge_long<float>", "spt_merge_long<double>", "spt_radix_pass<float>", "spt_radix_pass<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
@@ -126,7 +127,9 @@ class _Kernels:
 
         def packed_typed(name):
             return {ct: _cuda.packed(f, _CU, name) for ct, f in typed(name).items()}
-        self.count, self.scan, self.scatter = packed("spt_count"), packed("spt_scan"), packed("spt_scatter")
+        # spt_count with ranks (the segsort) and without (the radix method: reductions, no waits)
+        self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
+        self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
@@ -307,7 +310,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
+    ks.count[seg](((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
     done("count")
     # A.T's indptr is an allocation of its own, so the returned matrix does not keep the
     # workspace alive
