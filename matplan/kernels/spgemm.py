@@ -937,7 +937,7 @@ class _Symbolic:
     nnz_c: int = 0
     rowct_max: int = 0         # products of the largest row (sizes the global path's teams)
     one_pass: tuple = None     # (balanced, zeros, classes, caps) when the one-pass path takes over
-    hybrid: tuple = None       # (rows, Uj, Ux): rows numeric_esc wrote to an upper-bound buffer
+    hybrid: tuple = None       # (rows, Uj, Ux, buffer): rows numeric_esc wrote to an upper-bound buffer
     taken: tuple = ()          # (analysis class per row, n_esc) of those rows, for the numeric classes
     n_esc: int = 0             # numeric_esc classes at the front of the one-pass classes
     counts: tuple = None       # (row_nnz, Cp, Cp32): the address of C's row counts (int64, zeroed,
@@ -1117,7 +1117,7 @@ def _numeric(s: _Symbolic, r0: int, r1: int, c0: int, c1: int):
         _global_rows(s, fork.stream(len(ladder)), rows, n_glob, s.Cp, base, Cj, Cx, _NULL)
     fork.join()
     if s.hybrid is not None:   # the rows numeric_esc took (whole C only: panels take two passes)
-        rows, Uj, Ux = s.hybrid
+        rows, Uj, Ux, _ = s.hybrid
         _compact(s, s.Cp, Uj, Ux, Cj, Cx, rows, lanes=_compact_lanes(s.info["esc_rows"]))
         s.hybrid = None
     if (r0, r1) == (0, s.shape[0]):
@@ -1209,26 +1209,30 @@ def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, U
 
 
 def _upper_bound(s: _Symbolic) -> tuple:
-    """(Uj, Ux): the upper-bound buffer of the one-pass path, one entry a product; a row i is
-    written at its products' offset csum[Ap[i]] and _compact moves it to C."""
-    cp = cupy_module()
+    """(buffer, Uj, Ux): the upper-bound buffer of the one-pass path, one entry a product, and
+    the device addresses of its columns (int32) and values (s.dtype) in it (one allocation: each
+    costs ~4 us of host time while the GPU waits for the numeric launches). A row i is written at
+    its products' offset csum[Ap[i]] and _compact moves it to C. Keep the buffer while they run."""
     products = s.info["products"]
-    return cp.empty(products, dtype=cp.int32), cp.empty(products, dtype=s.dtype)
+    cols = -(-4 * products // 16) * 16
+    buf = cupy_module().empty(cols + products * s.dtype.itemsize, dtype=np.uint8)
+    return buf, buf.data.ptr, buf.data.ptr + cols
 
 
 def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
     """The hybrid's first step: numeric_esc on the rows it can take (``one``: the analysis's
     one-pass classes), into an upper-bound buffer with their counts in row_nnz, before the other
-    rows' symbolic pass; returns (those rows, Uj, Ux) for _compact after the scan."""
+    rows' symbolic pass; returns (those rows, Uj, Ux, the buffer holding them) for _compact after
+    the scan."""
     n_esc = s.n_esc
-    Uj, Ux = _upper_bound(s)
-    order, counts = _group(one, len(classes), False)
+    order, counts = _group(one, len(classes), False)   # the GPU groups while the buffer is allocated
+    buf, Uj, Ux = _upper_bound(s)
     starts = _starts(counts)
     fork = _Fork(counts[1:n_esc + 1])
     s.info["esc_rows"] = _esc_launches(s, fork, order, starts, counts, classes[:n_esc], Uj, Ux, row_nnz)
     fork.join()
     s.info["hybrid"] = True
-    return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux
+    return order[int(starts[1]):int(starts[n_esc + 1])], Uj, Ux, buf
 
 
 def _compact_lanes(esc_rows: dict) -> int:
@@ -1313,11 +1317,14 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     cp = cupy_module()
     dtype, ladder = s.dtype, s.num_ladder
     m, k = s.shape
-    Uj, Ux = _upper_bound(s)
+    grouped = not (bal and lift < 0)
+    if grouped:   # the GPU groups the rows while the host allocates the buffer
+        order, counts = _group(one, len(classes), False, lift)
+    buf, Uj, Ux = _upper_bound(s)
     sort_caps = classes[:s.n_esc]
     n_glob = 0
     row_nnz, Cp, Cp32 = s.counts   # zeroed: rows of no products are not launched
-    if bal and lift < 0:
+    if not grouped:
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
@@ -1327,7 +1334,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
             _numeric_launch(s, size, _NULL, m, _NULL, np.int64(0), Uj, Ux, row_nnz)
             tables, escs = {size: m}, {}
     else:
-        order, counts = _group(one, len(classes), False, lift)
         starts = _starts(counts)
         fork = _Fork(counts[1:])
         escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
@@ -1348,6 +1354,7 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
         _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
+    del buf   # freed in stream order: the pool hands it out again only behind the copy
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
