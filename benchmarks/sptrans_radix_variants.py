@@ -2,7 +2,9 @@
 RDX_MIN_BLOCKS, set with -D) on the sptrans.py matrices, float64, same run: per variant the GPU
 time of ``transpose(A, method="radix")`` queued behind a spin kernel (host overhead hidden) and
 the whole call, then the default transpose and CuPy's ``A.T.tocsr()``, and the default radix
-build's time per launch. A variant whose result differs from the default's is marked ``!``.
+build's time per launch. A variant whose result differs from the default's is marked ``!`` (the
+pool's blocks are poisoned before that call, so an unwritten element cannot pass for the
+previous call's).
 
     PYTHONPATH=. python3 benchmarks/sptrans_radix_variants.py [--variant 8,4,4 ...] [--reps 15]
 """
@@ -19,6 +21,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import git_commit, timed  # noqa: E402
 from sptrans import matrices  # noqa: E402
 from sptrans_phases import _spin, phases  # noqa: E402
+
+
+def poison_pool(cp, A):
+    """Fill the pool blocks the next transpose's outputs will get with NaN / -1 and free them, so
+    an element the call leaves unwritten shows (it would otherwise often hold the previous call's
+    correct value: the pool hands the same blocks back)."""
+    cp.cuda.Device().synchronize()
+    cp.get_default_memory_pool().free_all_blocks()
+    junk = [cp.full(A.nnz, np.nan, dtype=A.dtype), cp.full(A.nnz, -1, dtype=cp.int32),
+            cp.full(A.shape[1] + 1, -1, dtype=cp.int32)]
+    del junk
 
 
 def queued_us(cp, spin, fn, reps):
@@ -67,6 +80,7 @@ def main(argv=None):
                 ks.radix_pass = {ct: _cuda.compiled(st._CU, f"spt_radix_pass<{ct}>", st._NAMES, options=opts)
                                  for ct in ("float", "double")}
                 st.RADIX_TILE = st.BLOCK * items
+                poison_pool(cp, A)
                 T = st.transpose(A, method="radix")
                 same = all(bool(cp.array_equal(a, b)) for a, b in
                            ((T.indptr, ref.indptr), (T.indices, ref.indices), (T.data, ref.data)))

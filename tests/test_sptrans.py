@@ -244,7 +244,8 @@ def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
     zeroed workspace, whose parts (control words, 8-byte status words, lists or radix words, the
     n + 1 column counts last) follow one another without overlap."""
     from matplan.kernels import sptrans
-    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = sptrans._layout(n, nnz, method, 8, sptrans.BINS)
+    layout = sptrans._layout(n, nnz, method, 8, sptrans.BINS, sptrans.RADIX_TILE)
+    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
     status, lists, huge, hist, ticket, look, counts = offs
     assert front % 16 == 0 and front >= (16 * nnz if method == "segsort" else 0)
     assert status >= sptrans._CTRL and status % 2 == 0          # uint64 words after the control words
@@ -254,6 +255,10 @@ def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
         assert huge - lists == n and hist - huge == max_huge + 1 and counts == hist
     else:
         assert (ticket - hist, look - ticket, counts - look) == (passes * 256, passes, passes * tiles * 256)
+        assert tiles == -(-nnz // sptrans.RADIX_TILE)
+        # the tile is part of the cache's key: a build with other tiles gets its own layout
+        half = sptrans._layout(n, nnz, method, 8, sptrans.BINS, sptrans.RADIX_TILE // 2)
+        assert half[6] == -(-2 * nnz // sptrans.RADIX_TILE)
         assert passes * bits >= max(1, (n - 1).bit_length()) and bits <= sptrans.RADIX_BITS
 
 

@@ -258,7 +258,7 @@ def auto_method(n: int, nnz: int) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple) -> tuple:
+def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_tile: int) -> tuple:
     """The scratch allocation of a segsort or radix call (a pure function of the shape, cached: its
     arithmetic is host time before the first launch): (front, ws_bytes, offsets of the workspace's
     parts in int32 words, passes, bits, scan tiles, radix tiles, the most huge columns).
@@ -269,11 +269,13 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple) -> tuple:
     words); segsort: the column lists (seg_list, n ints: medium from the front, long from the
     back; huge_list: columns of more than cap keys, at most nnz / (cap + 1)); radix: the digit
     histograms, a tile ticket and tiles x 256 look-back words a pass (Poisson: 2.7 MB); last the
-    column counts (n + 1), which spt_scan scans into A.T's indptr."""
+    column counts (n + 1), which spt_scan scans into A.T's indptr. ``radix_tile``: RADIX_TILE, an
+    argument so the cache keys on it (benchmarks/sptrans_radix_variants.py rebuilds the passes with
+    other tiles)."""
     seg = method == "segsort"
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
-    tiles = (nnz + RADIX_TILE - 1) // RADIX_TILE
+    tiles = (nnz + radix_tile - 1) // radix_tile
     max_huge = min(n, nnz // (bins[2] + 1))
     status = (_CTRL + 1) & ~1
     lists = status + 2 * scan_tiles
@@ -295,7 +297,8 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
-    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = _layout(n, nnz, method, A.dtype.itemsize, bins)
+    layout = _layout(n, nnz, method, A.dtype.itemsize, bins, RADIX_TILE)
+    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
     short_max, warp_max, cap = bins if seg else (INT32_MAX,) * 3   # radix: no column is binned
     # one scratch allocation (each allocation and each zeroing is host time, which bounds a call's
     # time): keys or the radix buffers, then the zeroed workspace (_layout)
