@@ -300,6 +300,9 @@ def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, o
             _check(out, A_h, B_h[:, offset:], dtype)
         # (16, C) reused; the async path copies the offset B to a contiguous one, whose key is the first
         assert len(tsm2._LAUNCHES) == (3 if async_variant else 4)
+        # run keeps a launch per B / out layout it launched on as they are (the repeated (16, C)
+        # call took it); the async path's copied offset B is not kept
+        assert len(prep.meta["kept"]) == (3 if async_variant else 4)
 
 
 def _poison_pool(cp, shape, dtype, blocks=4):

@@ -811,8 +811,20 @@ class TSM2(Kernel):
                         meta={"layout": layout, "lda": lda})
 
     def run(self, prepared, B, out=None):
+        """C = A @ B for the prepared A. A B (and out) of shapes, strides, dtype and alignment seen
+        before with this prepared A goes straight to its kept launch: in a single call the GPU
+        waits for the host's work before the launch, and run's checks and the launch's key were
+        ~5 of a call's ~12 us of host time (H100 host, 2026-11-24), against a kernel of ~95 us at
+        n = 8192 in float32."""
         cp = cupy_module()
         A = prepared.arrays["A"]
+        kept = prepared.meta.setdefault("kept", {})
+        key = _kept_key(cp, B, out)
+        go = kept.get(key) if key is not None else None
+        if go is not None:
+            C = cp.empty((A.shape[0], B.shape[1]), dtype=A.dtype) if out is None else out
+            go(A, B, C)
+            return C
         m, n = A.shape
         p = prepared.params
         vector = B.ndim == 1
@@ -832,7 +844,12 @@ class TSM2(Kernel):
         if n == 0:
             C2.fill(0)
             return C
-        _launch_for(A, B2, C2, p, prepared.meta["layout"], prepared.meta["lda"])(A, B2, C2)
+        go = _launch_for(A, B2, C2, p, prepared.meta["layout"], prepared.meta["lda"])
+        go(A, B2, C2)
+        if key is not None and B2 is B and C2 is C:   # launched on B and C as they are: keep it
+            if len(kept) >= LAUNCH_CACHE_SIZE:
+                kept.clear()
+            kept[key] = go
         return C
 
     def runner(self, params):
@@ -864,6 +881,16 @@ class TSM2(Kernel):
                 kept[key] = _launch_for(A, B, C, p, layout, lda)
             return C
         return run
+
+
+def _kept_key(cp, B, out):
+    """What run's checks and launch depend on besides the prepared A and the parameters: the
+    device, B's shape, dtype, strides and 16-byte alignment, and out's shape, dtype and strides;
+    None (never kept) unless B and out are 2-D CuPy arrays (or out is None)."""
+    if type(B) is not cp.ndarray or B.ndim != 2 or not (out is None or type(out) is cp.ndarray):
+        return None
+    return (cp.cuda.runtime.getDevice(), B.shape, B.dtype.char, B.strides, B.data.ptr % 16,
+            None if out is None else (out.shape, out.dtype.char, out.strides))
 
 
 def _b_as_is(B2, contiguous: bool) -> bool:
