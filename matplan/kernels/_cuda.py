@@ -185,9 +185,10 @@ class Launcher:
 
 @functools.lru_cache(maxsize=None)
 def _launch_api():
-    """(the driver's launchKernel, the current-stream getter, cupy.ndarray), looked up once: the
-    attribute chains (cp.cuda.driver.launchKernel, ...) were ~1 us of a launch's ~3 us of Python
-    beside the driver call's ~4 (H100 host, 2026-11-24)."""
+    """(the driver's launchKernel, the current-stream getter, cupy.ndarray), looked up once, not
+    through attribute chains on every launch. A Launcher call took 7.1 us of host time on an H100
+    host against 3.9 for the driver call alone and 0.7 for the packing (2026-11-24); what this
+    lookup saves of the rest was within that host's noise."""
     cp = cupy_module()
     return cp.cuda.driver.launchKernel, cp.cuda.get_current_stream, cp.ndarray
 
