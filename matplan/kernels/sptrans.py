@@ -74,8 +74,9 @@ from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>",
-          "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>", "spt_sort_big<float>",
-          "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>", "spt_radix_pass<float>", "spt_radix_pass<double>")
+          "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
+          "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>",
+          "spt_radix_pass<float>", "spt_radix_pass<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
