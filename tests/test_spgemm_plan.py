@@ -293,6 +293,14 @@ def test_rank_sort_max_matches_the_kernel():
     assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")
 
 
+def test_compact_names_its_copier():
+    """_compact takes its copier by name (compact_rows, compact_ranges, compact_entries); another
+    name is an error before anything is launched."""
+    assert hs.COMPACT_HOW == ("rows", "ranges", "entries")
+    with pytest.raises(ValueError, match="how: expected one of"):
+        hs._compact(None, None, None, None, None, None, hs.NULL_PTR, how="cols")
+
+
 def test_global_segment_columns_fit_shared_memory():
     """numeric_global_seg's segment: k cut into as few equal segments (multiples of 32 columns) as
     fit beside STATIC_SMEM with values and bitmap (H100's 227 KB: 28,480 float64 / 56,128 float32

@@ -1241,20 +1241,26 @@ def _compact_lanes(esc_rows: dict) -> int:
     return COMPACT_LANES if not esc_rows else min(COMPACT_LANES, max(4, max(esc_rows) // 4))
 
 
-def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, ranges: bool = False, lanes: int = COMPACT_LANES,
-             entries: bool = False):
-    """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp:
-    compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <= BLOCK_THREADS) a
-    row; compact_ranges (every row; for short rows); or compact_entries (every row; a block a
-    range of C's entries, ``Cj.size`` of them)."""
+#: _compact's copiers (spgemm.cu): a group of lanes a row, a block a range of rows, a block a range
+#: of C's entries.
+COMPACT_HOW = ("rows", "ranges", "entries")
+
+
+def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, how: str = "rows", lanes: int = COMPACT_LANES):
+    """Rows of the upper-bound buffer (Uj, Ux at their products' offsets) to C's offsets Cp, by
+    ``how``: "rows", compact_rows over ``rows`` (null: every row), ``lanes`` (a power of two <=
+    BLOCK_THREADS) a row; "ranges", compact_ranges (every row; for short rows); or "entries",
+    compact_entries (every row; a block a range of C's entries, ``Cj.size`` of them)."""
+    if how not in COMPACT_HOW:
+        raise ValueError(f"how: expected one of {COMPACT_HOW}, got {how!r}")
     ct = _cuda.ctype(s.dtype)
     m = s.shape[0] if rows is _NULL else rows.size
     args = (s.A.indptr, s.csum, Cp, Uj, Ux, np.int32(m), Cj, Cx)
-    if entries:
+    if how == "entries":
         if Cj.size:
             _launch(f"compact_entries<{ct}>", -(-Cj.size // COMPACT_ENTRIES_BLOCK), 256,
                     args[:6] + (np.int64(Cj.size),) + args[6:])
-    elif ranges:
+    elif how == "ranges":
         _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
     else:
         _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
@@ -1349,9 +1355,9 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     nnz_c = int(_cuda.read_at(Cp.data.ptr + 8 * m, 1, np.int64)[0])
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     if n_glob or COMPACT_ALL_BY_ENTRIES:
-        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, entries=True)
+        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, how="entries")
     else:
-        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, ranges=nnz_c < COMPACT_RANGE_BELOW * m)
+        _compact(s, Cp, Uj, Ux, Cj, Cx, _NULL, how="ranges" if nnz_c < COMPACT_RANGE_BELOW * m else "rows")
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     del buf   # freed in stream order: the pool hands it out again only behind the copy
