@@ -420,6 +420,9 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_SCAN_TILE (SPT_BLOCK * SPT_ITEMS)
 #define SEG_SHORT_BLOCK 128
 #define SEG_SHORT_STAGE 1024     // keys a warp stages (32 columns of <= 32 keys)
+#ifndef SEG_SHORT_BATCH
+#define SEG_SHORT_BATCH 4        // slots a lane loads at once in spt_sort_short's staging and output
+#endif
 #define SEG_BIG_BLOCK 256
 #define SEG_WARP_KEYS 512        // most keys of a warp-sorted column (warp_max <= this)
 #define SEG_BLOCK_KEYS 4096      // most keys a block sorts in shared memory (cap <= this)
@@ -698,7 +701,19 @@ spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __re
     const bool mine = j < n && L <= short_max;
     u64* buf = s_buf[w];
     if (hi - lo <= SEG_SHORT_STAGE) {
-        for (int p = lo + lane; p < hi; p += 32) buf[p - lo] = keys[p];
+        // staging and the output in rounds of SEG_SHORT_BATCH slots a lane, their loads issued
+        // together: a loop of one slot a step waited for each load before issuing the next
+        for (int p0 = lo + lane; p0 < hi; p0 += 32 * SEG_SHORT_BATCH) {
+            u64 k[SEG_SHORT_BATCH];
+#pragma unroll
+            for (int u = 0; u < SEG_SHORT_BATCH; ++u) {
+                const int p = p0 + 32 * u;
+                k[u] = p < hi ? keys[p] : SEG_SENTINEL_KEY;
+            }
+#pragma unroll
+            for (int u = 0; u < SEG_SHORT_BATCH; ++u)
+                if (p0 + 32 * u < hi) buf[p0 + 32 * u - lo] = k[u];
+        }
         __syncwarp();
         unsigned others = __ballot_sync(0xffffffffu, j < n && !mine);   // medium/long: not ours
         while (others) {
@@ -710,9 +725,24 @@ spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __re
         __syncwarp();
         if (mine && L > 1) insertion_sort(buf + (s - lo), L);
         __syncwarp();
-        for (int p = lo + lane; p < hi; p += 32) {
-            const u64 key = buf[p - lo];
-            if (key != SEG_SENTINEL_KEY) write_final<T>(p, key, data, out_idx, out_val);
+        for (int p0 = lo + lane; p0 < hi; p0 += 32 * SEG_SHORT_BATCH) {
+            u64 k[SEG_SHORT_BATCH];
+            T v[SEG_SHORT_BATCH];
+#pragma unroll
+            for (int u = 0; u < SEG_SHORT_BATCH; ++u) {
+                const int p = p0 + 32 * u;
+                k[u] = p < hi ? buf[p - lo] : SEG_SENTINEL_KEY;
+            }
+#pragma unroll
+            for (int u = 0; u < SEG_SHORT_BATCH; ++u)
+                if (k[u] != SEG_SENTINEL_KEY) v[u] = data[k[u] & 0xffffffffull];   // the gathers in flight together
+#pragma unroll
+            for (int u = 0; u < SEG_SHORT_BATCH; ++u) {
+                if (k[u] == SEG_SENTINEL_KEY) continue;
+                const long long p = p0 + 32 * u;
+                out_idx[p] = (int)(k[u] >> 32);
+                out_val[p] = v[u];
+            }
         }
     } else if (mine) {                                           // a crowded warp: in place
         insertion_sort(keys + s, L);
