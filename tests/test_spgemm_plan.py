@@ -291,7 +291,6 @@ def test_bitmap_words_only_where_it_fits_and_pays():
 def test_rank_sort_max_matches_the_kernel():
     from matplan.kernels import _cuda
     assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")
-    assert f"#define COMPACT_BATCH {hs.COMPACT_BATCH}\n" in _cuda.source("spgemm.cu")
 
 
 def test_compact_names_its_copier():

@@ -1148,41 +1148,17 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
 //   lengths) and finds each entry's row by a search over the rows' offsets in shared memory.
 //   H100 (018dcda): world_highways (~7 entries a row, where a warp a row leaves most lanes idle)
 //   116 -> 65 us; Poisson (24) 102 -> 106, uniform (64) 133 -> 158.
-// rows a lane group of compact_rows takes at once (spgemm.COMPACT_BATCH)
-#ifndef COMPACT_BATCH
-#define COMPACT_BATCH 4
-#endif
 template <typename T>
 __global__ void compact_rows(const int* __restrict__ Ap, const long long* __restrict__ csum,
                              const long long* __restrict__ Cp, const int* __restrict__ Uj,
                              const T* __restrict__ Ux, const int m, int* __restrict__ Cj, T* __restrict__ Cx,
                              const int* __restrict__ rows, const int lanes) {
-    // COMPACT_BATCH consecutive rows a lane group, each step's loads issued together (offsets,
-    // then the sources' offsets, then the entries): a row at a time waited for its two dependent
-    // offset loads before the next row's began
     const int lane = threadIdx.x & (lanes - 1);
     const long long stride = (long long)gridDim.x * blockDim.x / lanes;
-    const long long groups = ((long long)m + COMPACT_BATCH - 1) / COMPACT_BATCH;
-    for (long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / lanes; g < groups; g += stride) {
-        int a[COMPACT_BATCH];
-        long long dst[COMPACT_BATCH], len[COMPACT_BATCH], src[COMPACT_BATCH];
-#pragma unroll
-        for (int u = 0; u < COMPACT_BATCH; ++u) {
-            const long long r = g * COMPACT_BATCH + u;
-            a[u] = 0;
-            dst[u] = len[u] = 0;
-            if (r < m) {
-                const int i = rows ? rows[r] : (int)r;   // rows: the hybrid's numeric_esc rows only
-                a[u] = Ap[i];
-                dst[u] = Cp[i];
-                len[u] = Cp[i + 1] - dst[u];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < COMPACT_BATCH; ++u) src[u] = len[u] > 0 ? csum[a[u]] : 0;
-#pragma unroll
-        for (int u = 0; u < COMPACT_BATCH; ++u)
-            for (long long q = lane; q < len[u]; q += lanes) { Cj[dst[u] + q] = Uj[src[u] + q]; Cx[dst[u] + q] = Ux[src[u] + q]; }
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / lanes; r < m; r += stride) {
+        const int i = rows ? rows[r] : (int)r;   // rows: the hybrid's numeric_esc rows only
+        const long long src = csum[Ap[i]], dst = Cp[i], len = Cp[i + 1] - dst;
+        for (long long q = lane; q < len; q += lanes) { Cj[dst + q] = Uj[src + q]; Cx[dst + q] = Ux[src + q]; }
     }
 }
 

@@ -845,8 +845,6 @@ ONE_PASS_LONG_BYTES = 256 << 20
 #: threads (COMPACT_ROWS), taken when C's rows hold fewer than COMPACT_RANGE_BELOW entries on average.
 COMPACT_LANES = 32
 COMPACT_ROWS = 256
-#: compact_rows: consecutive rows a lane group takes at once, their loads issued together (the kernel's COMPACT_BATCH)
-COMPACT_BATCH = 4
 COMPACT_RANGE_BELOW = 16
 #: The one-pass path copies C with compact_entries (a block per 2048 consecutive entries of C,
 #: whatever rows hold them) where rows took the global path: a long row spreads over the blocks its
@@ -1265,8 +1263,7 @@ def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, how: str = "rows", lanes: i
     elif how == "ranges":
         _launch(f"compact_ranges<{ct}>", -(-m // COMPACT_ROWS), 256, args)
     else:
-        _launch(f"compact_rows<{ct}>",
-                max(1, min(-(-m // (BLOCK_THREADS // lanes * COMPACT_BATCH)), 64 * _global_target_blocks())),
+        _launch(f"compact_rows<{ct}>", max(1, min(-(-m // (BLOCK_THREADS // lanes)), 64 * _global_target_blocks())),
                 BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
