@@ -33,7 +33,6 @@
 
 typedef unsigned long long u64;
 
-
 // Grid barrier of cooperative groups' algorithm (the launch is cooperative, so all blocks are
 // resident): block 0 adds 2^31 - (grid - 1), the others 1; the top bit flips once all arrived.
 __device__ __forceinline__ void grid_sync(unsigned int* bar) {
@@ -395,9 +394,10 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 //                    columns no longer serialise thousands of atomics on one word), into the
 //                    zeroed workspace; each entry's rank in its column (arbitrary order)
 //   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr (an
-//                    allocation of its own, not zeroed); columns binned by length: ids of medium ones (short_max < L <= warp_max)
-//                    to the front of seg_list, of long ones (warp_max < L <= cap) to its back, of
-//                    huge ones (L > warp_max and L > cap) to huge_list
+//                    allocation of its own, not zeroed); columns binned by length: ids of medium
+//                    ones (short_max < L <= warp_max) to the front of seg_list, of long ones
+//                    (warp_max < L <= cap) to its back, of huge ones (L > warp_max and L > cap)
+//                    to huge_list
 //   spt_scatter    : as phase 2 above (merge path over A's rows; key (row << 32 | e) to its slot)
 //   spt_sort_short : a thread per column of L <= short_max (all columns are scanned, no list): the
 //                    warp stages its 32 columns' slots in shared memory (coalesced), each lane
