@@ -18,7 +18,8 @@ unchosen one returning at once) cost more host time than it saved: 0.94x CuPy ge
 ``spt_count`` per-column counts and each nonzero's rank in its column, aggregated per 2048-entry
 chunk in a shared-memory hash table (one global atomic per distinct column of a chunk: hot columns
 of R-MAT/wordnet/gene_go no longer serialise an atomic per entry on one word); ``spt_scan`` a
-single-pass (decoupled look-back) scan into A.T's indptr that also bins the columns by length;
+single-pass scan (a decoupled look-back read by the whole block) of the counts into A.T's indptr,
+an allocation of its own that needs no zeroing, that also bins the columns by length;
 ``spt_scatter`` key (row << 32 | e) of nonzero e to slot indptr[col] + rank, so each row of A.T
 holds its keys in the atomics' arbitrary order; then each row of A.T is sorted by its keys with a
 method chosen by its length L: ``spt_sort_short`` a thread per row of L <= short_max (32;
@@ -41,8 +42,9 @@ the longest row of A.T: the segsort fallback merges a row of more than ``cap`` k
 millions of entries transposes faster with ``method="merge"``.
 
 ``method="radix"``: a stable LSD counting sort of A's entries by column, so every row of A.T comes
-out in A's order and nothing is sorted per row. ``spt_count`` and ``spt_scan`` as above (no ranks;
-spt_scan also bins the column counts into each pass's digit histogram), then ``spt_radix_pass``
+out in A's order and nothing is sorted per row. ``spt_count`` and ``spt_scan`` as above (no ranks:
+``spt_count<false>``, whose atomics are reductions nobody waits for; spt_scan also bins the column
+counts into each pass's digit histogram), then ``spt_radix_pass``
 once per digit (ceil(log2 n / 8) passes of at most 8 bits, least significant first): a block ranks
 a tile of 2048 keys stably by digit (warp by warp, __match_any_sync), finds the digit's count in
 earlier tiles by decoupled look-back (a word per tile and digit), stages the tile in shared memory
