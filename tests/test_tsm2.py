@@ -328,3 +328,24 @@ def test_split_sum_plumbing(monkeypatch):
     assert (three.ldc, three.size) == ((k, 1), 3 * m * k)
     three("ws", "C")
     assert launches == [("tsm2_split_sum<double>", (63,), ("ws", 3, m * k, k, "C", k, 1))]
+
+
+def test_run_keeps_launches_only_for_2d_device_arrays():
+    """TSM2.run's kept-launch key (_kept_key): the device, B's shape, dtype, strides and 16-byte
+    alignment, out's shape, dtype and strides; None (the checked path every call) for a 1-D B, a
+    B or out that is not a CuPy array (stood in for here: no GPU needed)."""
+    import types
+
+    class Dev:   # a stand-in for cupy.ndarray: the attributes the key reads
+        def __init__(self, shape, strides, ptr, dtype=np.float32):
+            self.shape, self.strides, self.ndim = shape, strides, len(shape)
+            self.dtype, self.data = np.dtype(dtype), types.SimpleNamespace(ptr=ptr)
+    cp = types.SimpleNamespace(ndarray=Dev, cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDevice=lambda: 3)))
+    B = Dev((64, 8), (32, 4), 4096 + 4)
+    assert tsm2._kept_key(cp, B, None) == (3, (64, 8), "f", (32, 4), 4, None)
+    out = Dev((100, 8), (4, 400), 0)
+    assert tsm2._kept_key(cp, B, out)[-1] == ((100, 8), "f", (4, 400))
+    assert tsm2._kept_key(cp, Dev((64,), (4,), 0), None) is None           # a vector B
+    assert tsm2._kept_key(cp, np.zeros((64, 8), np.float32), None) is None  # not a device array
+    assert tsm2._kept_key(cp, B, np.zeros((100, 8), np.float32)) is None
