@@ -112,9 +112,12 @@ def test_t1_store_and_buckets():
     key = tsm2.t1_key("dev", np.float32, "row", 5, 9000, 9000)
     assert key == ("dev", "float32", "row", 8, 16384, 16384)
     assert tsm2.t1_key("dev", "float32", "row", 8, 16384, 12000) == key
-    # the timed rows are capped (TIMING_ELEMENTS / n): every m past the cap shares one key
-    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 32768)[-1] == tsm2.timed_rows(32768, 32768) == 8192
-    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 1 << 20) == tsm2.t1_key("dev", "float32", "row", 8, 32768, 9000)
+    # the search's rows are capped at TIMING_ELEMENTS / n, the duel's (the key's) at DUEL_ELEMENTS / n:
+    # every m past the duel's cap shares one key
+    assert tsm2.timed_rows(32768, 32768) == 8192
+    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 32768)[-1] == tsm2.duel_rows(32768, 32768) == 32768
+    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 1 << 20) == tsm2.t1_key("dev", "float32", "row", 8, 32768, 40000)
+    assert tsm2.t1_key("dev", "float32", "row", 8, 32768, 9000) != tsm2.t1_key("dev", "float32", "row", 8, 32768, 32768)
     assert tsm2.t1_key("dev", "float32", "row", 8, 8192, 8192) != tsm2.t1_key("dev", "float32", "row", 8, 8192, 1 << 20)
     store = tsm2.InProcessT1Store()
     assert store.get(key) is None and store.ratio(key) is None

@@ -8,6 +8,7 @@ from conftest import check_dense_product, nonzero_random as _random
 from matplan import planner
 from matplan.kernels import get
 from matplan.kernels import tsm2
+from matplan.models import device as device_mod
 
 pytestmark = pytest.mark.gpu
 
@@ -317,8 +318,9 @@ def _poison_pool(cp, shape, dtype, blocks=4):
 def test_plan_run_keeps_a_launch_per_operand_layout(cp, rng, monkeypatch, async_variant, order):
     """plan.run goes through TSM2's runner: the first call for an A layout and alignment and a B
     shape and strides prepares and runs, later ones launch the kept launch. Repeated calls, a B
-    view of another k with the same strides, a B at an odd offset, out= given, and A in the other
-    layout (the plan's ValueError, naming A) each give NumPy's product in a NaN-poisoned output."""
+    view of another k with the same strides, a B at an odd offset, out= given (twice), and A in the
+    other layout (the plan's ValueError, naming A) each give NumPy's product in a NaN-poisoned
+    output."""
     dtype = np.float32
     m, n, k = 300, 4096, 16
     A_h, W_h = _random(rng, (m, n), dtype), _random(rng, (n, k + 1), dtype)
@@ -333,9 +335,11 @@ def test_plan_run_keeps_a_launch_per_operand_layout(cp, rng, monkeypatch, async_
         _poison_pool(cp, (m, B_ref.shape[1]), dtype)
         _check(plan.run(A, B_call), A_h, B_ref, dtype)
     assert len(prepared) == 3   # B, the k = 8 view, the odd offset; the repeats launch the kept ones
-    out = cp.full((m, k), cp.nan, dtype=dtype)
-    assert plan.run(A, B, out=out) is out
-    _check(out, A_h, W_h[:, :k], dtype)
+    for _ in range(2):
+        out = cp.full((m, k), cp.nan, dtype=dtype)
+        assert plan.run(A, B, out=out) is out
+        _check(out, A_h, W_h[:, :k], dtype)
+    assert len(prepared) == 4   # out's layout is part of the key: its first call prepared, the second not
     other = cp.asfortranarray(A) if order == "C" else cp.ascontiguousarray(A)
     with pytest.raises(ValueError, match="A: this plan's TSM2 kernel is for"):
         plan.run(other, B)
@@ -352,3 +356,46 @@ def test_cublas_plan_runs_cupy_matmul(cp, rng, order):
     out = cp.full((500, 5), cp.nan, dtype=dtype)
     assert plan.run(A, B, out=out) is out
     _check(out, A_h, B_h, dtype)
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_duel_problem_has_the_planned_rows_where_memory_allows(cp, monkeypatch, layout, dtype):
+    """The duel times the planned rows (up to DUEL_ELEMENTS), in A's layout, with random data;
+    the search's capped rows where the GPU's free memory is short."""
+    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 16)
+    monkeypatch.setattr(tsm2, "DUEL_ELEMENTS", 1 << 20)
+    m, n, k = 4096, 512, 8
+    A, B, C = tsm2._duel_problem(dtype, layout, m, n, k)
+    assert A.shape == (2048, n) and B.shape == (n, k) and C.shape == (2048, k)
+    assert A.dtype == B.dtype == C.dtype == dtype
+    assert tsm2.layout_of(A) == (layout, n if layout == "row" else 2048)
+    assert 0.4 < float(A.mean()) < 0.6 and float(A.min()) >= 0 and float(B.std()) > 0.2
+    monkeypatch.setattr(tsm2, "DUEL_MEMORY", 1e-12)
+    A, _, _ = tsm2._duel_problem(dtype, layout, m, n, k)
+    assert A.shape == (tsm2.timed_rows(m, n), n) == (128, n)
+
+
+def test_duel_calibrates_both_on_the_duel_rows(cp, monkeypatch):
+    """The search runs on the capped rows, the duel on the planned ones; both ratios are kept
+    under the key of the duel's rows, the winner's against the model at those rows."""
+    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 20)
+    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
+    store = tsm2.InProcessT1Store()
+    monkeypatch.setattr(tsm2, "T1_STORE", store)
+    seen = []
+    real = tsm2._timing_problem
+
+    def spy(dtype, layout, m, n, k, rows=None):
+        A, B, C = real(dtype, layout, m, n, k, rows)
+        seen.append(A.shape[0])
+        return A, B, C
+    monkeypatch.setattr(tsm2, "_timing_problem", spy)
+    dev = device_mod.current()
+    m, n, k = 8192, 1024, 4
+    t2, t3 = tsm2.kernel_params("row", np.float32, k, k, 2)
+    best, timings = tsm2.tune_t1(dev, np.float32, "row", m, n, k, t2, [t3], [256])
+    assert seen == [1024, 8192]                    # the search's rows, then the duel's
+    key = tsm2.t1_key(dev.name, np.float32, "row", k, n, m)
+    assert key[-1] == 8192 and store.get(key) == best and timings
+    assert 0.2 < store.ratio(key) < 5 and 0.2 < tsm2.VENDOR_RATIO[key] < 5

@@ -81,6 +81,14 @@ TIMING_ELEMENTS = 1 << 28
 TIMING_REPEATS = 5
 #: Rounds of the winner-against-cuBLAS timing that closes the search (_duel).
 DUEL_ROUNDS = 5
+#: Most elements of A in the duel's problem (8 GiB of float64), which has the planned m up to this
+#: and up to DUEL_MEMORY of the GPU's free memory: the calibration that decides between TSM2 and
+#: cuBLAS is taken at the planned size. Timed on TIMING_ELEMENTS (8192 of n = 32768's rows),
+#: cuBLAS read 7-9% slower per row than it ran on all of them while TSM2 scaled as its model says,
+#: and the planner took TSM2 at 0.963-0.966x cuBLAS (H100, float64 row-major k = 4, 8,
+#: tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-24-53f7ed7.json).
+DUEL_ELEMENTS = 1 << 30
+DUEL_MEMORY = 0.5
 #: k for which the online timing of row-major A also tries the cp.async kernel (tsm2_async.cu),
 #: with these knob sets over tsm2_async.default_config. H100, 2026-11-23, n = 16384-32768: 0.89-0.93
 #: of copy bandwidth at k = 16 (this file's row kernel 0.76-0.79) and 0.58-0.62 at k = 32
@@ -510,16 +518,23 @@ def _bucket(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def timed_rows(m: int, n: int) -> int:
-    """Rows of the online timing's problem for an m x n A: m, capped at TIMING_ELEMENTS / n."""
-    return max(1, min(int(m), TIMING_ELEMENTS // max(int(n), 1)))
+def timed_rows(m: int, n: int, elements: int | None = None) -> int:
+    """Rows of the online timing's problem for an m x n A: m, capped at ``elements`` (default
+    TIMING_ELEMENTS) / n."""
+    return max(1, min(int(m), (elements or TIMING_ELEMENTS) // max(int(n), 1)))
+
+
+def duel_rows(m: int, n: int) -> int:
+    """Rows of the duel's problem (:func:`_duel_problem`) when the GPU has the memory for it."""
+    return timed_rows(m, n, DUEL_ELEMENTS)
 
 
 def t1_key(device_name: str, dtype, layout: str, k: int, n: int, m: int) -> tuple:
-    """The online timing's cache key: device, dtype, layout and the buckets of k, n and the timed
-    problem's rows (:func:`timed_rows`), so a winner timed on a few thousand rows is not reused
-    for a problem whose grid is several times larger (or smaller)."""
-    return (device_name, str(np.dtype(dtype)), layout, _bucket(k), _bucket(n), _bucket(timed_rows(m, n)))
+    """The online timing's cache key: device, dtype, layout and the buckets of k, n and the
+    duel's rows (:func:`duel_rows`, at least the search's :func:`timed_rows`), so neither a winner
+    timed on a few thousand rows nor a calibration taken on them is reused for a problem whose
+    grid is several times larger (or smaller)."""
+    return (device_name, str(np.dtype(dtype)), layout, _bucket(k), _bucket(n), _bucket(duel_rows(m, n)))
 
 
 def time_kernel(fn, repeats: int = TIMING_REPEATS, warmup: int = 2) -> float:
@@ -552,7 +567,7 @@ def vendor_ratio(device, f):
         if TSM2().supports(f) is None:
             list(TSM2().candidates(f, device))   # the t1 search's duel calibrates cuBLAS alongside
         if key not in VENDOR_RATIO:
-            A, B, _ = _timing_problem(f.dtype, layout, f.m, f.n, f.k)
+            A, B, _ = _duel_problem(f.dtype, layout, f.m, f.n, f.k)
             _time_vendor(device, key, A, B, f.dtype)
     return VENDOR_RATIO.get(key)
 
@@ -565,15 +580,26 @@ def _vendor_model_s(device, m, n, k, dtype) -> float:
     return (m * n + n * k + m * k) * item / (device.mem_bandwidth * eff)
 
 
-def _timing_problem(dtype, layout, m, n, k):
-    """Random A (m capped so it has at most TIMING_ELEMENTS elements, in the layout), B and C."""
+def _timing_problem(dtype, layout, m, n, k, rows=None):
+    """Random A (``rows`` rows, default m capped so A has at most TIMING_ELEMENTS elements; in the
+    layout, drawn in place), B and C."""
     cp = cupy_module()
-    mb = timed_rows(m, n)
+    mb = rows or timed_rows(m, n)
     rng = cp.random.default_rng(12345)
-    order = "C" if layout == "row" else "F"
-    A = cp.asarray(rng.random((mb, n), dtype=np.float64).astype(dtype), order=order)
-    B = rng.random((n, k), dtype=np.float64).astype(dtype)
-    return A, B, cp.empty((mb, k), dtype=dtype)
+    A = rng.random((mb, n) if layout == "row" else (n, mb), dtype=dtype)
+    B = rng.random((n, k), dtype=dtype)
+    return (A if layout == "row" else A.T), B, cp.empty((mb, k), dtype=dtype)
+
+
+def _duel_problem(dtype, layout, m, n, k):
+    """The duel's problem: :func:`duel_rows` rows where A, B and C take at most DUEL_MEMORY of the
+    GPU's free memory (the pool's free blocks included), else the search's (:func:`timed_rows`)."""
+    cp = cupy_module()
+    rows = duel_rows(m, n)
+    free = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
+    if (rows * n + n * k + rows * k) * np.dtype(dtype).itemsize > DUEL_MEMORY * free:
+        rows = timed_rows(m, n)
+    return _timing_problem(dtype, layout, m, n, k, rows)
 
 
 def _time_vendor(device, key, A, B, dtype) -> None:
@@ -595,20 +621,24 @@ def _candidate_launch(A, B, C, layout, lda, k, t2, c):
     return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
 
 
-def _duel(device, key, A, B, C, go, dtype) -> float:
-    """The search's winner and cuBLAS timed in alternation (DUEL_ROUNDS rounds of TIMING_REPEATS
-    calls each, medians), so the two calibrations that decide between them see the same GPU
-    state; sets VENDOR_RATIO[key] and returns the winner's seconds. Timed apart (cuBLAS before
-    the search), cuBLAS read 6.5% slow on an H100 (n = 16384 float64 k = 16 row-major, 2026-11-24)
-    and the planner took TSM2, 4.6% slower than cuBLAS in the benchmark."""
+def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, win) -> tuple[float, int]:
+    """The search's winner ``win`` (a candidate of :func:`_candidate_launch`) and cuBLAS timed in
+    alternation on the duel's problem (:func:`_duel_problem`: the planned rows where memory
+    allows), DUEL_ROUNDS rounds of TIMING_REPEATS calls each, medians, so the two calibrations
+    that decide between them see the same GPU state and size; sets VENDOR_RATIO[key] and returns
+    (the winner's seconds, the rows timed). Timed apart (cuBLAS before the search), cuBLAS read
+    6.5% slow on an H100 (n = 16384 float64 k = 16 row-major, 2026-11-24) and the planner took
+    TSM2, 4.6% slower than cuBLAS in the benchmark."""
     cp = cupy_module()
+    A, B, C = _duel_problem(dtype, layout, m, n, k)
+    go = _candidate_launch(A, B, C, layout, layout_of(A)[1], k, t2, win)
     mine, theirs = [], []
     for _ in range(DUEL_ROUNDS):
         mine.append(time_kernel(lambda: go(A, B, C)))
         theirs.append(time_kernel(lambda: cp.matmul(A, B)))
-    mb, n = A.shape
-    VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, B.shape[1], dtype)
-    return float(np.median(mine))
+    mb = A.shape[0]
+    VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, k, dtype)
+    return float(np.median(mine)), mb
 
 
 def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s,
@@ -620,8 +650,8 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
     smallest of t3s, for the model's cost), or {"tc": name} when the 3xTF32 kernel with one of
     ``tc_variants`` (tsm2_tc.VARIANTS names; where tsm2_tc.ENABLED) won. The winner and cuBLAS
-    are then timed in alternation on the same data (:func:`_duel`), which calibrates both for the
-    bucket (VENDOR_RATIO, the store's ratio).
+    are then timed in alternation on the planned rows (:func:`_duel`), which calibrates both for
+    the bucket (VENDOR_RATIO, the store's ratio).
 
     A candidate that fails to compile or launch scores infinity (it is never chosen) and is named
     in a RuntimeWarning; RuntimeError when every candidate fails (:func:`score_candidates`).
@@ -630,15 +660,12 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     hit = T1_STORE.get(key)
     if hit is not None:
         if key not in VENDOR_RATIO:   # a stored winner (another process, the tuning database)
-            A, B, C = _timing_problem(dtype, layout, m, n, k)
-            _, lda = layout_of(A)
             win = (("async", hit["async"]) if hit.get("async") and async_variants
                    else ("tc", hit["tc"]) if hit.get("tc") and tc_variants
                    else (hit["t1"], hit["t3"], hit.get("depth", 1)))
-            _duel(device, key, A, B, C, _candidate_launch(A, B, C, layout, lda, k, t2, win), dtype)
+            _duel(device, key, dtype, layout, m, n, k, t2, win)
         return hit, {}
     A, B, C = _timing_problem(dtype, layout, m, n, k)
-    mb = A.shape[0]
     _, lda = layout_of(A)
     configs = {((t1, t3) if layout == "col" else (t1, t3, d)): (t1, t3, d)
                for t3 in t3s for d in _depths(layout, A, lda, t2, t3) for t1 in t1s}
@@ -660,10 +687,10 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
         best = {"t1": tsm2_tc.threads(win[1]), "t3": min(t3s), "depth": 1, "tc": win[1]}
     else:
         best = dict(zip(("t1", "t3", "depth"), win))
-    win_s = _duel(device, key, A, B, C, launch_of(win), dtype)
-    predicted = model_time(device, mb, n, k, dtype, layout, best["t1"], t2, best["t3"])
+    del A, B, C                      # before the duel allocates its (larger) problem
+    win_s, rows = _duel(device, key, dtype, layout, m, n, k, t2, configs[win])
+    predicted = model_time(device, rows, n, k, dtype, layout, best["t1"], t2, best["t3"])
     T1_STORE.put(key, best, timings, win_s / predicted if predicted > 0 else None)
-    del A, B, C
     return best, timings
 
 
@@ -853,32 +880,31 @@ class TSM2(Kernel):
         return C
 
     def runner(self, params):
-        """``Plan.run``'s call: the first call for each A layout and alignment and B strides goes
-        through prepare and run; later ones allocate C and launch (the launch kept here), which
-        saves the 5-7 us of prepare and run's checks on a host where a call's whole host time is
-        12-28 us (H100, 2026-11-24). Only a 2-D B that run would launch as it is (unit stride along
-        its rows, C-contiguous for the cp.async kernel), with m, n and k nonzero, is kept."""
+        """``Plan.run``'s call: the first call for each A layout and alignment and B / out layout
+        (:func:`_kept_key`) goes through prepare and run; later ones only launch, with the launch
+        run kept, which saves the 5-7 us of prepare and run's checks on a host where a call's
+        whole host time is 12-28 us (H100, 2026-11-24). What is kept, and when, is run's rule."""
         general = super().runner(params)
         cp = cupy_module()
         if cp is None:
             return general
-        p, kept, device = dict(params), {}, cp.cuda.runtime.getDevice
-        needs_contiguous = bool(p.get("async"))
+        p, kept = dict(params), {}
 
         def run(A, B, out=None):
-            key = (A.strides, A.data.ptr % 16, B.shape, B.strides, B.data.ptr % 16, device())
-            go = kept.get(key) if out is None else None
+            b_key = _kept_key(cp, B, out)
+            key = None if b_key is None else (A.strides, A.data.ptr % 16, b_key)
+            go = kept.get(key) if key is not None else None
             if go is not None:
-                C = cp.empty((A.shape[0], B.shape[1]), dtype=A.dtype)
+                C = cp.empty((A.shape[0], B.shape[1]), dtype=A.dtype) if out is None else out
                 go(A, B, C)
                 return C
-            C = general(A, B, out)
-            m, n = A.shape
-            if out is None and B.ndim == 2 and m and n and B.shape[1] and _b_as_is(B, needs_contiguous):
+            prepared = self.prepare(A, p)
+            C = self.run(prepared, B, out=out)
+            go = prepared.meta["kept"].get(b_key) if key is not None else None
+            if go is not None:
                 if len(kept) >= LAUNCH_CACHE_SIZE:
                     kept.clear()
-                layout, lda = layout_of(A)   # prepare (in general) checked it against the plan's
-                kept[key] = _launch_for(A, B, C, p, layout, lda)
+                kept[key] = go
             return C
         return run
 
