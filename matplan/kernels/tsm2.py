@@ -433,8 +433,9 @@ class InProcessT1Store:
 
     Each entry keeps the winning ``{"t1": .., "t3": ..}`` (and ``"depth"`` for the row kernel when
     timed with depths), every candidate's seconds and
-    ``ratio``: the winner's measured time over the model's prediction for the timed problem,
-    which calibrates the model's cost for this bucket. The tuning database replaces this class
+    ``ratio``: the winner's measured time (a call that allocates its C, as plan.run's does) over
+    the model's prediction for the duel's problem, which calibrates the model's cost for this
+    bucket. The tuning database replaces this class
     through :func:`set_t1_store` with an object that has the same ``get`` / ``put`` / ``ratio``.
     """
 
@@ -628,13 +629,16 @@ def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, win)
     that decide between them see the same GPU state and size; sets VENDOR_RATIO[key] and returns
     (the winner's seconds, the rows timed). Timed apart (cuBLAS before the search), cuBLAS read
     6.5% slow on an H100 (n = 16384 float64 k = 16 row-major, 2026-11-24) and the planner took
-    TSM2, 4.6% slower than cuBLAS in the benchmark."""
+    TSM2, 4.6% slower than cuBLAS in the benchmark. TSM2's calls allocate their C: timed into a
+    given C, TSM2 read 1.064x faster than cuBLAS at n = 8192 float32 column-major k = 1, and
+    plan.run, which allocates C (4-9 us of host time), ran 1.039x slower than cupy.matmul
+    (H100, tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-24-0322449.json)."""
     cp = cupy_module()
     A, B, C = _duel_problem(dtype, layout, m, n, k)
     go = _candidate_launch(A, B, C, layout, layout_of(A)[1], k, t2, win)
     mine, theirs = [], []
-    for _ in range(DUEL_ROUNDS):
-        mine.append(time_kernel(lambda: go(A, B, C)))
+    for _ in range(DUEL_ROUNDS):   # each call allocates its C, as plan.run's and cupy.matmul's do
+        mine.append(time_kernel(lambda: go(A, B, cp.empty(C.shape, dtype=C.dtype))))
         theirs.append(time_kernel(lambda: cp.matmul(A, B)))
     mb = A.shape[0]
     VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, k, dtype)
