@@ -147,12 +147,20 @@ def normalize_matrix(A, plan):
     return _to_csr(A) if sparse_op else A
 
 
+def check_transpose_call(B, out) -> None:
+    """A SpTRANS run takes A alone: TypeError naming B, ValueError naming out otherwise (the
+    SpTRANS kernels' run and :func:`normalize_operand`)."""
+    if B is not None:
+        raise TypeError("B: a SpTRANS plan transposes A alone; pass no B")
+    if out is not None:
+        raise ValueError("out: not supported for sptrans (A.T is a new sparse matrix)")
+
+
 def normalize_operand(B, plan):
     """B alone, checked against ``plan``: rows, columns (for dense B), dtype, backend; None for a
     SpTRANS plan, which takes no B."""
     if plan.op == "sptrans":
-        from .kernels.sptrans import check_call
-        check_call(B, None)   # TypeError naming B unless B is None
+        check_transpose_call(B, None)   # TypeError naming B unless B is None
         return None
     if B is None:
         raise TypeError(f"B: this plan ({plan.op}) needs B; got None")

@@ -69,6 +69,7 @@ import math
 import numpy as np
 
 from .._xp import cupy_module, cupyx_sparse
+from ..validation import check_transpose_call
 from . import _cuda
 from .base import Cost, KeepsA
 from .registry import register
@@ -445,18 +446,10 @@ class SpTrans(KeepsA):
                             f"(fitted on an H100)")
 
     def run(self, prepared, B, out=None):
-        check_call(B, out)
+        check_transpose_call(B, out)
         return transpose(prepared.arrays["A"], method=prepared.params["method"])
-
-
-def check_call(B, out) -> None:
-    """A SpTRANS kernel's run takes A alone: TypeError naming B, ValueError naming out otherwise."""
-    if B is not None:
-        raise TypeError("B: a SpTRANS plan transposes A alone; pass no B")
-    if out is not None:
-        raise ValueError("out: not supported for sptrans (A.T is a new sparse matrix)")
 
 
 register(SpTrans())
 
-__all__ = ["transpose", "SpTrans", "check_call", "BLOCK", "ITEMS", "TILE", "PHASES", "MERGE_PHASES", "BINS", "METHODS"]
+__all__ = ["transpose", "SpTrans", "BLOCK", "ITEMS", "TILE", "PHASES", "MERGE_PHASES", "BINS", "METHODS"]

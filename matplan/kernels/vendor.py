@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._xp import cupy_module
 from ..models import analytic, traffic
+from ..validation import check_transpose_call
 from .base import Cost, KeepsA
 from .registry import register
 
@@ -146,8 +147,7 @@ class CusparseTranspose(_VendorKernel):
                     f"bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
 
     def run(self, prepared, B, out=None):
-        from .sptrans import check_call
-        check_call(B, out)
+        check_transpose_call(B, out)
         # csr2csc lists each row of A.T in A's row order: sorted already. A sort_indices() here
         # checked (and re-sorted) it on the GPU: rmat-scale18 0.85 ms against 0.40 (H100, c05df22)
         return prepared.arrays["A"].T.tocsr()
