@@ -436,7 +436,9 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 // `total`, by decoupled look-back over st[0 ..] (zeroed; value << 2 | flag, 1: a block's sum, 2: its
 // inclusive prefix), returned to every lane of the calling warp (one warp of the block calls it):
 // lane l reads predecessor bid - 1 - l, 32 at a time, back to the nearest inclusive prefix (a
-// thread walking back alone took 58 us for 1.8M values). scan_i64 and numeric_esc's placement.
+// thread walking back alone took 58 us for 1.8M values). No fence: a status word carries its
+// value itself and nothing else is published with it (volatile accesses of one word are coherent).
+// scan_i64 and numeric_esc's placement.
 __device__ __forceinline__ long long warp_lookback(unsigned long long* status, const int bid, const long long total) {
     volatile unsigned long long* st = status;
     const int lane = threadIdx.x & 31;
@@ -446,7 +448,6 @@ __device__ __forceinline__ long long warp_lookback(unsigned long long* status, c
         return 0;
     }
     if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
-    __threadfence();
     for (int top = bid - 1;; top -= 32) {
         const int q = top - lane;
         unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
@@ -459,7 +460,6 @@ __device__ __forceinline__ long long warp_lookback(unsigned long long* status, c
         before += __shfl_sync(FULL_MASK, part, 0);
         if (found) break;
     }
-    __threadfence();
     if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
     return before;
 }
