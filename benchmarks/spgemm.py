@@ -122,7 +122,7 @@ def run_one(cp, name, A_host):
                    status="ok", balanced=info.get("balanced"), numeric_tables=info.get("numeric_tables"),
                    global_rows_numeric=info.get("global_rows_numeric"),
                    global_rows_symbolic=info.get("global_rows_symbolic"), host_ms=info.get("host_ms"),
-                   one_pass=info.get("one_pass"), esc_rows=info.get("esc_rows"), placed=info.get("placed"))
+                   one_pass=info.get("one_pass"), esc_rows=info.get("esc_rows"))
         nnz_ours = int(C.nnz)
         del C
         row["peak_mem_bytes"] = peak(cp, lambda: hs.spgemm(A, B))

@@ -634,40 +634,6 @@ def test_sort_based_balanced_single_launch(cp, hs, rng, top):
     _check_one(cp, hs, A, B, np.float64, True, info, grouping="balanced")
     cap = next(c for c in hs.ESC_CAPS if c >= top)
     assert info["one_pass"] and info["esc_rows"] == {cap: len(counts)} and not info["numeric_tables"]
-    assert info["placed"] == "copied out"   # 20 columns: C far smaller than the buffer
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("ncols", [20, 5000])
-@pytest.mark.parametrize("c", range(6))
-def test_placement_writes_c_in_place(cp, hs, rng, monkeypatch, dtype, ncols, c):
-    """The balanced one-pass path in one numeric_esc class places its rows in C (esc_places): over
-    2,537 rows (many blocks, the last one partial; empty rows and rows of one product among them;
-    B of 20 columns: every row in the dense window, C far smaller than the buffer, copied out; of
-    5000: most rows sorted, C about the buffer's size, kept in it), into a poisoned pool: == SciPy,
-    and bitwise the same as without placement (rows at their products' offsets, then copied)."""
-    assert len(hs.ESC_CLASSES) == 6
-    cap, low = hs.ESC_CAPS[c], (hs.ESC_CAPS[c - 1] if c else 0)
-    m = 2537
-    counts = rng.integers(low + 1, cap + 1, m)
-    counts[0], counts[1::97], counts[2::89] = cap, 0, 1
-    A, B = _rows_of_products(rng, list(counts), ncols=ncols)
-    _poison_pool(cp, int(counts.sum()) * 12 + (1 << 20))
-    info = {}
-    C = _check_one(cp, hs, A, B, dtype, True, info, grouping="balanced")
-    assert info["one_pass"] and info["esc_rows"] == {cap: m} and not info["numeric_tables"]
-    if hs.esc_places(c, np.dtype(dtype).itemsize):
-        kept = info["products"] <= hs.ESC_PLACE_KEEP * info["nnz_c"]
-        assert kept if ncols == 5000 else (c < 2 or not kept)   # 20 columns, 33+ products a row: copied
-        assert info["placed"] == ("in the buffer" if kept else "copied out")
-    else:
-        assert (c, np.dtype(dtype)) == (5, np.float64) and "placed" not in info
-    monkeypatch.setattr(hs, "ESC_PLACE", False)
-    off = {}
-    D = hs.spgemm(_dev(cp, A, dtype), _dev(cp, B, dtype), grouping="balanced", info=off).get()
-    assert "placed" not in off
-    assert np.array_equal(D.indptr, C.indptr) and np.array_equal(D.indices, C.indices)
-    assert np.array_equal(D.data.view(np.uint8), C.data.view(np.uint8))
 
 
 def test_sort_based_rows_need_b_narrow_enough_to_pack(cp, hs, rng):

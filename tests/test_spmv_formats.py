@@ -317,7 +317,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     they wrote by hand before.)"""
     from matplan.kernels import _cuda
     assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppipi"
-    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqpppippp"
+    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqpppi"
     assert _cuda.signature("spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
     assert _cuda.signature("tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
     assert _cuda.signature("tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's

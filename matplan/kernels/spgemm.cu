@@ -432,42 +432,10 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 // deterministic like the sort's. H100 (2026-11-24), banded-spgemm (289 products, 33 columns a
 // row): numeric_esc 1170 -> 845 us; shared-memory atomicAdd instead of the match: 865 us. What is
 // left is the products' expansion (the csum search, B's loads), the same as the sort's.
-// The exclusive prefix of block `bid` (numbered in start order by a ticket) whose own sum is
-// `total`, by decoupled look-back over st[0 ..] (zeroed; value << 2 | flag, 1: a block's sum, 2: its
-// inclusive prefix), returned to every lane of the calling warp (one warp of the block calls it):
-// lane l reads predecessor bid - 1 - l, 32 at a time, back to the nearest inclusive prefix (a
-// thread walking back alone took 58 us for 1.8M values). No fence: a status word carries its
-// value itself and nothing else is published with it (volatile accesses of one word are coherent).
-// scan_i64 and numeric_esc's placement.
-__device__ __forceinline__ long long warp_lookback(unsigned long long* status, const int bid, const long long total) {
-    volatile unsigned long long* st = status;
-    const int lane = threadIdx.x & 31;
-    long long before = 0;
-    if (bid == 0) {
-        if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
-        return 0;
-    }
-    if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
-    for (int top = bid - 1;; top -= 32) {
-        const int q = top - lane;
-        unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
-        while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
-            if ((w & 3ULL) == 0) w = st[q];
-        const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
-        const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
-        long long part = lane <= stop ? (long long)(w >> 2) : 0;
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
-        before += __shfl_sync(FULL_MASK, part, 0);
-        if (found) break;
-    }
-    if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
-    return before;
-}
-
-struct EscWindow { unsigned word; int n, before, total; };   // a lane's bitmap word, its count, the scan
 template <typename T, int W, int P, int SLOT_BITS>
-__device__ __forceinline__ EscWindow esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
-                                                const int lo, const unsigned mask) {
+__device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
+                                           const int lo, const unsigned mask, const long long base,
+                                           int* __restrict__ Cj, T* __restrict__ Cx, long long* row_count) {
     constexpr int N = W * P, WORDS = (N + 31) / 32;   // WORDS <= W: a word a lane at most
     const int lw = threadIdx.x & (W - 1), me = threadIdx.x & 31;
     T v[P];
@@ -492,49 +460,17 @@ __device__ __forceinline__ EscWindow esc_window(const int (&key)[P], T* vals, un
         if (leader) { vals[c] += s; atomicOr(&bits[c >> 5], 1u << (c & 31)); }
         __syncwarp(mask);
     }
-    EscWindow w;
-    w.word = lw < WORDS ? bits[lw] : 0u;
-    w.n = __popc(w.word);
-    w.before = w.n;   // inclusive scan of the lanes' counts
+    const unsigned word = lw < WORDS ? bits[lw] : 0u;
+    const int n = __popc(word);
+    int before = n;   // inclusive scan of the lanes' counts
 #pragma unroll
     for (int d = 1; d < W; d <<= 1) {
-        const int y = __shfl_up_sync(mask, w.before, d, W);
-        if (lw >= d) w.before += y;
+        const int y = __shfl_up_sync(mask, before, d, W);
+        if (lw >= d) before += y;
     }
-    w.total = __shfl_sync(mask, w.before, W - 1, W);
-    return w;
-}
-
-// numeric_esc's placement (``place`` non-null): the rows of the block (taken in start order,
-// place[0] the ticket) written at their final offsets in C, so C needs no copy: the groups'
-// counts are scanned across the block and the block's prefix found by decoupled look-back
-// (place[1 ..], zeroed, one word a block), and C's indptr (int64 Cp, int32 Cp32) is written here
-// (no scan_rows). Every thread of the block calls it (block barriers); returns the group's offset.
-__device__ __forceinline__ int esc_ticket(unsigned long long* place) {   // the block's number in start order
-    __shared__ int s_bid;
-    if (threadIdx.x == 0) s_bid = (int)atomicAdd(place, 1ULL);
-    __syncthreads();
-    return s_bid;
-}
-
-template <int W>
-__device__ __forceinline__ long long esc_place(unsigned long long* place, const int bid, const int total,
-                                               const int row, long long* __restrict__ Cp, int* __restrict__ Cp32) {
-    __shared__ long long s_warp[33];
-    __shared__ long long s_prefix;
-    const int lw = threadIdx.x & (W - 1);
-    long long block_total;
-    long long excl = block_exclusive_sum(lw == 0 ? (long long)total : 0LL, s_warp, &block_total);
-    excl = __shfl_sync(FULL_MASK, excl, (threadIdx.x & 31) & ~(W - 1));   // the group's first lane's
-    if (threadIdx.x < 32) {
-        const long long before = warp_lookback(place + 1, bid, block_total);
-        if (threadIdx.x == 0) s_prefix = before;
-    }
-    __syncthreads();
-    const long long base = s_prefix + excl;
-    if (lw == 0 && row >= 0) { Cp[row + 1] = base + total; Cp32[row + 1] = (int)(base + total); }
-    if (bid == 0 && threadIdx.x == 0) { Cp[0] = 0; Cp32[0] = 0; }
-    return base;
+    const int total = __shfl_sync(mask, before, W - 1, W);
+    write_bits(bits, lw, lw + (n > 0), base + before - n, lo, Cj, Cx, [&](int c) { return vals[c]; });
+    if (lw == 0 && row_count) *row_count = total;
 }
 
 // Blocks an SM must hold of numeric_esc's 512-slot class (W * P = 512), asked of the compiler
@@ -551,31 +487,21 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window,
-        unsigned long long* __restrict__ place, long long* __restrict__ place_cp, int* __restrict__ place_cp32) {
+        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window) {
     constexpr int N = W * P;
     constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
     static_assert(N == (1 << ESC_SLOT_BITS), "W * P: a power of two from 16 to 512");
     __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot,
     __shared__ int s_col[256 / W][N];  // then its output row (staged: the row is written coalesced)
-    // placement (esc_place: rows 0 .. nrows - 1 in order, blocks in start order) where its shared
-    // words fit beside the tables in the 48 KB of static shared memory (not float64 W * P = 512)
-    constexpr bool PLACE_OK = (256 / W) * N * (sizeof(T) + sizeof(int)) + 512 <= 48 * 1024;
-    int bid = blockIdx.x;
-    if constexpr (PLACE_OK) {
-        if (place) bid = esc_ticket(place);
-    } else {
-        if (place) __trap();   // spgemm.esc_places keeps these classes off the placement: never silent
-    }
-    const long long r = ((long long)bid * blockDim.x + threadIdx.x) / W;
-    if (r >= nrows && !place) return;   // a whole group: r is the same on its W lanes
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
+    if (r >= nrows) return;   // a whole group: r is the same on its W lanes
     const int lw = threadIdx.x & (W - 1);
     const int gbase = threadIdx.x & 31 & ~(W - 1);
     const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
     T* vals = s_val[threadIdx.x / W];
     int* cols = s_col[threadIdx.x / W];
-    const int row = r >= nrows ? -1 : rows ? rows[r] : (int)r;   // -1: past the rows (placement's last block)
-    const int a0 = row < 0 ? 0 : Ap[row], a1 = row < 0 ? 0 : Ap[row + 1], na = a1 - a0;
+    const int row = rows ? rows[r] : (int)r;
+    const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
     const long long first = na ? csum[a0] : 0;
     const long long np = na ? csum[a1] - first : 0;
     if (np > N) __trap();   // the grouping (classify_rows' caps) keeps rows past N out: never silent
@@ -616,8 +542,9 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         }
     }
     __syncwarp(mask);
-    int lo = EMPTY_KEY, hi = -1;   // the row's columns span [lo, hi]: at most N of them take the dense window
-    if (window) {
+    const long long base = Cp ? Cp[row] - c_base : first;
+    if (window) {   // the row's columns span [lo, hi]: at most N of them take the dense window
+        int lo = EMPTY_KEY, hi = -1;
 #pragma unroll
         for (int j = 0; j < P; ++j)
             if (key[j] != EMPTY_KEY) { lo = min(lo, key[j] >> ESC_SLOT_BITS); hi = max(hi, key[j] >> ESC_SLOT_BITS); }
@@ -626,12 +553,12 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
             lo = min(lo, __shfl_xor_sync(mask, lo, d, W));
             hi = max(hi, __shfl_xor_sync(mask, hi, d, W));
         }
+        if ((long long)hi - lo < N) {
+            esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo, mask, base,
+                                               Cj, Cx, row_nnz ? row_nnz + row : nullptr);
+            return;
+        }
     }
-    unsigned* bits = reinterpret_cast<unsigned*>(cols);
-    EscWindow win{0u, 0, 0, -1};   // total -1: the row takes the sort
-    if (window && (long long)hi - lo < N) win = esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, bits, np, lo, mask);
-    int total = win.total;
-    if (total < 0) {
     // bitonic sort of the N packed products, ascending (EMPTY_KEY last)
 #pragma unroll
     for (int k = 2; k <= N; k <<= 1) {
@@ -695,7 +622,7 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         const int y = __shfl_up_sync(mask, before, d, W);
         if (lw >= d) before += y;
     }
-    total = __shfl_sync(mask, before, W - 1, W);
+    const int total = __shfl_sync(mask, before, W - 1, W);
     before -= count;
     __syncwarp(mask);   // every lane has read its values: the slots take the output row
 #pragma unroll
@@ -707,17 +634,7 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         }
     }
     __syncwarp(mask);
-    }
-    // the row is summed (window: in its slots and bitmap; sort: staged in order): its offset in C
-    long long base = Cp ? (row < 0 ? 0 : Cp[row] - c_base) : first;
-    if constexpr (PLACE_OK) {
-        if (place) base = esc_place<W>(place, bid, total, row, place_cp, place_cp32);
-    }
-    if (row < 0) return;
-    if (win.total >= 0)
-        write_bits(bits, lw, lw + (win.n > 0), base + win.before - win.n, lo, Cj, Cx, [&](int c) { return vals[c]; });
-    else
-        for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
+    for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
     if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
 
@@ -759,8 +676,29 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     }
     long long total;   // the warps' offsets within the block: lane 0 carries its warp's sum
     const long long excl = __shfl_sync(FULL_MASK, block_exclusive_sum(lane == 0 ? run : 0LL, s_warp, &total), 0);
-    if (warp == 0) {
-        const long long before = warp_lookback(status + 1, bid, total);
+    if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
+        volatile unsigned long long* st = status + 1;
+        long long before = 0;
+        if (bid == 0) {
+            if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
+        } else {
+            if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
+            __threadfence();
+            for (int top = bid - 1;; top -= 32) {
+                const int q = top - lane;
+                unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
+                while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
+                    if ((w & 3ULL) == 0) w = st[q];
+                const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
+                const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
+                long long part = lane <= stop ? (long long)(w >> 2) : 0;
+                for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
+                before += __shfl_sync(FULL_MASK, part, 0);
+                if (found) break;
+            }
+            __threadfence();
+            if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
+        }
         if (lane == 0) {
             s_prefix = before;
             if (bid == 0) { out[0] = 0; if (out32) out32[0] = 0; }
@@ -1330,8 +1268,7 @@ INSTANTIATE_NUMERIC_SHARED(double, 16)
 INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
-        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int,  \
-        unsigned long long*, long long*, int*);
+        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int);
 #define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)

@@ -37,11 +37,7 @@ possible), the long rows the global path; each sorted row goes to its products' 
 of that buffer with its count, the
 counts' scan gives C's indptr, one host transfer its nnz, and ``compact_rows`` (``compact_entries``
 where rows took the global path) copies the rows into C allocated exactly. Short-row products (Poisson, uniform, road networks) spend a third of
-their GPU time in the symbolic pass and the host round trip after it. When every row takes one
-numeric_esc class (the balanced rule; ESC_PLACE) each block finds its rows' offset in C by a
-decoupled look-back and writes them there, from the buffer's front, with C's indptr: no scan, no
-copy kernel; C keeps the buffer's front where the buffer is at most ESC_PLACE_KEEP times C, else
-C's entries are copied out into arrays of their size.
+their GPU time in the symbolic pass and the host round trip after it.
 Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
 rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
@@ -123,14 +119,6 @@ ESC_BLOCK = 256
 #: Rows of numeric_esc whose columns span at most its W * P slots (banded rows) are summed in a
 #: dense window of those slots and written out by a bitmap, no sort (False: every row sorted).
 ESC_WINDOW = True
-#: The balanced one-pass path in one numeric_esc class (esc_places) writes C in place: each block
-#: finds its rows' offset in C by a decoupled look-back and writes them there, with C's indptr
-#: (no scan_rows, no copy kernel; _one_pass_placed). False: the rows at their products' offsets,
-#: then scan_rows and compact_rows.
-ESC_PLACE = True
-#: ... and C keeps the front of the upper-bound buffer (one entry a product) where that holds at
-#: most this many times C's entries; past it C's entries are copied out into arrays of their size.
-ESC_PLACE_KEEP = 1.25
 
 
 def esc_max_columns(cap: int) -> int:
@@ -1000,8 +988,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     classes = (sorts + num_ladder) if passes == "auto" else ()
     s.n_esc = len(sorts)
     zeros = s.zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)),
-                              1, _scan_words(m), _classify_words(len(num_ladder)), m,
-                              esc_place_words(m, len(ESC_CLASSES) - 1) if sorts else 0])
+                              1, _scan_words(m), _classify_words(len(num_ladder)), m])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
     row_nnz = zeros.take(m)
 
@@ -1226,15 +1213,10 @@ def _upper_bound(s: _Symbolic) -> tuple:
     the device addresses of its columns (int32) and values (s.dtype) in it (one allocation: each
     costs ~4 us of host time while the GPU waits for the numeric launches). A row i is written at
     its products' offset csum[Ap[i]] and _compact moves it to C. Keep the buffer while they run."""
-    cols = _upper_bound_cols(s)
-    buf = cupy_module().empty(cols + s.info["products"] * s.dtype.itemsize, dtype=np.uint8)
+    products = s.info["products"]
+    cols = -(-4 * products // 16) * 16
+    buf = cupy_module().empty(cols + products * s.dtype.itemsize, dtype=np.uint8)
     return buf, buf.data.ptr, buf.data.ptr + cols
-
-
-def _upper_bound_cols(s: _Symbolic) -> int:
-    """Bytes of the upper-bound buffer's columns (int32, one a product), rounded up to 16: its
-    values start there."""
-    return -(-4 * s.info["products"] // 16) * 16
 
 
 def _esc_first(s: _Symbolic, one: _Classes, classes: tuple, row_nnz) -> tuple:
@@ -1285,34 +1267,14 @@ def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, how: str = "rows", lanes: i
                 BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
-def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz, place=None):
+def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
     """One numeric_esc launch of class ESC_CLASSES[c] over n rows (rows null: rows 0 .. n - 1), in
-    the one-pass layout (each row at its products' offset, its count in row_nnz); ``place``
-    (status, Cp, Cp32): rows 0 .. n - 1 placed at their offsets in C instead (esc_places), C's
-    indptr written by the kernel, row_nnz unused. status: esc_place_words(n, c) zeroed words."""
+    the one-pass layout (each row at its products' offset, its count in row_nnz)."""
     A, B = s.A, s.B
     w, p = ESC_CLASSES[c]
-    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", _esc_blocks(n, c), ESC_BLOCK,
+    _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // ESC_BLOCK), ESC_BLOCK,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
-             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW), *(place or (_NULL, _NULL, _NULL))))
-
-
-def _esc_blocks(n: int, c: int) -> int:
-    """numeric_esc's blocks for n rows of class ESC_CLASSES[c] (a group of W lanes a row)."""
-    return -(-n * ESC_CLASSES[c][0] // ESC_BLOCK)
-
-
-def esc_places(c: int, itemsize: int) -> bool:
-    """Whether numeric_esc's class ESC_CLASSES[c] can place its rows in C (spgemm.cu PLACE_OK: the
-    placement's shared words fit beside the class's value and column slots in 48 KB of static
-    shared memory; not the 512-slot class in float64)."""
-    w, p = ESC_CLASSES[c]
-    return (ESC_BLOCK // w) * w * p * (itemsize + 4) + 512 <= 48 * 1024
-
-
-def esc_place_words(n: int, c: int) -> int:
-    """Zeroed uint64 words of numeric_esc's placement over n rows: a ticket and a look-back word a block."""
-    return 1 + _esc_blocks(n, c)
+             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW)))
 
 
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int,
@@ -1371,8 +1333,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     if not grouped:
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
-            if ESC_PLACE and esc_places(c, dtype.itemsize):
-                return _one_pass_placed(s, c, buf, zeros)
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
             tables, escs = {}, {sort_caps[c]: m}
         else:
@@ -1401,29 +1361,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     del buf   # freed in stream order: the pool hands it out again only behind the copy
-    return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
-
-
-def _one_pass_placed(s: _Symbolic, c: int, buf, zeros):
-    """The balanced one-pass path in one numeric_esc class that places its rows (esc_places): the
-    kernel writes every row at its final offset in C from the start of the upper-bound buffer, and
-    C's indptr, so neither scan_rows nor the copy into C runs. C keeps the buffer's front (views)
-    where the buffer holds at most ESC_PLACE_KEEP times C's entries, else C's entries are copied
-    out of it into arrays of their size (contiguous copies)."""
-    cp = cupy_module()
-    m, k = s.shape
-    _, Cp, Cp32 = s.counts
-    _esc_launch(s, c, _NULL, m, buf.data.ptr, buf.data.ptr + _upper_bound_cols(s), _NULL,
-                place=(zeros.take(esc_place_words(m, c)), Cp, Cp32))
-    nnz_c = int(_cuda.read_at(Cp.data.ptr + 8 * m, 1, np.int64)[0])
-    Cj = cp.ndarray((nnz_c,), dtype=cp.int32, memptr=buf.data)
-    Cx = cp.ndarray((nnz_c,), dtype=s.dtype, memptr=buf.data + _upper_bound_cols(s))
-    kept = s.info["products"] <= ESC_PLACE_KEEP * nnz_c
-    if not kept:
-        Cj, Cx = Cj.copy(), Cx.copy()
-    s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=0,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables={},
-                  esc_rows={ESC_CAPS[c]: m}, placed="in the buffer" if kept else "copied out")
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
