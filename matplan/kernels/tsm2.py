@@ -17,11 +17,12 @@ columns of C per pass (A is read ceil(k / t2) times), ``t3`` loads of A in fligh
 (``"col"``: elements of the row; ``"row"``: rows per warp, each a 16-byte vector per lane).
 ``t2`` and ``t3`` come from the performance model in :mod:`matplan.models.tsm2`; ``t1`` (and t3's
 multiples, and the row kernel's depth) is chosen by timing the candidates on the device once per
-(device, dtype, layout, buckets of k, n and the timed rows: :func:`t1_key`) and kept in
+(device, dtype, layout, buckets of k, n and the duel's rows: :func:`t1_key`) and kept in
 :data:`T1_STORE` (an in-process dict; the tuning database plugs in with :func:`set_t1_store`).
 A split over n is evened out to whole waves of resident blocks. The same timing tries the
 cp.async kernels of ``tsm2_async.cu`` (both layouts, A streamed through shared memory) for k in
-ASYNC_K, then times the winner and cuBLAS in alternation to calibrate both costs (:func:`_duel`).
+ASYNC_K, then times the winner and cuBLAS in alternation on the planned rows (up to
+DUEL_ELEMENTS) to calibrate both costs (:func:`_duel`).
 A prepared TSM2 keeps one :class:`Launch` (or ``tsm2_async.AsyncLaunch``) per k and strides, so a
 plan's run only launches.
 """
