@@ -3,9 +3,10 @@
 Each iteration needs the squared distances of n points (rows of X, d = 4096) to k = 16
 centroids: ||x||^2 - 2 X.C^T + ||c||^2. X.C^T is a tall-and-skinny product (n x d times d x 16),
 the paper's K-means case. The plan is made once for X and reused every iteration
-(``plan.bind(X)``); the same iterations are timed with ``cupy.matmul`` for comparison.
+(``plan.bind(X)``); the same iterations are timed with ``cupy.matmul`` for comparison, the two
+taken in turn ``--rounds`` times (medians of the seconds per iteration).
 
-    PYTHONPATH=. python3 examples/kmeans.py [--n 1024 4096 ... 262144] [--iters 10]
+    PYTHONPATH=. python3 examples/kmeans.py [--n 1024 4096 ... 262144] [--iters 10] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rounds", type=int, default=5, help="runs of each, taken in turn (medians)")
     args = ap.parse_args(argv)
 
     import cupy as cp
+    import numpy as np
     from matplan import planner
 
     print(f"{'n':>7} {'kernel':>12} {'ms/iter matplan':>16} {'ms/iter cupy':>13} {'speedup':>8} {'same labels':>11}")
@@ -64,8 +67,13 @@ def main(argv=None):
         bound = plan.bind(X)                                 # ... and X prepared once
         lloyd(X, C0, 2, bound)                               # warm-up (compiles, caches)
         lloyd(X, C0, 2, lambda Ct: X @ Ct)
-        C1, l1, t_plan = lloyd(X, C0, args.iters, bound)
-        C2, l2, t_cupy = lloyd(X, C0, args.iters, lambda Ct: X @ Ct)
+        runs = {"plan": [], "cupy": []}                      # in turn, medians: one run each read
+        for _ in range(args.rounds):                         # up to +-30% apart on an H100 (b768d9d)
+            C1, l1, t = lloyd(X, C0, args.iters, bound)
+            runs["plan"].append(t)
+            C2, l2, t = lloyd(X, C0, args.iters, lambda Ct: X @ Ct)
+            runs["cupy"].append(t)
+        t_plan, t_cupy = (float(np.median(runs[key])) for key in ("plan", "cupy"))
         same = float((l1 == l2).mean())
         print(f"{n:>7} {plan.kernel:>12} {t_plan * 1e3:16.3f} {t_cupy * 1e3:13.3f} {t_cupy / t_plan:8.2f} {same:11.4f}",
               flush=True)
