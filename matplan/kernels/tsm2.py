@@ -623,23 +623,26 @@ def _candidate_launch(A, B, C, layout, lda, k, t2, c):
     return Launch(A, layout, lda, k, C.strides, t1, t2, t3, depth=d)
 
 
-def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, win) -> tuple[float, int]:
-    """The search's winner ``win`` (a candidate of :func:`_candidate_launch`) and cuBLAS timed in
+def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, best: dict) -> tuple[float, int]:
+    """The search's winner ``best`` ({"t1", "t3"[, "depth"][, "async" | "tc"]}) and cuBLAS timed in
     alternation on the duel's problem (:func:`_duel_problem`: the planned rows where memory
     allows), DUEL_ROUNDS rounds of TIMING_REPEATS calls each, medians, so the two calibrations
     that decide between them see the same GPU state and size; sets VENDOR_RATIO[key] and returns
-    (the winner's seconds, the rows timed). Timed apart (cuBLAS before the search), cuBLAS read
-    6.5% slow on an H100 (n = 16384 float64 k = 16 row-major, 2026-11-24) and the planner took
-    TSM2, 4.6% slower than cuBLAS in the benchmark. TSM2's calls allocate their C: timed into a
-    given C, TSM2 read 1.064x faster than cuBLAS at n = 8192 float32 column-major k = 1, and
-    plan.run, which allocates C (4-9 us of host time), ran 1.039x slower than cupy.matmul
-    (H100, tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-24-0322449.json)."""
+    (the winner's seconds, the rows timed). TSM2 is timed as a plan's run calls it (TSM2.run on
+    the prepared A, its launch kept, C allocated), cuBLAS as ``cupy.matmul``: each with the host
+    work a call pays. Timed apart (cuBLAS before the search), cuBLAS read 6.5% slow on an H100
+    (n = 16384 float64 k = 16 row-major, 2026-11-24) and the planner took TSM2, 4.6% slower than
+    cuBLAS in the benchmark. Timed into a given C, TSM2 read 1.064x faster than cuBLAS at
+    n = 8192 float32 column-major k = 1, and plan.run, which allocates C (4-9 us of host time), ran
+    1.039x slower than cupy.matmul (H100, tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-24-0322449.json)."""
     cp = cupy_module()
-    A, B, C = _duel_problem(dtype, layout, m, n, k)
-    go = _candidate_launch(A, B, C, layout, layout_of(A)[1], k, t2, win)
+    A, B, _ = _duel_problem(dtype, layout, m, n, k)
+    kern = TSM2()
+    prepared = kern.prepare(A, dict(best, layout=layout, t2=t2))
+    kern.run(prepared, B)   # keeps the launch, as a plan's first call does
     mine, theirs = [], []
-    for _ in range(DUEL_ROUNDS):   # each call allocates its C, as plan.run's and cupy.matmul's do
-        mine.append(time_kernel(lambda: go(A, B, cp.empty(C.shape, dtype=C.dtype))))
+    for _ in range(DUEL_ROUNDS):
+        mine.append(time_kernel(lambda: kern.run(prepared, B)))
         theirs.append(time_kernel(lambda: cp.matmul(A, B)))
     mb = A.shape[0]
     VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, k, dtype)
@@ -665,10 +668,9 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     hit = T1_STORE.get(key)
     if hit is not None:
         if key not in VENDOR_RATIO:   # a stored winner (another process, the tuning database)
-            win = (("async", hit["async"]) if hit.get("async") and async_variants
-                   else ("tc", hit["tc"]) if hit.get("tc") and tc_variants
-                   else (hit["t1"], hit["t3"], hit.get("depth", 1)))
-            _duel(device, key, dtype, layout, m, n, k, t2, win)
+            kinds = {"async": bool(async_variants), "tc": bool(tc_variants)}
+            _duel(device, key, dtype, layout, m, n, k, t2,
+                  {x: v for x, v in hit.items() if kinds.get(x, True)})
         return hit, {}
     A, B, C = _timing_problem(dtype, layout, m, n, k)
     _, lda = layout_of(A)
@@ -693,7 +695,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     else:
         best = dict(zip(("t1", "t3", "depth"), win))
     del A, B, C                      # before the duel allocates its (larger) problem
-    win_s, rows = _duel(device, key, dtype, layout, m, n, k, t2, configs[win])
+    win_s, rows = _duel(device, key, dtype, layout, m, n, k, t2, best)
     predicted = model_time(device, rows, n, k, dtype, layout, best["t1"], t2, best["t3"])
     T1_STORE.put(key, best, timings, win_s / predicted if predicted > 0 else None)
     return best, timings
