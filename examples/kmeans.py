@@ -27,19 +27,15 @@ def lloyd(X, C0, iters, product):
         dots = product(Ct)                                   # n x k
         dist = xsq[:, None] - 2 * dots + (C * C).sum(axis=1)[None, :]
         labels = dist.argmin(axis=1)
-        counts = cp.bincount(labels, minlength=k).astype(X.dtype)
-        sums = _segment_sums(X, labels, k)
+        # clusters' counts and sums from one-hot(labels) (a k x n by n x d GEMM for the sums):
+        # cupy.bincount reads max(labels) back to the host, a wait for the GPU every iteration
+        onehot = (labels[None, :] == cp.arange(k)[:, None]).astype(X.dtype)
+        counts = onehot.sum(axis=1)
+        sums = onehot @ X
         C = cp.where(counts[:, None] > 0, sums / cp.maximum(counts, 1)[:, None], C)
     stop.record()
     stop.synchronize()
     return C, labels, cp.cuda.get_elapsed_time(start, stop) * 1e-3 / iters
-
-
-def _segment_sums(X, labels, k):
-    """Sum of the points of each cluster: one-hot(labels)^T @ X (a k x n by n x d GEMM)."""
-    import cupy as cp
-    onehot = (labels[None, :] == cp.arange(k)[:, None]).astype(X.dtype)
-    return onehot @ X
 
 
 def main(argv=None):
