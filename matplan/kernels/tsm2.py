@@ -430,7 +430,7 @@ class SplitSum:
 # --- online t1 choice -----------------------------------------------------------------------------
 class InProcessT1Store:
     """The winners of the online timing, per :func:`t1_key` (device, dtype, layout, buckets of k, n
-    and the timed rows).
+    and the duel's rows).
 
     Each entry keeps the winning ``{"t1": .., "t3": ..}`` (and ``"depth"`` for the row kernel when
     timed with depths), every candidate's seconds and
@@ -604,11 +604,13 @@ def _duel_problem(dtype, layout, m, n, k):
     return _timing_problem(dtype, layout, m, n, k, rows)
 
 
-def _time_vendor(device, key, A, B, dtype) -> None:
-    cp = cupy_module()
+def _time_vendor(device, key, A, B, dtype, seconds: float | None = None) -> None:
+    """VENDOR_RATIO[key]: cupy.matmul(A, B)'s seconds (timed here unless given) over cuBLAS's model."""
+    if seconds is None:
+        cp = cupy_module()
+        seconds = time_kernel(lambda: cp.matmul(A, B))
     mb, n = A.shape
-    s = time_kernel(lambda: cp.matmul(A, B))
-    VENDOR_RATIO[key] = s / _vendor_model_s(device, mb, n, B.shape[1], dtype)
+    VENDOR_RATIO[key] = seconds / _vendor_model_s(device, mb, n, B.shape[1], dtype)
 
 
 def _candidate_launch(A, B, C, layout, lda, k, t2, c):
@@ -644,9 +646,8 @@ def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, best
     for _ in range(DUEL_ROUNDS):
         mine.append(time_kernel(lambda: kern.run(prepared, B)))
         theirs.append(time_kernel(lambda: cp.matmul(A, B)))
-    mb = A.shape[0]
-    VENDOR_RATIO[key] = float(np.median(theirs)) / _vendor_model_s(device, mb, n, k, dtype)
-    return float(np.median(mine)), mb
+    _time_vendor(device, key, A, B, dtype, float(np.median(theirs)))
+    return float(np.median(mine)), A.shape[0]
 
 
 def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1s,
@@ -881,9 +882,7 @@ class TSM2(Kernel):
         go = _launch_for(A, B2, C2, p, prepared.meta["layout"], prepared.meta["lda"])
         go(A, B2, C2)
         if key is not None and B2 is B and C2 is C:   # launched on B and C as they are: keep it
-            if len(kept) >= LAUNCH_CACHE_SIZE:
-                kept.clear()
-            kept[key] = go
+            _keep(kept, key, go)
         return C
 
     def runner(self, params):
@@ -909,9 +908,7 @@ class TSM2(Kernel):
             C = self.run(prepared, B, out=out)
             go = prepared.meta["kept"].get(b_key) if key is not None else None
             if go is not None:
-                if len(kept) >= LAUNCH_CACHE_SIZE:
-                    kept.clear()
-                kept[key] = go
+                _keep(kept, key, go)
             return C
         return run
 
@@ -959,10 +956,15 @@ def _launch_for(A, B2, C2, p: dict, layout: str, lda: int):
             go = tsm2_tc.TcLaunch(A, B2, C2, layout, lda, p["tc"])
         else:
             go = Launch(A, layout, lda, k, C2.strides, p["t1"], min(p["t2"], k), p["t3"], depth=p.get("depth", 1))
-        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
-            _LAUNCHES.clear()
-        _LAUNCHES[key] = go
+        _keep(_LAUNCHES, key, go)
     return go
+
+
+def _keep(cache: dict, key, go) -> None:
+    """cache[key] = go, the cache emptied first when it holds LAUNCH_CACHE_SIZE entries."""
+    if len(cache) >= LAUNCH_CACHE_SIZE:
+        cache.clear()
+    cache[key] = go
 
 
 def _check_out(out, shape, dtype):
