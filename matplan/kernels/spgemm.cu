@@ -1162,6 +1162,16 @@ __global__ void compact_rows(const int* __restrict__ Ap, const long long* __rest
     }
 }
 
+// The last row r in [lo, hi) with Cp[r] <= q, given Cp[lo] <= q < Cp[hi] (C's offsets in global or
+// shared memory): compact_ranges and compact_entries.
+__device__ __forceinline__ int row_of_entry(const long long* __restrict__ Cp, long long q, int lo, int hi) {
+    while (hi - lo > 1) {
+        const int mid = lo + ((hi - lo) >> 1);
+        if (Cp[mid] <= q) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
 #define COMPACT_ROWS 256
 template <typename T>
 __global__ void __launch_bounds__(256) compact_ranges(
@@ -1179,11 +1189,7 @@ __global__ void __launch_bounds__(256) compact_ranges(
     const long long q1 = s_dst[nr];
     int lo = 0;   // the entries a thread visits only move forward: each search starts at the last row
     for (long long q = s_dst[0] + threadIdx.x; q < q1; q += blockDim.x) {
-        int hi = nr;   // s_dst[lo] <= q < s_dst[hi]: the row of entry q is the last such lo
-        while (hi - lo > 1) {
-            const int mid = (lo + hi) >> 1;
-            if (s_dst[mid] <= q) lo = mid; else hi = mid;
-        }
+        lo = row_of_entry(s_dst, q, lo, nr);
         const long long src = s_src[lo] + (q - s_dst[lo]);
         Cj[q] = Uj[src];
         Cx[q] = Ux[src];
@@ -1197,15 +1203,6 @@ __global__ void __launch_bounds__(256) compact_ranges(
 //   memory and copied coalesced. A long row spreads over as many blocks as its entries fill, where
 //   compact_rows gives it one block (skewed's 34 long rows) and compact_ranges the block of its range.
 #define COMPACT_ITEMS 8
-__device__ __forceinline__ int row_of_entry(const long long* __restrict__ Cp, long long q, int lo, int hi) {
-    // the last row r in [lo, hi) with Cp[r] <= q, given Cp[lo] <= q < Cp[hi]
-    while (hi - lo > 1) {
-        const int mid = lo + ((hi - lo) >> 1);
-        if (Cp[mid] <= q) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(256) compact_entries(
         const int* __restrict__ Ap, const long long* __restrict__ csum, const long long* __restrict__ Cp,
