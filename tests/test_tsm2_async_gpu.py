@@ -83,6 +83,31 @@ def test_async_small_and_edge_shapes(cp, rng, dtype):
     assert cp.isnan(big[:, 1::2]).all(), "wrote outside the output view"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize("k", (8, 16, 20))
+def test_async_whole_tiles_in_padded_views(cp, rng, dtype, col, k):
+    """The whole-tile copy path (every band and tile inside A: m and n multiples of the block's
+    rows and the tile's columns) and the general one (m, n one chunk short) on views whose leading
+    dimension exceeds the rows (column-major) or columns (row-major), both layouts; k = 20 leaves
+    the second pass's B slice partial (general B path beside whole A tiles)."""
+    cfg = tsm2_async.default_config(dtype, k, col)
+    sh = tsm2_async.shape_of(cfg, np.dtype(dtype).itemsize, col)
+    v = sh["vec"]
+    for m, n in ((4 * sh["rows"], 6 * cfg["tj"]), (4 * sh["rows"] - v, 6 * cfg["tj"] - v)):
+        pad = 2 * v                                       # leading dimension 16-byte aligned, > extent
+        big_h = _random(rng, (m + pad, n) if col else (m, n + pad), dtype)
+        A_h = big_h[:m, :] if col else big_h[:, :n]
+        big = cp.asfortranarray(cp.asarray(big_h)) if col else cp.asarray(big_h)
+        A = big[:m, :] if col else big[:, :n]
+        assert not (A.flags.c_contiguous or A.flags.f_contiguous)
+        B_h = _random(rng, (n, k), dtype)
+        B = cp.asarray(B_h)
+        C = cp.full((m, k), cp.nan, dtype=dtype)
+        tsm2_async.AsyncLaunch(A, B, C, col=col)(A, B, C)
+        _check(C, A_h, B_h, dtype)
+
+
 def test_async_is_deterministic(cp, rng):
     A = cp.asarray(_random(rng, (2000, 3000), np.float32))
     B = cp.asarray(_random(rng, (3000, 16), np.float32))
