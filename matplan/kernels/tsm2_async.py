@@ -50,6 +50,10 @@ KEYS = ("wr", "wj", "tr", "rr", "cc", "tj", "stages")
 #: Knobs with a default outside the presets: ``minb`` (min resident blocks per SM for
 #: __launch_bounds__: caps registers per thread at 65536 / (minb * threads)).
 DEFAULT_MINB = 2
+#: Presets whose accumulators need more than 65536 / (2 * threads) registers take minb = 1:
+#: float64 k = 32 (64 accumulators, 2 x 8 B each) spilled 76-100 bytes a thread with minb 2 and
+#: ran at 0.39-0.60 of the copy bandwidth, 0.66-0.75 with minb 1 (H100, 2026-11-25, fca4c2a).
+PRESET_MINB = {(8, 32): 1}
 #: Shared memory a block may opt into when the device cannot be asked (H100: 227 KB).
 SMEM_OPTIN_DEFAULT = 227 * 1024
 
@@ -67,7 +71,7 @@ def default_config(dtype, k: int, col: bool = False) -> dict:
     table = PRESETS[item]
     bucket = next((b for b in sorted(table) if k <= b), max(table))
     knobs = COL_PRESETS.get(item, {}).get(bucket, table[bucket]) if col else table[bucket]
-    return dict(zip(KEYS, knobs), minb=DEFAULT_MINB)
+    return dict(zip(KEYS, knobs), minb=PRESET_MINB.get((item, bucket), DEFAULT_MINB))
 
 
 def shape_of(config: dict, itemsize: int, col: bool = False) -> dict:
