@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-from .._timing import cuda_median_s
+from .._timing import cuda_median_s, cuda_queued_s
 from .._xp import cupy_module
 from . import _cuda
 from .base import Cost, Kernel, Prepared
@@ -80,6 +80,12 @@ T3_FACTORS = (1, 2, 4)
 #: this the timed problem has the planned m, so the calibration ratio is the planned size's.
 TIMING_ELEMENTS = 1 << 28
 TIMING_REPEATS = 5
+#: Calls queued back to back in each of the search's TIMING_REPEATS rounds: candidates are ranked
+#: by their GPU time (host work is the same launch path for all of them). Ranked by single calls,
+#: whose host jitter is 10-20 us against a ~100 us kernel at n = 8192, the search took variants
+#: 3-4% slower back to back than the one it took in the run before (float32 row-major k = 16:
+#: s3 at 0.870 of the copy bandwidth, the preset at 0.907; H100, 2026-11-25, eb48fb9).
+SEARCH_CALLS = 3
 #: Rounds of the winner-against-cuBLAS timing that closes the search (_duel).
 DUEL_ROUNDS = 5
 #: Most elements of A in the duel's problem (8 GiB of float64), which has the planned m up to this
@@ -655,7 +661,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     """Time every (t1, t3) candidate (row kernel: every (t1, t3, depth), depths from
     :func:`row_depths`, and the cp.async kernel with each of ``async_variants``, names of
     ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
-    TIMING_ELEMENTS elements); cache the winner for the bucket and return it: {"t1", "t3",
+    TIMING_ELEMENTS elements), SEARCH_CALLS calls back to back a round; cache the winner for the bucket and return it: {"t1", "t3",
     "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
     smallest of t3s, for the model's cost), or {"tc": name} when the 3xTF32 kernel with one of
     ``tc_variants`` (tsm2_tc.VARIANTS names; where tsm2_tc.ENABLED) won. The winner and cuBLAS
@@ -685,7 +691,7 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
 
     def time_one(c):
         go = launch_of(c)
-        return time_kernel(lambda: go(A, B, C))
+        return cuda_queued_s(lambda: go(A, B, C), SEARCH_CALLS, TIMING_REPEATS)
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], str(c)))
     if win[0] == "async":
