@@ -10,7 +10,10 @@ with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online ti
 errors, and which kernel the planner picked. ``ms`` is the kernel on the prepared A with C given
 (TSM2's launch alone); ``planner_ms`` ("plan.run" in the table) is the user's whole call,
 ``plan.run(A, B)``: validation, preparing A, allocating C and the chosen kernel, against the same
-single ``cupy.matmul`` call. A t3 marked * ran the row kernel with more than one warp step of A in
+single ``cupy.matmul`` call. Per n and dtype a device-to-device copy moving as many bytes as one
+product reads (half of them read, half written) is timed the same two ways: its fraction of the
+copy bandwidth as a single call is the most any single call of that size can show, launch and
+all (``same_bytes_copy_frac`` / ``_b2b`` in the rows). A t3 marked * ran the row kernel with more than one warp step of A in
 flight (its ``depth``, in the JSON).
 
     PYTHONPATH=. python3 benchmarks/tsgemm.py [--n 8192 16384] [--k 1 2 4] [--sweep]
@@ -71,6 +74,9 @@ def main(argv=None):
     for n in args.n:
         for dtype in args.dtype:
             A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
+            copy_single, copy_b2b = same_bytes_copy(cp, tsm2, A0, copy_bw)
+            print(f"# n = {n} {dtype}: a copy moving A's bytes reads {copy_single:.3f} of the copy bandwidth "
+                  f"as a single call, {copy_b2b:.3f} back to back", flush=True)
             for layout in args.layout:
                 A = A0 if layout == "C" else cp.asfortranarray(A0)
                 for k in args.k:
@@ -113,6 +119,7 @@ def main(argv=None):
                                planner_kernel=plan.kernel,
                                planner_ms=run_ms, planner_frac_of_copy_bw=nbytes / (run_ms * 1e-3) / copy_bw,
                                max_rel_err=err, t1_source=p.get("t1_source", ""),
+                               same_bytes_copy_frac=copy_single, same_bytes_copy_frac_b2b=copy_b2b,
                                variant=(f"tc:{p['tc']}" if p.get("tc") else f"async:{p['async']}" if p.get("async")
                                         else "register"))
                     rows.append(row)
@@ -130,6 +137,21 @@ def main(argv=None):
 
     sweep = run_sweep(cp, tsm2, copy_bw, rng) if args.sweep else []
     print(json.dumps(save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start), indent=1), flush=True)
+
+
+def same_bytes_copy(cp, tsm2, A0, copy_bw) -> tuple:
+    """(single call, back to back) fractions of ``copy_bw`` of a device-to-device copy of half of
+    A0's bytes (A0's bytes moved: read plus written), on data that is not zeros (A0's)."""
+    from matplan._timing import cuda_median_s
+    src = A0.ravel()[: A0.size // 2]
+    dst = cp.empty_like(src)
+
+    def copy():
+        dst[...] = src
+    single = cuda_median_s(copy, 15, 3)
+    b2b = tsm2.time_kernel(lambda: [copy() for _ in range(B2B)], 5, 1) / B2B
+    moved = 2 * src.nbytes
+    return moved / single / copy_bw, moved / b2b / copy_bw
 
 
 def p_layout(order: str) -> str:
@@ -165,10 +187,12 @@ def summarise(rows):
                 continue
             small = [r["frac_of_copy_bw"] for r in sel if r["k"] <= 16]
             small_q = [r["frac_of_copy_bw_b2b"] for r in sel if r["k"] <= 16]
+            small_rel = [r["frac_of_copy_bw"] / r["same_bytes_copy_frac"] for r in sel if r["k"] <= 16]
             out[f"{dt}/{lay}"] = {
                 "geomean_speedup_vs_cublas": geomean([r["speedup_vs_vendor"] for r in sel]),
                 "min_frac_copy_bw_k_le_16": min(small) if small else None,
                 "min_frac_copy_bw_k_le_16_b2b": min(small_q) if small_q else None,
+                "min_single_vs_same_bytes_copy_k_le_16": min(small_rel) if small_rel else None,
                 "geomean_speedup_vs_cublas_b2b": geomean([r["vendor_ms_b2b"] / r["ms_b2b"] for r in sel]),
                 "frac_copy_bw_by_k": {r["k"]: round(r["frac_of_copy_bw"], 3) for r in sel if r["n"] == max(x["n"] for x in sel)},
                 "model_abs_rel_err_median": float(np.median([abs(r["model_predicted_ms"] / r["ms"] - 1) for r in sel])),
