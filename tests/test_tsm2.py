@@ -275,6 +275,20 @@ def test_async_variants_skip_repeated_configs_and_small_grid_ones_on_capped_timi
                 assert all(a != b for i, a in enumerate(configs) for b in configs[i + 1:])
 
 
+def test_async_presets_take_minb_one_only_where_minb_two_spills():
+    """float64 k = 32 (64 accumulators of 8 bytes a thread) takes minb = 1 in its preset, so the
+    online timing's ``minb1`` variant repeats it and is not tried there; every other preset keeps
+    the default register cap."""
+    from matplan.kernels import tsm2_async
+    for dtype in (np.float32, np.float64):
+        for k in (4, 8, 16, 32, 64):
+            for col in (False, True):
+                want = 1 if (dtype is np.float64 and k >= 32) else tsm2_async.DEFAULT_MINB
+                assert tsm2_async.default_config(dtype, k, col)["minb"] == want
+    assert "minb1" not in tsm2.async_variants(np.float64, 32, "row", 8192, 8192)
+    assert "minb1" in tsm2.async_variants(np.float32, 32, "row", 8192, 8192)
+
+
 def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
     """The store keeps a tensor-core winner's variant and labels it; the planner tries tsm2_tc only
     when enabled (the default), for float32 and k in TC_K with aligned rows or columns."""
