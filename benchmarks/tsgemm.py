@@ -13,8 +13,8 @@ errors, and which kernel the planner picked. ``ms`` is the kernel on the prepare
 single ``cupy.matmul`` call. Per n and dtype a device-to-device copy moving as many bytes as one
 product reads (half of them read, half written) is timed the same two ways: its fraction of the
 copy bandwidth as a single call is the most any single call of that size can show, launch and
-all (``same_bytes_copy_frac`` / ``_b2b`` in the rows). A t3 marked * ran the row kernel with more than one warp step of A in
-flight (its ``depth``, in the JSON).
+all (``same_bytes_copy_frac`` / ``_b2b`` in the rows). A t3 marked * ran the row kernel with
+more than one warp step of A in flight (its ``depth``, in the JSON).
 
     PYTHONPATH=. python3 benchmarks/tsgemm.py [--n 8192 16384] [--k 1 2 4] [--sweep]
 

@@ -89,8 +89,8 @@ def test_async_small_and_edge_shapes(cp, rng, dtype):
 def test_async_whole_tiles_in_padded_views(cp, rng, dtype, col, k):
     """The whole-tile copy path (every band and tile inside A: m and n multiples of the block's
     rows and the tile's columns) and the general one (m, n one chunk short) on views whose leading
-    dimension exceeds the rows (column-major) or columns (row-major), both layouts; k = 20 leaves
-    the second pass's B slice partial (general B path beside whole A tiles)."""
+    dimension exceeds the rows (column-major) or columns (row-major), both layouts; at k = 20 the
+    pass's B slice is partial (32 columns a pass: the general B path beside whole A tiles)."""
     cfg = tsm2_async.default_config(dtype, k, col)
     sh = tsm2_async.shape_of(cfg, np.dtype(dtype).itemsize, col)
     v = sh["vec"]
