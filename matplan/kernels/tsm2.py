@@ -638,8 +638,8 @@ def _duel(device, key, dtype, layout: str, m: int, n: int, k: int, t2: int, best
     (a slow spell of the host inflates some rounds: with medians over the rounds, one read cuBLAS
     at 2.6x and TSM2 at 1.4x their benchmark times, and the planner took TSM2 at 1.12x cuBLAS;
     H100, n = 8192 float64 column-major k = 32, tsgemm-h100-2026-11-25-97c8658.log), so the two
-    calibrations that decide between them see the same GPU state and size; sets VENDOR_RATIO[key] and returns
-    (the winner's seconds, the rows timed). TSM2 is timed as a plan's run calls it (TSM2.run on
+    calibrations that decide between them see the same GPU state and size; sets VENDOR_RATIO[key]
+    and returns (the winner's seconds, the rows timed). TSM2 is timed as a plan's run calls it (TSM2.run on
     the prepared A, its launch kept, C allocated), cuBLAS as ``cupy.matmul``: each with the host
     work a call pays. Timed apart (cuBLAS before the search), cuBLAS read 6.5% slow on an H100
     (n = 16384 float64 k = 16 row-major, 2026-11-24) and the planner took TSM2, 4.6% slower than
@@ -665,9 +665,10 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     :func:`row_depths`, and the cp.async kernel with each of ``async_variants``, names of
     ASYNC_VARIANTS) on random data of this problem's shape (m capped so A has at most
     TIMING_ELEMENTS elements), SEARCH_CALLS calls back to back a round; cache the winner for the
-    bucket and return it: {"t1", "t3", "depth"}, plus {"async": name} when the cp.async kernel won (its t1 is its block size, t3 the
-    smallest of t3s, for the model's cost), or {"tc": name} when the 3xTF32 kernel with one of
-    ``tc_variants`` (tsm2_tc.VARIANTS names; where tsm2_tc.ENABLED) won. The winner and cuBLAS
+    bucket and return it: {"t1", "t3", "depth"}, plus {"async": name} when the cp.async kernel
+    won (its t1 is its block size, t3 the smallest of t3s, for the model's cost), or {"tc": name}
+    when the 3xTF32 kernel with one of ``tc_variants`` (tsm2_tc.VARIANTS names; where
+    tsm2_tc.ENABLED) won. The winner and cuBLAS
     are then timed in alternation on the planned rows (:func:`_duel`), which calibrates both for
     the bucket (VENDOR_RATIO, the store's ratio).
 
