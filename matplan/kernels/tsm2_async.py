@@ -24,8 +24,7 @@ Config knobs (``config`` dict; missing keys come from :func:`default_config`):
 * ``rr``: rows per lane, ``cc``: columns of C per lane (a multiple of 16 bytes of elements);
   rows per block R = wr * tr * rr, columns of C per pass KP = (32 / tr) * cc,
   accumulators per thread rr * cc; A is read ceil(k / KP) times;
-* ``tj``: columns of A per tile (a multiple of wj * 16 bytes of elements, an even number of
-  16-byte chunks);
+* ``tj``: columns of A per tile (row-major: a multiple of wj * 16 bytes of elements);
 * ``stages``: tiles in shared memory (stages - 1 in flight while one is computed);
 * ``bvec``: elements per cp.async of B (None: the largest that B's alignment allows);
 * ``minb``: min resident blocks per SM for ``__launch_bounds__`` (register cap), default 2.
@@ -42,7 +41,7 @@ from . import _cuda
 SOURCE = "tsm2_async.cu"
 #: The default knobs per (itemsize, largest k of the bucket): (wr, wj, tr, rr, cc, tj, stages).
 #: R = 64 rows per block everywhere (B tile traffic k / 64 of A's), 256 threads, 256 bytes of
-#: each row per tile, 4 stages: A stage 17 KB, 3 tiles (48 KB of A) in flight per block.
+#: each row per tile, 4 stages: A stage 16 KB, 3 tiles (48 KB of A) in flight per block.
 PRESETS = {
     4: {4: (1, 8, 32, 2, 4, 64, 4), 8: (1, 8, 16, 4, 4, 64, 4),
         16: (1, 8, 8, 8, 4, 64, 4), 32: (2, 4, 4, 8, 4, 64, 4)},
@@ -79,13 +78,13 @@ def default_config(dtype, k: int, col: bool = False) -> dict:
 
 def shape_of(config: dict, itemsize: int, col: bool = False) -> dict:
     """Derived sizes of a config: rows per block, columns per pass, threads, shared memory, ...
-    (``col``: column-major A, whose stage holds tj columns of r rows, unpadded)."""
+    (the A stage is unpadded in both layouts: r rows of tj, or ``col`` tj columns of r)."""
     v = 16 // itemsize
     wr, wj, tr, rr, cc, tj, s = (int(config[x]) for x in KEYS)
     tc = 32 // tr
     kp = tc * cc
     r = wr * tr * rr
-    a_stage = tj * r if col else r * (tj + v)
+    a_stage = r * tj
     stage = a_stage + tj * kp
     red = wj * r * kp if wj > 1 else 0
     elems = max(s * stage, red)
@@ -117,9 +116,8 @@ def check_config(config: dict, itemsize: int, col: bool = False) -> None:
     if col and (rr % v or tj % wj):
         raise ValueError(f"config: column-major A needs rr = {rr} a multiple of {v} (16 bytes of a "
                          f"column) and tj = {tj} a multiple of wj = {wj}")
-    if not col and (tj % (wj * v) or (tj * itemsize // 16) % 2):
-        raise ValueError(f"config: tj = {tj} must be a multiple of wj * {v} = {wj * v} and an even "
-                         f"number of 16-byte chunks")
+    if not col and tj % (wj * v):
+        raise ValueError(f"config: tj = {tj} must be a multiple of wj * {v} = {wj * v}")
     if not 2 <= s <= 8:
         raise ValueError(f"config: stages = {s} must be in 2..8")
     bv = config.get("bvec")
