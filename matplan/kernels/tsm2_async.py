@@ -10,7 +10,10 @@ Status: H100, 2026-11-23 (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.
 of copy bandwidth at k = 16 and 0.58-0.62 at k = 32 (the register kernel: 0.76-0.79 and
 0.39-0.42). Since 2026-11-25 whole tiles are copied at precomputed addresses: back to back at
 n = 8192 / 16384, k = 16, float32 0.90-0.96 row-major and 0.95-1.01 column-major, float64
-0.92-0.93 / 0.99-1.03 (tsm2-async-fastpath-ab-h100-2026-11-25-fca4c2a.log). The planner
+0.92-0.93 / 0.99-1.03 (tsm2-async-fastpath-ab-h100-2026-11-25-fca4c2a.log). Since 9f49309 the
+row-major A stage is unpadded and XOR-swizzled (ncu: 30% fewer L2 sectors read): the full
+tsgemm.py back to back >= 0.917 of copy bandwidth for every k <= 16, both precisions and
+layouts (tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-25-9f49309.json). The planner
 reaches both through ``tsgemm.tsm2``: its online timing tries the ``tsm2.ASYNC_VARIANTS`` knob
 sets for ``tsm2.ASYNC_K`` and keeps the fastest.
 ``matmul_rowmajor_async`` is the standalone row-major launcher (benchmarks/tsm2_async_bench.py,
