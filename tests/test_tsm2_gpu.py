@@ -345,6 +345,34 @@ def test_plan_run_keeps_a_launch_per_operand_layout(cp, rng, monkeypatch, async_
         plan.run(other, B)
 
 
+@pytest.mark.parametrize("async_variant", [None, "preset"])
+def test_kept_launch_hands_out_its_spare_c_once(cp, rng, async_variant):
+    """A kept launch's call returns the C that the previous call allocated after its launch (the
+    spare), NaN-poisoned here: every element written. Each call's C is its own (earlier results
+    intact), and another stream gets a spare of its own."""
+    dtype = np.float64
+    m, n, kk = 300, 1024, 8
+    A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, kk), dtype)
+    A, B = cp.asarray(A_h), cp.asarray(B_h)
+    kern = get("tsgemm.tsm2")
+    params = dict(_params("row", dtype, kk, 128), **({"async": async_variant} if async_variant else {}))
+    prep = kern.prepare(A, params)
+    results = [kern.run(prep, B), kern.run(prep, B)]   # the first prepares the launch; the second keeps a spare
+    spare = prep.meta["spare"]
+    assert len(spare) == 1
+    (S,) = spare.values()
+    S.fill(cp.nan)
+    results.append(kern.run(prep, B))
+    assert results[-1] is S and len(spare) == 1 and next(iter(spare.values())) is not S
+    with cp.cuda.Stream():
+        results.append(kern.run(prep, B))
+        results.append(kern.run(prep, B))
+    assert len(spare) == 2                               # one per stream
+    assert len({C.data.ptr for C in results}) == len(results)
+    for C in results:
+        _check(C, A_h, B_h, dtype)
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_cublas_plan_runs_cupy_matmul(cp, rng, order):
     """A cuBLAS plan's run is cupy.matmul's product, with out= too (copied into it)."""
