@@ -366,3 +366,24 @@ def test_run_keeps_launches_only_for_2d_device_arrays():
     assert tsm2._kept_key(cp, Dev((64,), (4,), 0), None) is None           # a vector B
     assert tsm2._kept_key(cp, np.zeros((64, 8), np.float32), None) is None  # not a device array
     assert tsm2._kept_key(cp, B, np.zeros((100, 8), np.float32)) is None
+
+
+def test_async_config_rules_and_unpadded_stage():
+    """check_config names the knob it rejects; a row-major tile of any whole number of 16-byte
+    chunks a warp is accepted (the stage is swizzled, not padded), and shape_of's shared memory
+    is stages x (R x tj of A + tj x KP of B), unpadded, in both layouts."""
+    from matplan.kernels import tsm2_async
+    for dtype, v in ((np.float32, 4), (np.float64, 2)):
+        item = np.dtype(dtype).itemsize
+        cfg = tsm2_async.default_config(dtype, 16)
+        for tj in (3 * v, 6 * v, 8 * v):
+            tsm2_async.check_config(dict(cfg, wj=1, tj=tj), item)
+        with pytest.raises(ValueError, match=r"^config: tj = .* multiple of wj"):
+            tsm2_async.check_config(dict(cfg, wj=2, tj=3 * v), item)
+        with pytest.raises(ValueError, match="^config: tr"):
+            tsm2_async.check_config(dict(cfg, tr=3), item)
+        for col in (False, True):
+            c = tsm2_async.default_config(dtype, 16, col)
+            sh = tsm2_async.shape_of(c, item, col)
+            assert sh["smem_bytes"] == max(c["stages"] * (sh["rows"] * c["tj"] + c["tj"] * sh["kp"]),
+                                           c["wj"] * sh["rows"] * sh["kp"] if c["wj"] > 1 else 0) * item

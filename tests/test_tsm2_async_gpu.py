@@ -41,14 +41,17 @@ def test_async_matches_numpy(cp, rng, dtype, k):
 @pytest.mark.parametrize("k", (4, 8, 16, 32))
 def test_async_presets_and_variants(cp, rng, dtype, k):
     """Every preset bucket plus knob variants (stages 2..5, wider tiles, one warp per block: the
-    direct store without the cross-warp reduction, scalar B copies, no register cap)."""
+    direct store without the cross-warp reduction, scalar B copies, no register cap, tiles whose
+    swizzle mask is 0, 1 or 3)."""
     m, n = 517, 2052
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
     A, B = cp.asarray(A_h), cp.asarray(B_h)
     base = tsm2_async.default_config(dtype, k)
     v = 16 // np.dtype(dtype).itemsize
     variants = [{}, {"stages": 2}, {"stages": 3}, {"stages": 5}, {"tj": 2 * base["tj"], "stages": 3},
-                {"wr": 1, "wj": 1, "tj": 8 * v}, {"wj": 2, "tj": 4 * v}, {"bvec": 1}, {"minb": 1}]
+                {"wr": 1, "wj": 1, "tj": 8 * v}, {"wj": 2, "tj": 4 * v}, {"bvec": 1}, {"minb": 1},
+                # the stage's swizzle: none (3 chunks a row), row % 2 (6 chunks), row % 4 (tr = 4)
+                {"wj": 1, "tj": 3 * v}, {"wj": 2, "tj": 6 * v}, {"tr": 4, "rr": 8}]
     for var in variants:
         C = _run(cp, A, B, dict(var))
         _check(C, A_h, B_h, dtype)
