@@ -77,3 +77,15 @@ def cuda_medians_alternating_s(fns: dict, repeats: int, warmup: int = 2) -> dict
     their ratios hold."""
     times = _event_times(fns, repeats, warmup, "cuda_medians_alternating_s")
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def warm_up(fn, seconds: float) -> None:
+    """Call ``fn()`` back to back for about ``seconds`` of GPU time, then wait for it: the clocks
+    are up before a timing that follows compiles or other host work that left the GPU idle."""
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("warm_up needs CuPy and a GPU")
+    per_call = cuda_queued_s(fn, 3, 1)
+    for _ in range(min(int(seconds / max(per_call, 1e-6)), 10_000)):
+        fn()
+    cp.cuda.get_current_stream().synchronize()

@@ -427,3 +427,31 @@ def test_duel_calibrates_both_on_the_duel_rows(cp, monkeypatch):
     key = tsm2.t1_key(dev.name, np.float32, "row", k, n, m)
     assert key[-1] == 8192 and store.get(key) == best and timings
     assert 0.2 < store.ratio(key) < 5 and 0.2 < tsm2.VENDOR_RATIO[key] < 5
+
+
+def test_search_compiles_first_warms_up_once_and_scores_a_failing_candidate_inf(cp, monkeypatch):
+    """tune_t1 builds every candidate's launch before timing any (once each), warms the GPU up
+    once with a working one, and a candidate whose launch raises scores infinity with a
+    RuntimeWarning naming it while the others are timed."""
+    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 20)
+    monkeypatch.setattr(tsm2, "DUEL_ELEMENTS", 1 << 20)
+    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
+    monkeypatch.setattr(tsm2, "T1_STORE", tsm2.InProcessT1Store())
+    built, warmed, real = [], [], tsm2._candidate_launch
+
+    def launch(A, B, C, layout, lda, k, t2, c):
+        built.append(c)
+        if c[0] == "async":
+            raise RuntimeError("no launch for this one")
+        return real(A, B, C, layout, lda, k, t2, c)
+    monkeypatch.setattr(tsm2, "_candidate_launch", launch)
+    monkeypatch.setattr(tsm2, "warm_up", lambda fn, s: warmed.append(s) or fn())
+    dev = device_mod.current()
+    t2, t3 = tsm2.kernel_params("row", np.float32, 8, 8, 2)
+    with pytest.warns(RuntimeWarning, match="1 of [0-9]+ candidates failed.*no launch for this one"):
+        best, timings = tsm2.tune_t1(dev, np.float32, "row", 1024, 1024, 8, t2, [t3], [128, 256],
+                                     async_variants=("preset",))
+    assert sorted(map(str, built)) == sorted(map(str, timings)) and len(built) >= 3   # each once
+    assert warmed == [tsm2.WARM_UP_S]
+    assert timings[("async", "preset")] == float("inf") and "async" not in best
+    assert best["t1"] in (128, 256) and all(0 < t < 1 for c, t in timings.items() if c[0] != "async")

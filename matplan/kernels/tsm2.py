@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-from .._timing import cuda_median_s, cuda_queued_s
+from .._timing import cuda_median_s, cuda_queued_s, warm_up
 from .._xp import cupy_module
 from . import _cuda
 from .base import Cost, Kernel, Prepared
@@ -86,6 +86,8 @@ TIMING_REPEATS = 5
 #: 3-4% slower back to back than the one it took in the run before (float32 row-major k = 16:
 #: s3 at 0.870 of the copy bandwidth, the preset at 0.907; H100, 2026-11-25, eb48fb9).
 SEARCH_CALLS = 3
+#: GPU seconds of back-to-back calls before the search's timings (:func:`matplan._timing.warm_up`).
+WARM_UP_S = 0.02
 #: Rounds of the winner-against-cuBLAS timing that closes the search (_duel).
 DUEL_ROUNDS = 5
 #: Most elements of A in the duel's problem (8 GiB of float64), which has the planned m up to this
@@ -691,10 +693,22 @@ def tune_t1(device, dtype, layout: str, m: int, n: int, k: int, t2: int, t3s, t1
     configs.update({("tc", v): ("tc", v) for v in tc_variants})
 
     def launch_of(c):
-        return _candidate_launch(A, B, C, layout, lda, k, t2, configs[c])
+        try:
+            return _candidate_launch(A, B, C, layout, lda, k, t2, configs[c])
+        except Exception as exc:  # noqa: BLE001  scored (and named) by score_candidates
+            return exc
+    # every candidate compiled first, then the GPU warmed up, so no timing starts on clocks that
+    # the compiles let drop (a cold machine's first search once kept a variant at 0.68 of the
+    # copy bandwidth where the runs before and after took one at 0.93-0.95; 2402ee0)
+    launches = {c: launch_of(c) for c in configs}
+    warm = next((go for go in launches.values() if not isinstance(go, Exception)), None)
+    if warm is not None:
+        warm_up(lambda: warm(A, B, C), WARM_UP_S)
 
     def time_one(c):
-        go = launch_of(c)
+        go = launches[c]
+        if isinstance(go, Exception):
+            raise go
         return cuda_queued_s(lambda: go(A, B, C), SEARCH_CALLS, TIMING_REPEATS)
     timings = score_candidates(configs, time_one, f"tsm2 t1 search {key}")
     win = min(timings, key=lambda c: (timings[c], str(c)))
