@@ -346,10 +346,12 @@ def test_plan_run_keeps_a_launch_per_operand_layout(cp, rng, monkeypatch, async_
 
 
 @pytest.mark.parametrize("async_variant", [None, "preset"])
-def test_kept_launch_hands_out_its_spare_c_once(cp, rng, async_variant):
-    """A kept launch's call returns the C that the previous call allocated after its launch (the
-    spare), NaN-poisoned here: every element written. Each call's C is its own (earlier results
-    intact), and another stream gets a spare of its own."""
+def test_kept_launch_hands_out_a_spare_c_once(cp, rng, monkeypatch, async_variant):
+    """A kept launch's call returns a C that an earlier call of that shape allocated after its
+    launch (the spare), NaN-poisoned here: every element written. Each call's C is its own
+    (earlier results intact), another stream gets a spare of its own, and the spares are
+    SPARE_CACHE_SIZE at most."""
+    monkeypatch.setattr(tsm2, "_SPARES", {})
     dtype = np.float64
     m, n, kk = 300, 1024, 8
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, kk), dtype)
@@ -358,19 +360,24 @@ def test_kept_launch_hands_out_its_spare_c_once(cp, rng, async_variant):
     params = dict(_params("row", dtype, kk, 128), **({"async": async_variant} if async_variant else {}))
     prep = kern.prepare(A, params)
     results = [kern.run(prep, B), kern.run(prep, B)]   # the first prepares the launch; the second keeps a spare
-    spare = prep.meta["spare"]
-    assert len(spare) == 1
-    (S,) = spare.values()
+    assert len(tsm2._SPARES) == 1
+    (S,) = tsm2._SPARES.values()
     S.fill(cp.nan)
     results.append(kern.run(prep, B))
-    assert results[-1] is S and len(spare) == 1 and next(iter(spare.values())) is not S
+    assert results[-1] is S and len(tsm2._SPARES) == 1 and next(iter(tsm2._SPARES.values())) is not S
     with cp.cuda.Stream():
         results.append(kern.run(prep, B))
         results.append(kern.run(prep, B))
-    assert len(spare) == 2                               # one per stream
+    assert len(tsm2._SPARES) == 2                        # one per stream
     assert len({C.data.ptr for C in results}) == len(results)
     for C in results:
         _check(C, A_h, B_h, dtype)
+    for rows in range(1, tsm2.SPARE_CACHE_SIZE + 2):     # other shapes: the cache stays bounded
+        Ar = A[:rows]
+        pr = kern.prepare(Ar, params)
+        kern.run(pr, B)
+        _check(kern.run(pr, B), A_h[:rows], B_h, dtype)
+        assert len(tsm2._SPARES) <= tsm2.SPARE_CACHE_SIZE
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -874,7 +874,7 @@ class TSM2(Kernel):
         before with this prepared A goes straight to its kept launch: in a single call the GPU
         waits for the host's work before the launch. H100 host, 2026-11-24, n = 8192: a call's
         host time 11.2-12.5 -> 8.2-8.9 us, against a kernel of ~95 us in float32
-        (tsm2-run-kept-h100-2026-11-24-7ef1831.log). Its C, with out None, is the one the previous
+        (tsm2-run-kept-h100-2026-11-24-7ef1831.log). Its C, with out None, is one that an earlier
         such call allocated after launching (:func:`_launch_kept`)."""
         cp = cupy_module()
         A = prepared.arrays["A"]
@@ -882,7 +882,7 @@ class TSM2(Kernel):
         key = _kept_key(cp, B, out)
         go = kept.get(key) if key is not None else None
         if go is not None:
-            return _launch_kept(cp, go, A, B, out, prepared.meta.setdefault("spare", {}), key)
+            return _launch_kept(cp, go, A, B, out)
         m, n = A.shape
         p = prepared.params
         vector = B.ndim == 1
@@ -917,14 +917,14 @@ class TSM2(Kernel):
         cp = cupy_module()
         if cp is None:
             return general
-        p, kept, spare = dict(params), {}, {}
+        p, kept = dict(params), {}
 
         def run(A, B, out=None):
             b_key = _kept_key(cp, B, out)
             key = None if b_key is None else (A.strides, A.data.ptr % 16, b_key)
             go = kept.get(key) if key is not None else None
             if go is not None:
-                return _launch_kept(cp, go, A, B, out, spare, key)
+                return _launch_kept(cp, go, A, B, out)
             prepared = self.prepare(A, p)
             C = self.run(prepared, B, out=out)
             go = prepared.meta["kept"].get(b_key) if key is not None else None
@@ -934,28 +934,31 @@ class TSM2(Kernel):
         return run
 
 
-#: Spare Cs a run keeps (one per kept launch and stream; see :func:`_launch_kept`).
+#: Spare Cs by shape, dtype, device and stream (:func:`_launch_kept`), at most SPARE_CACHE_SIZE
+#: in the process however many plans run.
+_SPARES: dict = {}
 SPARE_CACHE_SIZE = 4
 
 
-def _launch_kept(cp, go, A, B, out, spare: dict, key):
-    """``go(A, B, C)`` with C = out, or else the C that the previous call of this kept launch on
-    this stream allocated after its own launch (``spare``): a single call's allocation (4-8 us of
-    host time, H100 hosts, 2026-11-25) then overlaps the GPU's work of the previous call instead
-    of delaying this launch. A spare is handed out once (``dict.pop``: no two threads share one)
-    and is one C of memory kept per launch and stream."""
+def _launch_kept(cp, go, A, B, out):
+    """``go(A, B, C)`` with C = out, or else a C that an earlier kept call of this shape and dtype
+    on this device and stream allocated after its own launch (_SPARES): a single call's
+    allocation (4-12 us of host time, H100 hosts, 2026-11-25) then overlaps the GPU's work of the
+    earlier call instead of delaying this launch. A spare is handed out once (``dict.pop``: no
+    two threads share one); the stream is in the key because CuPy's pool reuses memory by the
+    stream it was taken on."""
     if out is not None:
         go(A, B, out)
         return out
     shape = (A.shape[0], B.shape[1])
-    key = (key, cp.cuda.get_current_stream().ptr)   # the pool reuses memory by the stream it was taken on
-    C = spare.pop(key, None)
+    key = (shape, A.dtype.char, cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
+    C = _SPARES.pop(key, None)
     if C is None:
         C = cp.empty(shape, dtype=A.dtype)
     go(A, B, C)
-    if len(spare) >= SPARE_CACHE_SIZE:
-        spare.clear()
-    spare[key] = cp.empty(shape, dtype=A.dtype)
+    if len(_SPARES) >= SPARE_CACHE_SIZE:
+        _SPARES.clear()
+    _SPARES[key] = cp.empty(shape, dtype=A.dtype)
     return C
 
 
