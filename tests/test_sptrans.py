@@ -312,3 +312,21 @@ def test_radix_hub_columns_messy_and_bad_indices(rng):
     keep.eliminate_zeros()
     bad.indices[0] = 20
     _same_as_scipy(keep, ref.radix_transpose(bad, rng, tile=8, warps=2, max_bits=2))
+
+
+def test_radix_packed_keys_fit_and_their_buffers_align():
+    """radix_rowbits: the row's bits where they and the column's bits left after the first digit
+    fit 31 (none for one pass or RADIX_PACK off); the packed keys' buffers keep the values
+    aligned to their element whatever nnz."""
+    from matplan.kernels import sptrans
+    assert sptrans.radix_rowbits(262144, 262144) == 18         # 3 passes of 6: 18 + 12 bits
+    assert sptrans.radix_rowbits(1 << 20, 65536) == 20         # 2 passes of 8: 20 + 8
+    assert sptrans.radix_rowbits(1 << 24, 262144) == 0         # 24 + 12 > 31
+    assert sptrans.radix_rowbits(3000, 256) == 0               # one pass: no keys between
+    assert sptrans.radix_rowbits(1, 1000) == 1
+    for nnz in (1, 3, 1001):
+        for item in (4, 8):
+            between, total, keys = sptrans._radix_between(3, item, nnz, 4)
+            assert between == 2 and keys % 16 == 0 and keys >= 2 * 4 * nnz
+            assert total == keys + 2 * item * nnz
+            assert sptrans._radix_between(3, item, nnz)[2] == -(-16 * nnz // 16) * 16

@@ -235,11 +235,15 @@ def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
     _check(cp, st, A, dtype, method)
 
 
+@pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 65536, 65537, 1 << 24])
-def test_radix_pass_counts(cp, st, rng, n):
+def test_radix_pass_counts(cp, st, rng, monkeypatch, n, pack):
     """Column counts at the digit edges: 1, 2, 3 and 4 passes (n = 2^24 + 1 columns would be 4);
-    the columns hit the largest index so every digit of the last pass is used."""
+    the columns hit the largest index so every digit of the last pass is used. The keys between
+    passes packed in one int (12 row bits here) and as int2."""
+    monkeypatch.setattr(st, "RADIX_PACK", pack)
     m = 3000
+    assert bool(st.radix_rowbits(m, n)) == (pack and st.radix_passes(n)[0] > 1)
     A = random_csr(rng, m, n, min(1.0, 6 / n))
     edge = sp.csr_matrix((np.ones(3), ([0, 1, m - 1], [n - 1, 0, n - 1])), shape=(m, n))
     T = _check(cp, st, A + edge, method="radix")
@@ -247,12 +251,15 @@ def test_radix_pass_counts(cp, st, rng, n):
     assert T.shape == (n, m)
 
 
-def test_radix_four_passes(cp, st, rng):
-    """n past 2^24 columns: four passes of 7 bits."""
+@pytest.mark.parametrize("m", [50, 3000])
+def test_radix_four_passes(cp, st, rng, m):
+    """n past 2^24 columns: four passes of 7 bits; 50 rows pack the keys between passes (6 + 21
+    bits), 3000 do not (12 + 21 > 31: int2 keys)."""
     n = (1 << 24) + 5
     assert st.radix_passes(n) == (4, 7)
-    A = sp.csr_matrix((rng.random(4000) + 0.5, (rng.integers(0, 50, 4000), rng.integers(0, n, 4000))),
-                      shape=(50, n))
+    assert st.radix_rowbits(m, n) == (6 if m == 50 else 0)
+    A = sp.csr_matrix((rng.random(4000) + 0.5, (rng.integers(0, m, 4000), rng.integers(0, n, 4000))),
+                      shape=(m, n))
     _check(cp, st, A, method="radix")
 
 

@@ -886,7 +886,10 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 //                    them at (digit's global start) + (the digit's count in earlier tiles, by
 //                    decoupled look-back, one status word per tile and digit) + (rank in tile),
 //                    staged in shared memory by digit so a warp writes consecutive slots.
-//                    Keys between passes: int2 (column, e).
+//                    Keys between passes: int2 (column, row), or, where the column's bits left
+//                    after the first digit and the row's fit 31 bits (rowbits > 0), one int
+//                    (column >> bits) << rowbits | row: 4 bytes less an entry each way between
+//                    passes. A pass then takes its shift in the dropped column's bits.
 //                    The first pass reads A's indices (key e = position in A), the last writes
 //                    A^T's indices (rows_of[e]) and values (data[e]) at the final slots.
 // Stable ranking in a tile: warp w takes keys [32 w RDX_ITEMS, 32 (w + 1) RDX_ITEMS) of the tile in
@@ -922,7 +925,8 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
                const T* __restrict__ first_val, const int2* __restrict__ in_keys, const T* __restrict__ in_vals,
                long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
                const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
-               T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val) {
+               T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val,
+               int rowbits, int drop) {
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
     __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
@@ -961,7 +965,15 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
         row[k] = 0;
         val[k] = T(0);
         if (i < live) {
-            const int2 key = first_col ? make_int2(first_col[i], s_row[i - t0]) : in_keys[i];
+            int2 key;
+            if (first_col) {
+                key = make_int2(first_col[i], s_row[i - t0]);
+            } else if (rowbits) {   // packed: (column >> bits) << rowbits | row
+                const int pk = reinterpret_cast<const int*>(in_keys)[i];
+                key = make_int2(pk >> rowbits, pk & ((1 << rowbits) - 1));
+            } else {
+                key = in_keys[i];
+            }
             if (key.x >= 0 && key.x < n) {
                 col[k] = key.x;
                 row[k] = key.y;
@@ -1033,7 +1045,8 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
         const int2 key = s_keys[i];
         const long long pos = (long long)s_base[(key.x >> shift) & mask] + i;
         if (out_keys) {
-            out_keys[pos] = key;
+            if (rowbits) reinterpret_cast<int*>(out_keys)[pos] = ((key.x >> drop) << rowbits) | key.y;
+            else out_keys[pos] = key;
             out_vals[pos] = s_vals[i];
         } else {
             out_idx[pos] = key.y;
@@ -1044,7 +1057,7 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
 
 template __global__ void spt_radix_pass<float>(const int*, int, const int*, const float*, const int2*,
                                                const float*, long long, const int*, int, int, int, const int*,
-                                               unsigned*, int*, int2*, float*, int*, float*);
+                                               unsigned*, int*, int2*, float*, int*, float*, int, int);
 template __global__ void spt_radix_pass<double>(const int*, int, const int*, const double*, const int2*,
                                                 const double*, long long, const int*, int, int, int, const int*,
-                                                unsigned*, int*, int2*, double*, int*, double*);
+                                                unsigned*, int*, int2*, double*, int*, double*, int, int);

@@ -99,6 +99,9 @@ METHODS = ("auto", "segsort", "radix", "merge")
 RADIX_BITS, RADIX_NNZ_LIMIT = 8, 2**30
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
+#: radix method: keys between passes packed in one int ((column >> bits) << rowbits | row) where
+#: they fit 31 bits (:func:`radix_rowbits`); False: always (column, row) int2 (tests reach both)
+RADIX_PACK = True
 #: method="auto" takes the radix method past this mean column length (nnz / n) even when it needs
 #: three or four passes: H100 2026-11-23 (01cfb4f), radix vs segsort alone x CuPy, float64:
 #: rmat-scale17 (mean 14.8) 1.01 / 0.54, ice40 (22) 1.02 / 0.68; banded (17, no long column) 1.06
@@ -260,8 +263,18 @@ def auto_method(n: int, nnz: int) -> str:
     return "radix" if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
 
 
+def radix_rowbits(m: int, n: int) -> int:
+    """Bits of a row in the radix method's packed keys between passes, or 0 when the keys stay
+    int2: one pass (no keys between), RADIX_PACK off, or the row's bits and the column's left after
+    the first digit past 31."""
+    passes, bits = radix_passes(n)
+    rowbits = max(1, (int(m) - 1).bit_length())
+    return rowbits if RADIX_PACK and passes > 1 and rowbits + (passes - 1) * bits <= 31 else 0
+
+
 @functools.lru_cache(maxsize=256)
-def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_tile: int) -> tuple:
+def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_tile: int,
+            key_bytes: int = 8) -> tuple:
     """The scratch allocation of a segsort or radix call (a pure function of the shape, cached: its
     arithmetic is host time before the first launch): (front, ws_bytes, offsets of the workspace's
     parts in int32 words, passes, bits, scan tiles, radix tiles, the most huge columns).
@@ -274,7 +287,7 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_til
     histograms, a tile ticket and tiles x 256 look-back words a pass (Poisson: 2.7 MB); last the
     column counts (n + 1), which spt_scan scans into A.T's indptr. ``radix_tile``: RADIX_TILE, an
     argument so the cache keys on it (benchmarks/sptrans_radix_variants.py rebuilds the passes with
-    other tiles)."""
+    other tiles); ``key_bytes``: 4 where the radix keys are packed (:func:`radix_rowbits`), else 8."""
     seg = method == "segsort"
     passes, bits = radix_passes(n)
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
@@ -288,7 +301,7 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_til
     look = ticket + (0 if seg else passes)
     counts = look + (0 if seg else passes * tiles * 256)
     ws_bytes = 4 * (counts + n + 1)
-    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz)[1]) // 16) * 16
+    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz, key_bytes)[1]) // 16) * 16
     return front, ws_bytes, (status, lists, huge, hist, ticket, look, counts), passes, bits, scan_tiles, tiles, max_huge
 
 
@@ -300,7 +313,8 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
-    layout = _layout(n, nnz, method, A.dtype.itemsize, bins, RADIX_TILE)
+    rowbits = 0 if seg else radix_rowbits(m, n)
+    layout = _layout(n, nnz, method, A.dtype.itemsize, bins, RADIX_TILE, 4 if rowbits else 8)
     front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
     short_max, warp_max, cap = bins if seg else (INT32_MAX,) * 3   # radix: no column is binned
     # one scratch allocation (each allocation and each zeroing is host time, which bounds a call's
@@ -345,7 +359,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
             fn((grid,), (block,), args)
             done(name)
     else:
-        _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles,
+        _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits,
                         (p_keys, p_hist, p_look, p_ticket, indptr.data.ptr + 4 * n), out_idx, out_val, done)
     if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
         raise ValueError(f"A.indices: column indices outside [0, {n})")
@@ -353,30 +367,36 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     return csr_from_parts(out_val, out_idx, indptr, (n, m), sorted_rows=True, canonical=canonical)
 
 
-def _radix_between(passes: int, itemsize: int, nnz: int) -> tuple:
-    """(buffers, bytes) between the radix passes: ping-pong buffers of keys (column, row) as int2
-    and values, at most two (none for one pass), laid out keys first."""
+def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> tuple:
+    """(buffers, bytes, bytes of the keys) between the radix passes: ping-pong buffers of keys
+    (key_bytes each: int2 (column, row), or 4 packed) and values, at most two (none for one pass),
+    the keys first, their part rounded up to 16 bytes so the values are aligned."""
     between = min(2, passes - 1)
-    return between, between * (8 + itemsize) * nnz
+    keys = -(-between * key_bytes * nnz // 16) * 16
+    return between, keys + between * itemsize * nnz, keys
 
 
-def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, ptrs, out_idx, out_val, done):
+def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done):
     """The radix passes (module docstring): ptrs are the device addresses of the buffers between
     passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
-    (a pass each) and A.T's indptr[n] (the valid entries)."""
+    (a pass each) and A.T's indptr[n] (the valid entries). ``rowbits`` > 0: the keys between passes
+    are packed (:func:`radix_rowbits`); the first pass drops the column's first digit, so the later
+    passes take their shift less one digit."""
     m, n = A.shape
     nnz = int(indices.size)
     buf, hist, look, ticket, n_live = ptrs
     item = A.dtype.itemsize
-    between = _radix_between(passes, item, nnz)[0]
-    bufs = [(buf + 8 * nnz * i, buf + 8 * nnz * between + item * nnz * i)
-            for i in range(between)]   # the keys first: every buffer aligned to its element
+    key_bytes = 4 if rowbits else 8
+    between, _, keys = _radix_between(passes, item, nnz, key_bytes)
+    bufs = [(buf + key_bytes * nnz * i, buf + keys + item * nnz * i) for i in range(between)]
     first, src, p_live = (indices, A.data), (0, 0), 0
     for p in range(passes):   # the last pass writes A.T
         dst = (0, 0) if p == passes - 1 else bufs[p % 2]
+        shift = p * bits - (bits if rowbits and p > 0 else 0)
+        drop = bits if rowbits and p == 0 else 0
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (indptr_a, m, *first, *src, nnz, p_live, n, p * bits, bits, hist + 4 * 256 * p,
-                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val))
+                          (indptr_a, m, *first, *src, nnz, p_live, n, shift, bits, hist + 4 * 256 * p,
+                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val, rowbits, drop))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only: A.T's indptr[n] of them
         first, src, p_live = (0, 0), dst, n_live
