@@ -298,7 +298,6 @@ tsm2_async_body(const T* __restrict__ A, long long lda, const T* __restrict__ B,
             for (int st = 0; st < JW / V; ++st) {
                 const int j = wj * JW + st * V;
                 T a[RR][V];
-#pragma unroll
                 const T* const ar = sa + arow_l * AS + ((j / V) ^ (arow_l & SWM)) * V;   // swizzled chunk
 #pragma unroll
                 for (int i = 0; i < RR; ++i) tsm2a::Lds16<T>::go(ar + i * TR * AS, a[i]);
