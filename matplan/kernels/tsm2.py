@@ -956,9 +956,7 @@ def _launch_kept(cp, go, A, B, out):
     if C is None:
         C = cp.empty(shape, dtype=A.dtype)
     go(A, B, C)
-    if len(_SPARES) >= SPARE_CACHE_SIZE:
-        _SPARES.clear()
-    _SPARES[key] = cp.empty(shape, dtype=A.dtype)
+    _keep(_SPARES, key, cp.empty(shape, dtype=A.dtype), SPARE_CACHE_SIZE)
     return C
 
 
@@ -1009,11 +1007,12 @@ def _launch_for(A, B2, C2, p: dict, layout: str, lda: int):
     return go
 
 
-def _keep(cache: dict, key, go) -> None:
-    """cache[key] = go, the cache emptied first when it holds LAUNCH_CACHE_SIZE entries."""
-    if len(cache) >= LAUNCH_CACHE_SIZE:
+def _keep(cache: dict, key, value, size: int | None = None) -> None:
+    """cache[key] = value, the cache emptied first when it holds ``size`` (default
+    LAUNCH_CACHE_SIZE) entries."""
+    if len(cache) >= (size or LAUNCH_CACHE_SIZE):
         cache.clear()
-    cache[key] = go
+    cache[key] = value
 
 
 def _check_out(out, shape, dtype):
