@@ -330,3 +330,40 @@ def test_radix_packed_keys_fit_and_their_buffers_align():
             assert between == 2 and keys % 16 == 0 and keys >= 2 * 4 * nnz
             assert total == keys + 2 * item * nnz
             assert sptrans._radix_between(3, item, nnz)[2] == -(-16 * nnz // 16) * 16
+
+
+def test_recording_keeps_launches_zeroings_and_holds_in_order(monkeypatch):
+    """_cuda.recording: Launcher calls, zeroings and held allocations are recorded in order
+    (pointers as addresses), nothing reaches the driver; outside it a launch goes to the driver."""
+    import types
+    from matplan.kernels import _cuda
+
+    class FakeArray:
+        def __init__(self, ptr):
+            self.data = types.SimpleNamespace(ptr=ptr)
+    launched = []
+    monkeypatch.setattr(_cuda, "_launch_api", lambda: (lambda *a: launched.append(a),
+                                                        lambda: types.SimpleNamespace(ptr=7), FakeArray))
+    k = _cuda.Launcher(types.SimpleNamespace(ptr=5), "pip")
+    held = object()
+    with _cuda.recording() as log:
+        k((2,), (32,), (FakeArray(4096), 3, None), 128)
+        _cuda.zero(8192, 64)
+        _cuda.zero(8192, 0)   # nothing to zero: no record
+        _cuda.hold(held)
+    assert launched == []
+    assert log == [("launch", k, (2, 1, 1), (32, 1, 1), 128, [4096, 3, 0]), ("zero", 8192, 64), ("hold", held)]
+    _cuda.hold(held)   # not recording: nothing
+    k((1,), (1,), (None, 1, None))
+    assert len(launched) == 1 and launched[0][0] == 5 and launched[0][8] == 7
+
+
+def test_graph_moves_only_pointers_inside_moved_outputs():
+    """_graph.rebased: a pointer parameter inside a moved range [old, old + nbytes) moves by
+    new - old; one past the end, null, other allocations and non-pointer parameters stay."""
+    from matplan.kernels._graph import rebased
+    moves = [(1000, 400, 9000), (5000, 16, 7000)]
+    values = [1000, 1399, 1400, 0, 5008, 1200, 3]
+    assert rebased(values, (0, 1, 2, 3, 4), moves) == [9000, 9399, 1400, 0, 7008, 1200, 3]
+    assert rebased(values, (2, 3), moves) is None
+    assert values == [1000, 1399, 1400, 0, 5008, 1200, 3]   # not modified in place

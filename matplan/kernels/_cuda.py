@@ -7,6 +7,7 @@ and NVRTC's output is cached on disk by CuPy.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -150,7 +151,7 @@ class Launcher:
             fmt += "x" * (off - at) + _STRUCT_CODES[c]
             at = off + ctypes.sizeof(PARAM_TYPES[c])
         self._pack = struct.Struct(fmt).pack_into
-        self._pointers = tuple(i for i, c in enumerate(signature) if c == "p")
+        self.pointers = tuple(i for i, c in enumerate(signature) if c == "p")
         self._local = threading.local()
 
     def _buffers(self):
@@ -167,20 +168,29 @@ class Launcher:
             raise TypeError(f"kernel of signature {self.signature!r}: {len(self.signature)} arguments, got {len(args)}")
         launch, current_stream, nd = _launch_api()
         values = list(args)
-        for i in self._pointers:   # CuPy arrays to their addresses, None to null; addresses as they are
+        for i in self.pointers:   # CuPy arrays to their addresses, None to null; addresses as they are
             a = values[i]
             if isinstance(a, nd):
                 values[i] = a.data.ptr
             elif a is None:
                 values[i] = 0
+        ptrs = self.pack(values)
+        grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        log = getattr(_RECORD, "log", None)
+        if log is not None:   # recording (:func:`recording`): kept for a graph, not launched
+            log.append(("launch", self, grid, block, int(shared_mem), values))
+            return
+        launch(self.ptr, *grid, *block, int(shared_mem), current_stream().ptr, ptrs, 0)
+
+    def pack(self, values) -> int:
+        """The address of the parameter pointers (``kernelParams``) of ``values`` (pointers as
+        integer addresses) packed into this thread's buffer; valid until its next pack."""
         params, ptrs, _ = self._buffers()
         try:
             self._pack(params, 0, *values)
         except struct.error as e:
             raise TypeError(f"kernel of signature {self.signature!r}: arguments {values!r} do not pack: {e}") from None
-        gx, gy, gz = (*grid, 1, 1)[:3]
-        bx, by, bz = (*block, 1, 1)[:3]
-        launch(self.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), current_stream().ptr, ptrs, 0)
+        return ptrs
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,9 +210,47 @@ def zeroed(n: int, dtype):
     counters a call are host-bound by it."""
     cp = cupy_module()
     a = cp.empty(n, dtype=dtype)
-    if a.nbytes:
-        cp.cuda.runtime.memsetAsync(a.data.ptr, 0, a.nbytes, cp.cuda.get_current_stream().ptr)
+    zero(a.data.ptr, a.nbytes)
     return a
+
+
+def zero(ptr: int, nbytes: int) -> None:
+    """Zero ``nbytes`` (a multiple of 4) at device address ``ptr`` on the current stream
+    (cudaMemsetAsync), or record it while :func:`recording`."""
+    if not nbytes:
+        return
+    log = getattr(_RECORD, "log", None)
+    if log is not None:
+        log.append(("zero", int(ptr), int(nbytes)))
+        return
+    cp = cupy_module()
+    cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, cp.cuda.get_current_stream().ptr)
+
+
+def hold(obj) -> None:
+    """Keep ``obj`` (a call's scratch allocation) alive as long as the graph of a :func:`recording`
+    in progress, whose launches read and write it on every replay; nothing otherwise."""
+    log = getattr(_RECORD, "log", None)
+    if log is not None:
+        log.append(("hold", obj))
+
+
+_RECORD = threading.local()
+
+
+@contextlib.contextmanager
+def recording():
+    """Record this thread's :class:`Launcher` launches and :func:`zero` calls instead of issuing
+    them, in order, with what :func:`hold` keeps: yields the list of records (``("launch",
+    launcher, grid, block, shared_mem, values)``, ``("zero", ptr, nbytes)``, ``("hold", obj)``) that
+    ``_graph.KernelGraph`` builds a CUDA graph of. Allocations made meanwhile are real; a call
+    recorded must have no other stream work (CuPy kernels, copies) and no host synchronisation."""
+    prev = getattr(_RECORD, "log", None)
+    _RECORD.log = log = []
+    try:
+        yield log
+    finally:
+        _RECORD.log = prev
 
 
 _HOST = threading.local()
