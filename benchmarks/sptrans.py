@@ -2,7 +2,8 @@
 csr2csc), the segmented merge (sptrans.transpose(method="merge")), the radix and segsort methods
 alone (the default, "auto", picks one of them on the GPU) and the sort-based transpose
 (spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's;
-``planner_ms`` is ``plan_transpose(A).run(A)`` (the planner's method, from A's longest column,
+``radix_graph_ms`` / ``segsort_graph_ms`` are that method's
+plan runs (``SpTrans.runner``: launches replayed as a CUDA graph). ``planner_ms`` is ``plan_transpose(A).run(A)`` (the planner's method, from A's longest column,
 its launches replayed as a CUDA graph after the plan's first run on A), ``planner_speedup`` CuPy's
 time / that, ``graph_speedup`` the same method's time through ``transpose`` / that, ``planning_s``
 the plan's own cost (paid once per plan), ``planner_first_ms`` the first run of a plan (its
@@ -91,18 +92,21 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
     row["planner_graph_bytes"] = sum(sum(h.nbytes for h in rep.graph.held) + sum(a.nbytes for a in rep.arrays)
                                      for rep in graphs.values())
     del T, first, graphs
+    replayed = {m: sptrans.SpTrans().runner({"method": m}) for m in ("radix", "segsort")}
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),
                     ("planner_ms", lambda: plan.run(A)),
+                    ("radix_graph_ms", lambda: replayed["radix"](A, None)),
+                    ("segsort_graph_ms", lambda: replayed["segsort"](A, None)),
                     ("merge_ms", lambda: sptrans.transpose(A, method="merge")),
                     ("radix_ms", lambda: sptrans.transpose(A, method="radix")),
                     ("segsort_ms", lambda: sptrans.transpose(A, method="segsort")),
                     ("sort_ms", lambda: transpose_sort(A))):
         try:
             row[key] = timed(cp, fn, reps, warmup=3)[0]
-            row[key.replace("ms", "correct")] = same(fn())
+            row[key[:-2] + "correct"] = same(fn())
         except Exception as e:  # recorded, not hidden
             row[key] = None
-            row[key.replace("ms", "status")] = f"{type(e).__name__}: {str(e)[:200]}"
+            row[key[:-2] + "status"] = f"{type(e).__name__}: {str(e)[:200]}"
         cp.get_default_memory_pool().free_all_blocks()
     if row["ms"]:
         row["frac_of_copy_bw"] = nbytes / (row["ms"] * 1e-3) / copy_bw
@@ -201,7 +205,8 @@ def main(argv=None):
                            planning_s_max=max((r["planning_s"] for r in rs), default=None),
                            matrices=len(rs))
     summary["all_correct"] = all(r.get("correct") and r.get("merge_correct") and r.get("radix_correct")
-                                 and r.get("segsort_correct") and r.get("planner_correct") for r in rows)
+                                 and r.get("segsort_correct") and r.get("planner_correct")
+                                 and r.get("radix_graph_correct") and r.get("segsort_graph_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
     today = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
