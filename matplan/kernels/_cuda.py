@@ -157,11 +157,16 @@ class Launcher:
     def _buffers(self):
         buf = getattr(self._local, "buf", None)
         if buf is None:
-            params = ctypes.create_string_buffer(ctypes.sizeof(self._struct))
-            base = ctypes.addressof(params)
-            ptrs = (ctypes.c_void_p * len(self._offsets))(*[base + off for off in self._offsets])
-            buf = self._local.buf = (params, ctypes.addressof(ptrs), ptrs)
+            buf = self._local.buf = self.buffers()
         return buf
+
+    def buffers(self):
+        """A parameter buffer of its own: (the packed parameters, the address of the pointers to
+        each, the pointer array); :meth:`pack` packs into this thread's."""
+        params = ctypes.create_string_buffer(ctypes.sizeof(self._struct))
+        base = ctypes.addressof(params)
+        ptrs = (ctypes.c_void_p * len(self._offsets))(*[base + off for off in self._offsets])
+        return params, ctypes.addressof(ptrs), ptrs
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         if len(args) != len(self.signature):
@@ -182,10 +187,11 @@ class Launcher:
             return
         launch(self.ptr, *grid, *block, int(shared_mem), current_stream().ptr, ptrs, 0)
 
-    def pack(self, values) -> int:
+    def pack(self, values, buffers=None) -> int:
         """The address of the parameter pointers (``kernelParams``) of ``values`` (pointers as
-        integer addresses) packed into this thread's buffer; valid until its next pack."""
-        params, ptrs, _ = self._buffers()
+        integer addresses) packed into ``buffers`` (:meth:`buffers`), by default this thread's
+        (valid until its next pack)."""
+        params, ptrs, _ = buffers or self._buffers()
         try:
             self._pack(params, 0, *values)
         except struct.error as e:

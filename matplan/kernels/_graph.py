@@ -93,6 +93,21 @@ def rebased(values, pointers, moves):
     return out
 
 
+class _Node:
+    """A kernel node: its recorded launch, and its parameters in a buffer of its own (the driver
+    copies them when a node is added or set, so a move repacks them in place)."""
+
+    def __init__(self, node, launcher, grid, block, smem, values):
+        self.node, self.launcher, self.buffers = node, launcher, launcher.buffers()
+        self.params = _KernelNodeParams(launcher.ptr, *grid, *block, smem, self.buffers[1], None, None, None)
+        self.ref = ctypes.byref(self.params)
+        self.pack(values)
+
+    def pack(self, values) -> None:
+        self.launcher.pack(values, self.buffers)
+        self.values = values
+
+
 class KernelGraph:
     """An instantiated CUDA graph of a recording's launches and zeroings, in recorded order (each
     node depends on the one before: the recording was one stream's work), holding the
@@ -106,7 +121,7 @@ class KernelGraph:
         self._graph, self._exec = _P(), _P()
         _check(api["create"](ctypes.byref(self._graph), 0), "cuGraphCreate")
         self.held = [rec[1] for rec in log if rec[0] == "hold"]
-        self.kernels = []   # [node, launcher, grid, block, shared_mem, values]
+        self.kernels = []   # _Node of each launch
         ctx = _P()
         _check(api["current_context"](ctypes.byref(ctx)), "cuCtxGetCurrent")
         prev = None
@@ -123,19 +138,11 @@ class KernelGraph:
                 _check(api["add_memset"](ctypes.byref(node), self._graph, deps, ndeps, ctypes.byref(p), ctx),
                        "cuGraphAddMemsetNode")
             else:
-                _, launcher, grid, block, smem, values = rec
-                _check(api["add_kernel"](ctypes.byref(node), self._graph, deps, ndeps,
-                                         ctypes.byref(self._params(launcher, grid, block, smem, values))),
-                       "cuGraphAddKernelNode")
-                self.kernels.append([node, launcher, grid, block, smem, values])
+                k = _Node(node, *rec[1:])
+                _check(api["add_kernel"](ctypes.byref(node), self._graph, deps, ndeps, k.ref), "cuGraphAddKernelNode")
+                self.kernels.append(k)
             prev = node
         _check(api["instantiate"](ctypes.byref(self._exec), self._graph, 0), "cuGraphInstantiate")
-
-    @staticmethod
-    def _params(launcher, grid, block, smem, values) -> _KernelNodeParams:
-        """The node parameters of one launch (its arguments packed in the launcher's buffer: the
-        driver copies them when a node is added or set)."""
-        return _KernelNodeParams(launcher.ptr, *grid, *block, smem, launcher.pack(values), None, None, None)
 
     def launch(self, stream_ptr: int) -> None:
         """Launch the graph on a stream (its launches run in order after the stream's earlier work)."""
@@ -145,13 +152,10 @@ class KernelGraph:
         """Point later launches' kernel parameters inside ``moves``' old ranges at the new ones
         (:func:`rebased`); launches already made are not affected."""
         for k in self.kernels:
-            node, launcher, grid, block, smem, values = k
-            new = rebased(values, launcher.pointers, moves)
+            new = rebased(k.values, k.launcher.pointers, moves)
             if new is not None:
-                _check(self._api["set_kernel"](self._exec, node,
-                                               ctypes.byref(self._params(launcher, grid, block, smem, new))),
-                       "cuGraphExecKernelNodeSetParams")
-                k[5] = new
+                k.pack(new)
+                _check(self._api["set_kernel"](self._exec, k.node, k.ref), "cuGraphExecKernelNodeSetParams")
 
     def __del__(self):
         api = getattr(self, "_api", None)

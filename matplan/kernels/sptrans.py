@@ -419,17 +419,20 @@ def _launch(kernel, mark):
 
 
 # ----------------------------------------------------------------------------- the planner's kernel
-#: A whole call's cost by method and dtype: (fixed seconds, bytes an entry of A at the copy
-#: bandwidth), relative least squares over benchmarks/sptrans.py on an H100 (8564a85, 14 matrices,
-#: sptrans-h100-2026-11-24-8564a85.json). The segmented sort's fit takes the matrices whose longest
-#: column holds at most 64 entries (measured / model 0.88-1.29); the radix method's all 14
-#: (0.79-1.28, and 3.2 for rmat-spgemm float32, an outlier of that run), the merge's 0.80-1.74.
-METHOD_COSTS = {"segsort": {"float64": (101.6e-6, 86.2), "float32": (101.9e-6, 64.2)},
-                "radix": {"float64": (43.2e-6, 239.2), "float32": (53.6e-6, 199.6)},
-                "merge": {"float64": (92.1e-6, 444.5), "float32": (108.9e-6, 410.1)}}
+#: A plan run's cost by method and dtype: (fixed seconds, bytes an entry of A at the copy
+#: bandwidth; the radix method: bytes an entry a pass), relative least squares
+#: (benchmarks/sptrans_fit.py) over two runs of benchmarks/sptrans.py on an H100 (c148a21, 14
+#: matrices each, sptrans-graph-{a,b}-h100-2026-11-25-c148a21.json). The segsort and radix methods
+#: are fitted on plan runs (SpTrans.runner: the launches replayed as a CUDA graph); the segsort on
+#: the matrices whose longest column holds at most 64 entries (measured / model 0.84-1.46), the
+#: radix method on all (0.82-1.27; a fee an entry, not a pass, left 0.75-1.41), the merge on
+#: transpose(A, method="merge") calls (0.79-1.77).
+METHOD_COSTS = {"segsort": {"float64": (76.1e-6, 66.3), "float32": (74.2e-6, 57.6)},
+                "radix": {"float64": (55.7e-6, 54.1), "float32": (54.6e-6, 46.7)},
+                "merge": {"float64": (117.4e-6, 424.1), "float32": (110.9e-6, 420.9)}}
 #: ... and the segmented sort's long rows of A.T (warp, block and merge sorts): bytes an entry of A
-#: per doubling of the longest column past BINS[0], the median of the seven matrices whose longest
-#: column holds 600-59,512 entries (37-124 B).
+#: per doubling of the longest column past BINS[0], the median over the seven matrices whose longest
+#: column holds 600-59,512 entries (8564a85: 48, 37-124 B; the c148a21 runs above: 48-49, 35-125)
 LONG_COLUMN_BYTES = 48.0
 
 
@@ -456,7 +459,8 @@ class SpTrans(KeepsA):
     def cost(self, f, params, device):
         method = params["method"]
         fixed, per_entry = METHOD_COSTS[method][f.dtype]
-        t = fixed + f.nnz * per_entry / device.mem_bandwidth
+        passes, bits = radix_passes(f.n)
+        t = fixed + f.nnz * per_entry * (passes if method == "radix" else 1) / device.mem_bandwidth
         if method == "segsort":
             doublings = max(0.0, math.log2(max(f.col_max, 1) / BINS[0]))
             t += f.nnz * LONG_COLUMN_BYTES * doublings / device.mem_bandwidth
@@ -464,12 +468,11 @@ class SpTrans(KeepsA):
                    f"{f.col_max:,}" + (f", {doublings:.1f} doublings past {BINS[0]} at "
                                        f"{LONG_COLUMN_BYTES:.0f} B an entry each" if doublings else "") + ")")
         elif method == "radix":
-            passes, bits = radix_passes(f.n)
             why = f"radix: {passes} stable counting pass(es) of {bits} bits over {f.n:,} columns"
         else:
             why = "segmented merge: merge-path tiles, tree rounds across them"
-        return Cost(0.0, t, f"{why}; {per_entry:.0f} B an entry at the copy bandwidth + {fixed * 1e6:.0f} us "
-                            f"(fitted on an H100)")
+        return Cost(0.0, t, f"{why}; {per_entry:.0f} B an entry{' a pass' if method == 'radix' else ''} at the "
+                            f"copy bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
 
     def run(self, prepared, B, out=None):
         check_transpose_call(B, out)

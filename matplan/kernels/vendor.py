@@ -129,9 +129,9 @@ class CusparseSpGEMM(_VendorKernel):
 
 
 #: cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``): (fixed seconds, bytes an entry of A at the
-#: copy bandwidth) by dtype, relative least squares over benchmarks/sptrans.py on an H100 (8564a85,
-#: 14 matrices; measured / model 0.91-1.13).
-CUSPARSE_TRANSPOSE_COSTS = {"float64": (94.8e-6, 204.0), "float32": (95.5e-6, 191.7)}
+#: copy bandwidth) by dtype, relative least squares (benchmarks/sptrans_fit.py) over two runs of
+#: benchmarks/sptrans.py on an H100 (c148a21, 14 matrices each; measured / model 0.87-1.16).
+CUSPARSE_TRANSPOSE_COSTS = {"float64": (135.4e-6, 177.5), "float32": (126.4e-6, 183.7)}
 
 
 class CusparseTranspose(_VendorKernel):
