@@ -564,39 +564,11 @@ def radix_pass(cols, rows, vals, shift, bits, hist, tile, warps, rng):
     return out
 
 
-def radix_bounds(cols, n, items=8):
-    """spt_radix_bounds: A.T's indptr from the sorted columns of its entries, thread by thread: each
-    takes ``items`` merge-path steps over (cols, columns 0..n - 1) from its diagonal (path_search),
-    an entry first while its column is <= the column, else indptr[column + 1] = entries so far."""
-    live, total = cols.size, cols.size + n
-    indptr = np.full(n + 1, -1, np.int64)
-    indptr[0] = 0
-    for d in range(0, total, items):
-        lo, hi = max(0, d - n), min(d, live)
-        while lo < hi:   # path_search: the entries before diagonal d
-            mid = (lo + hi) // 2
-            if cols[mid] <= d - 1 - mid:
-                lo = mid + 1
-            else:
-                hi = mid
-        x, y = lo, d - lo
-        for _ in range(items):
-            if x + y >= total:
-                break
-            if x < live and cols[x] <= y:
-                x += 1
-            else:
-                indptr[y + 1] = x
-                y += 1
-    assert (indptr >= 0).all(), "every column's end written"
-    return indptr
-
-
-def radix_transpose(A, rng, tile=2048, warps=8, max_bits=8, items=8):
-    """CSR of A.T by the radix method's NumPy port: each pass's digit histogram of the valid entries
-    (spt_radix_hist), then ceil(bits / max_bits) passes, least significant digit first, over keys
-    (column, row, value) in A's order, then A.T's indptr from the sorted columns (spt_radix_bounds,
-    ``items`` steps a thread). Columns outside [0, n) are dropped, as the kernels skip them."""
+def radix_transpose(A, rng, tile=2048, warps=8, max_bits=8):
+    """CSR of A.T by the radix method's NumPy port: column counts and A.T's indptr, each pass's
+    digit histogram from the column counts (spt_scan), then ceil(bits / max_bits) passes, least
+    significant digit first, over keys (column, row, value) in A's order. Columns outside [0, n)
+    are dropped, as the kernels skip them."""
     import scipy.sparse as sp
     m, n = A.shape
     indptr = np.asarray(A.indptr, np.int64)
@@ -608,11 +580,13 @@ def radix_transpose(A, rng, tile=2048, warps=8, max_bits=8, items=8):
     vals = np.asarray(A.data[:nnz])
     keep = (cols >= 0) & (cols < n)
     cols, rows, vals = cols[keep], rows[keep], vals[keep]
+    counts = np.bincount(cols, minlength=n)
+    t_indptr = np.concatenate([[0], np.cumsum(counts)])
     total_bits = max(1, int(n - 1).bit_length())
     passes = -(-total_bits // max_bits)
     bits = -(-total_bits // passes)
-    hists = [np.bincount((cols >> (p * bits)) & ((1 << bits) - 1), minlength=1 << bits) for p in range(passes)]
     for p in range(passes):
-        cols, rows, vals = radix_pass(cols, rows, vals, p * bits, bits, hists[p], tile, warps, rng)
-    t_indptr = radix_bounds(cols, n, items)
+        digits = (np.arange(n) >> (p * bits)) & ((1 << bits) - 1)
+        hist = np.bincount(digits, weights=counts, minlength=1 << bits).astype(np.int64)
+        cols, rows, vals = radix_pass(cols, rows, vals, p * bits, bits, hist, tile, warps, rng)
     return sp.csr_matrix((vals, rows.astype(np.int32), t_indptr.astype(np.int32)), shape=(n, m))

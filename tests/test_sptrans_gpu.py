@@ -251,20 +251,6 @@ def test_radix_pass_counts(cp, st, rng, monkeypatch, n, pack):
     assert T.shape == (n, m)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_radix_indptr_across_long_empty_runs(cp, st, rng, dtype):
-    """spt_radix_bounds finds A.T's indptr from the sorted columns: entries only in the first, a
-    middle and the last of 100,000 columns (runs of ~50,000 empty columns between), a hub column,
-    and a matrix whose entries all sit in its last column."""
-    m, n = 4000, 100_000
-    rows = rng.integers(0, m, 3000)
-    cols = rng.choice([0, 49_999, n - 1], 3000, p=[0.2, 0.7, 0.1])
-    A = sp.csr_matrix((rng.random(3000) + 0.5, (rows, cols)), shape=(m, n))
-    _check(cp, st, A, dtype, method="radix")
-    last = sp.csr_matrix((rng.random(m) + 0.5, (np.arange(m), np.full(m, n - 1))), shape=(m, n))
-    _check(cp, st, last, dtype, method="radix")
-
-
 @pytest.mark.parametrize("m", [50, 3000])
 def test_radix_four_passes(cp, st, rng, m):
     """n past 2^24 columns: four passes of 7 bits; 50 rows pack the keys between passes (6 + 21

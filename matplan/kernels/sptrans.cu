@@ -433,7 +433,6 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_N_MED 2
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
-#define SEG_N_LIVE 5      // radix method: the entries whose column lies in [0, n)
 #define SEG_MERGE_BLOCK 512
 // radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
 #define RDX_BINS 256
@@ -446,7 +445,10 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define RDX_LOOKBACK 4                      // look-back words loaded at once
 #endif
 
-extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
+// RANKS (the segsort): also each entry's rank in its column, to rank[]; without (the radix method,
+// rank unused) every atomic is a reduction whose old value nobody waits for.
+template <bool RANKS>
+__global__ void __launch_bounds__(SEG_CNT_BLOCK)
 spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
     __shared__ int s_col[SEG_CNT_HASH];
     __shared__ int s_cnt[SEG_CNT_HASH];
@@ -471,24 +473,32 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
                     const int prev = atomicCAS(&s_col[hh], -1, col);
                     if (prev == -1 || prev == col) {
                         slot[k] = hh;
-                        loc[k] = atomicAdd(&s_cnt[hh], 1);
+                        if (RANKS) loc[k] = atomicAdd(&s_cnt[hh], 1);
+                        else atomicAdd(&s_cnt[hh], 1);
                         break;
                     }
                 }
-                if (slot[k] == -1) loc[k] = atomicAdd(&counts[col + 1], 1);   // table crowded
+                if (slot[k] == -1) {   // table crowded
+                    if (RANKS) loc[k] = atomicAdd(&counts[col + 1], 1);
+                    else atomicAdd(&counts[col + 1], 1);
+                }
             }
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) {   // one atomic per column
         const int c = s_col[i];
-        if (c >= 0) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
+        if (c < 0) continue;
+        if (RANKS) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
+        else atomicAdd(&counts[c + 1], s_cnt[i]);
     }
-    __syncthreads();
+    if (RANKS) {
+        __syncthreads();
 #pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
-        if (slot[k] == -2) continue;
-        rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
+        for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
+            if (slot[k] == -2) continue;
+            rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
+        }
     }
 }
 
@@ -537,12 +547,17 @@ __device__ __forceinline__ long long lookback_prefix(unsigned long long* status,
 // in indptr[0..n] (A^T's indptr: its own allocation, which needs no zeroing). status:
 // one zeroed word a tile (lookback_prefix's: value << 2 | flag, 1: the tile's sum, 2: inclusive
 // prefix), read back by the whole block.
+// hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
+// digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* status, int* ctrl, int* seg_list,
-         int* huge_list, int short_max, int warp_max, int cap) {
+         int* huge_list, int short_max, int warp_max, int cap, int* hist, int passes, int bits) {
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile, s_base[3];
+    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
+    if (hist)
+        for (int i = threadIdx.x; i < RDX_MAX_PASSES * RDX_BINS; i += SPT_BLOCK) s_hist[i] = 0;
     __syncthreads();
     const int t = s_tile;
     const long long len = (long long)n + 1;
@@ -554,6 +569,10 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         const long long i = i0 + k;
         v[k] = i < len ? counts[i] : 0;
         sum += v[k];
+        if (hist && i >= 1 && i < len && v[k]) {   // radix: column i - 1's entries to its digits
+            const int mask = (1 << bits) - 1;
+            for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + (((int)(i - 1) >> (p * bits)) & mask)], v[k]);
+        }
         if (i >= 1 && i < len) {
             if (v[k] > warp_max && v[k] > cap) ++huge;
             else if (v[k] > warp_max) bins += 1 << 16;
@@ -571,6 +590,9 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
         s_base[2] = huge_total ? atomicAdd(ctrl + SEG_N_HUGE, huge_total) : 0;
     }
+    if (hist)
+        for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK)
+            if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
     __syncthreads();
     int run = prefix + excl;
     int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16), hg = s_base[2] + huge_excl;
@@ -856,9 +878,9 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 // column, so each row of A^T comes out in A's order (by row, then position) with no per-row sort:
 // its cost does not depend on how long the rows of A^T are (the segsort's hub columns of R-MAT,
 // wordnet or gene_go took 0.3-0.6 ms of bitonic sorts and merge rounds). Launches:
-//   spt_radix_hist : each pass's digit histogram and the count of valid entries (column in
-//                    [0, n)), from shared-memory histograms (a warp's equal digits added once):
-//                    no per-column count (spt_count's atomics on n words were 18-77 us of a call)
+//   spt_count      : column counts for A^T's indptr (as for the segsort, no ranks), each pass's
+//                    digit histogram, and rows_of[e] (the row of entry e: read back at the end)
+//   spt_scan       : A^T's indptr (as for the segsort; no column is binned)
 //   spt_radix_pass : one launch a digit, least significant first (ceil(log2 n / 8) passes of at
 //                    most 8 bits): a block stably ranks a tile of RDX_TILE keys by digit and places
 //                    them at (digit's global start) + (the digit's count in earlier tiles, by
@@ -869,10 +891,7 @@ template __global__ void spt_merge_long<double>(const int*, const int*, const in
 //                    (column >> bits) << rowbits | row: 4 bytes less an entry each way between
 //                    passes. A pass then takes its shift in the dropped column's bits.
 //                    The first pass reads A's indices (key e = position in A), the last writes
-//                    A^T's indices (rows) and values at the final slots, and each slot's column
-//   spt_radix_bounds: A^T's indptr from those sorted columns: indptr[j + 1] = the entries of
-//                    columns <= j, by a merge path over (sorted columns, 0..n - 1), fixed steps
-//                    a thread whatever the columns' lengths
+//                    A^T's indices (rows_of[e]) and values (data[e]) at the final slots.
 // Stable ranking in a tile: warp w takes keys [32 w RDX_ITEMS, 32 (w + 1) RDX_ITEMS) of the tile in
 // RDX_ITEMS steps of 32 consecutive keys; a key's rank is its warp's running count of its digit (shared, per warp) plus
 // the lanes before it with the same digit (__match_any_sync); the warps' counts are then made
@@ -896,60 +915,6 @@ __device__ __forceinline__ int warp_row_of(const int* __restrict__ a_indptr, int
     return lo + 31 - __clz(ok);
 }
 
-// spt_radix_hist: a block SPT_BLOCK * RDX_HIST_ITEMS entries (sptrans.RADIX_HIST_TILE, whatever
-// RDX_ITEMS a variant build of the passes takes); hist[p * RDX_BINS + d] (+)= its entries whose
-// pass-p digit is d, ctrl[SEG_N_LIVE] (+)= its valid entries, ctrl[SEG_BAD] = 1 if any is not.
-#define RDX_HIST_ITEMS 8
-extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
-spt_radix_hist(const int* __restrict__ indices, long long nnz, int n, int passes, int bits, int* hist, int* ctrl) {
-    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
-    __shared__ int s_live;
-    for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK) s_hist[i] = 0;
-    if (threadIdx.x == 0) s_live = 0;
-    __syncthreads();
-    const int lane = threadIdx.x & 31, mask = (1 << bits) - 1;
-    const long long e0 = (long long)blockIdx.x * (SPT_BLOCK * RDX_HIST_ITEMS) + threadIdx.x;
-    int live = 0;
-#pragma unroll
-    for (int k = 0; k < RDX_HIST_ITEMS; ++k) {
-        const long long e = e0 + (long long)k * SPT_BLOCK;
-        const int col = e < nnz ? indices[e] : -1;
-        const bool ok = col >= 0 && col < n;
-        if (e < nnz && !ok) ctrl[SEG_BAD] = 1;
-        live += ok;
-        for (int p = 0; p < passes; ++p) {   // a warp's lanes of one digit: one shared atomic (hub columns)
-            const int d = ok ? (col >> (p * bits)) & mask : RDX_BINS;
-            const unsigned peers = __match_any_sync(0xffffffffu, d);
-            if (ok && lane == __ffs(peers) - 1) atomicAdd(&s_hist[p * RDX_BINS + d], __popc(peers));
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) live += __shfl_xor_sync(0xffffffffu, live, o);
-    if (lane == 0 && live) atomicAdd(&s_live, live);
-    __syncthreads();
-    for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK)
-        if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
-    if (threadIdx.x == 0 && s_live) atomicAdd(ctrl + SEG_N_LIVE, s_live);
-}
-
-// spt_radix_bounds: indptr[0] = 0 and indptr[j + 1] = the sorted columns' entries <= j (j < n),
-// SPT_ITEMS merge-path steps a thread over (cols[0..live), columns 0..n - 1): a step takes the next
-// entry while its column is <= the next column, else writes that column's end and moves past it.
-extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
-spt_radix_bounds(const int* __restrict__ cols, const int* __restrict__ n_live, int n, int* __restrict__ indptr) {
-    const long long live = *n_live, total = live + n;
-    const long long d = ((long long)blockIdx.x * SPT_BLOCK + threadIdx.x) * SPT_ITEMS;
-    if (d == 0) indptr[0] = 0;
-    if (d >= total) return;
-    long long x = path_search(cols, live, n, d);   // entries before the diagonal; d - x columns
-    long long y = d - x;
-#pragma unroll
-    for (int k = 0; k < SPT_ITEMS; ++k) {
-        if (x + y >= total) break;
-        if (x < live && cols[x] <= y) ++x;
-        else { indptr[y + 1] = (int)x; ++y; }
-    }
-}
-
 #ifndef RDX_MIN_BLOCKS
 #define RDX_MIN_BLOCKS 4                    // __launch_bounds__ minimum blocks an SM: 64 registers
 #endif
@@ -961,7 +926,7 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
                long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
                const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
                T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val,
-               int* __restrict__ out_col, int rowbits, int drop) {
+               int rowbits, int drop) {
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
     __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
@@ -1086,14 +1051,13 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
         } else {
             out_idx[pos] = key.y;
             out_val[pos] = s_vals[i];
-            out_col[pos] = key.x;   // for spt_radix_bounds
         }
     }
 }
 
 template __global__ void spt_radix_pass<float>(const int*, int, const int*, const float*, const int2*,
                                                const float*, long long, const int*, int, int, int, const int*,
-                                               unsigned*, int*, int2*, float*, int*, float*, int*, int, int);
+                                               unsigned*, int*, int2*, float*, int*, float*, int, int);
 template __global__ void spt_radix_pass<double>(const int*, int, const int*, const double*, const int2*,
                                                 const double*, long long, const int*, int, int, int, const int*,
-                                                unsigned*, int*, int2*, double*, int*, double*, int*, int, int);
+                                                unsigned*, int*, int2*, double*, int*, double*, int, int);

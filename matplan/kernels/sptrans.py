@@ -42,17 +42,15 @@ the longest row of A.T: the segsort fallback merges a row of more than ``cap`` k
 millions of entries transposes faster with ``method="merge"``.
 
 ``method="radix"``: a stable LSD counting sort of A's entries by column, so every row of A.T comes
-out in A's order and nothing is sorted per row. ``spt_radix_hist`` counts each pass's digits (shared
-memory, a warp's equal digits added at once) and the valid entries, with no per-column count
-(spt_count's atomics on n words, 18-77 us of a call, which the radix method used until 2026-11-25),
-then ``spt_radix_pass`` once per digit (ceil(log2 n / 8) passes of at most 8 bits, least
-significant first): a block ranks a tile of 2048 keys stably by digit (warp by warp,
-__match_any_sync), finds the digit's count in earlier tiles by decoupled look-back (a word per tile
-and digit), stages the tile in shared memory by digit and writes it coalesced. Keys carry (column,
-row) and the value, so the last pass writes A.T with no gather, and each entry's column;
-``spt_radix_bounds`` then finds A.T's indptr in those sorted columns by a merge path over (columns
-of the entries, 0..n - 1), a fixed number of steps a thread. nnz must be below 2^30 (32-bit
-look-back words; "auto" falls back to the segsort past that).
+out in A's order and nothing is sorted per row. ``spt_count`` and ``spt_scan`` as above (no ranks:
+``spt_count<false>``, whose atomics are reductions nobody waits for; spt_scan also bins the column
+counts into each pass's digit histogram), then ``spt_radix_pass``
+once per digit (ceil(log2 n / 8) passes of at most 8 bits, least significant first): a block ranks
+a tile of 2048 keys stably by digit (warp by warp, __match_any_sync), finds the digit's count in
+earlier tiles by decoupled look-back (a word per tile and digit), stages the tile in shared memory
+by digit and writes it coalesced. Keys carry (column, row) and the value, so the last pass writes
+A.T with no gather; nnz must be below 2^30 (32-bit look-back words; "auto" falls back to the
+segsort past that).
 
 Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
 deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
@@ -79,7 +77,7 @@ from .registry import register
 from .spgemm import check_csr, csr_from_parts
 
 _CU = "sptrans.cu"
-_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count", "spt_radix_hist", "spt_radix_bounds",
+_NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>",
           "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
           "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>",
           "spt_radix_pass<float>", "spt_radix_pass<double>")
@@ -96,14 +94,12 @@ BINS = (32, 512, 4096)
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
-SEG_N_LIVE = 5   # radix: control word of the entries whose column lies in [0, n) (sptrans.cu SEG_N_LIVE)
 METHODS = ("auto", "segsort", "radix", "merge")
 #: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8; columns below 2^31 so at most
 #: RDX_MAX_PASSES = 4 passes) and the nnz bound of its 32-bit look-back words (count << 2 | flag)
 RADIX_BITS, RADIX_NNZ_LIMIT = 8, 2**30
-#: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS), and entries a block of
-#: spt_radix_hist counts (SPT_BLOCK x RDX_HIST_ITEMS)
-RADIX_TILE = RADIX_HIST_TILE = BLOCK * 8
+#: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
+RADIX_TILE = BLOCK * 8
 #: radix method: keys between passes packed in one int ((column >> bits) << rowbits | row) where
 #: they fit 31 bits (:func:`radix_rowbits`); False: always (column, row) int2 (tests reach both)
 RADIX_PACK = True
@@ -138,8 +134,9 @@ class _Kernels:
 
         def packed_typed(name):
             return {ct: _cuda.packed(f, _CU, name) for ct, f in typed(name).items()}
-        self.count, self.scan, self.scatter = packed("spt_count"), packed("spt_scan"), packed("spt_scatter")
-        self.radix_hist, self.radix_bounds = packed("spt_radix_hist"), packed("spt_radix_bounds")
+        # spt_count with ranks (the segsort) and without (the radix method: reductions, no waits)
+        self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
+        self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
@@ -283,18 +280,17 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_til
     parts in int32 words, passes, bits, scan tiles, radix tiles, the most huge columns).
 
     front: the segsort's keys [0, nnz) (the scattered keys) and [nnz, 2 nnz) (ranks, int32, later
-    the huge columns' scratch), or the radix passes' buffers (_radix_between) and then the sorted
-    columns (nnz ints, the last pass's, for spt_radix_bounds), rounded up to 16 bytes. Then a
-    zeroed workspace of int32 words: control words; segsort: the scan's status (8-byte words), the
-    column lists (seg_list, n ints: medium from the front, long from the back; huge_list: columns
-    of more than cap keys, at most nnz / (cap + 1)) and last the column counts (n + 1), which
-    spt_scan scans into A.T's indptr; radix: the digit histograms, a tile ticket and tiles x 256
-    look-back words a pass (Poisson: 2.7 MB). ``radix_tile``: RADIX_TILE, an argument so the cache
-    keys on it (benchmarks/sptrans_radix_variants.py rebuilds the passes with other tiles);
-    ``key_bytes``: 4 where the radix keys are packed (:func:`radix_rowbits`), else 8."""
+    the huge columns' scratch), or the radix passes' buffers (_radix_between), rounded up to 16
+    bytes. Then a zeroed workspace of int32 words: control words, the scan's status (8-byte
+    words); segsort: the column lists (seg_list, n ints: medium from the front, long from the
+    back; huge_list: columns of more than cap keys, at most nnz / (cap + 1)); radix: the digit
+    histograms, a tile ticket and tiles x 256 look-back words a pass (Poisson: 2.7 MB); last the
+    column counts (n + 1), which spt_scan scans into A.T's indptr. ``radix_tile``: RADIX_TILE, an
+    argument so the cache keys on it (benchmarks/sptrans_radix_variants.py rebuilds the passes with
+    other tiles); ``key_bytes``: 4 where the radix keys are packed (:func:`radix_rowbits`), else 8."""
     seg = method == "segsort"
     passes, bits = radix_passes(n)
-    scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE if seg else 0
+    scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
     tiles = (nnz + radix_tile - 1) // radix_tile
     max_huge = min(n, nnz // (bins[2] + 1))
     status = (_CTRL + 1) & ~1
@@ -304,22 +300,23 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_til
     ticket = hist + (0 if seg else passes * 256)
     look = ticket + (0 if seg else passes)
     counts = look + (0 if seg else passes * tiles * 256)
-    ws_bytes = 4 * (counts + (n + 1 if seg else 0))
-    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz, key_bytes)[1] + 4 * nnz) // 16) * 16
+    ws_bytes = 4 * (counts + n + 1)
+    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz, key_bytes)[1]) // 16) * 16
     return front, ws_bytes, (status, lists, huge, hist, ticket, look, counts), passes, bits, scan_tiles, tiles, max_huge
 
 
 def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
-    """The segsort's or the radix method's launches (module docstring); no host synchronisation
-    unless ``check``. The launch comes first that the GPU can start on (a single call waits for the
-    host until then); allocations the later launches need are made while it runs."""
+    """The segsort's or the radix method's launches (module docstring): count and scan, then the
+    segsort's four kernels or the radix passes; no host synchronisation unless ``check``. The
+    launch comes first that the GPU can start on (a single call waits for the host until then);
+    allocations the later launches need are made while it runs."""
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
     rowbits = 0 if seg else radix_rowbits(m, n)
     layout = _layout(n, nnz, method, A.dtype.itemsize, bins, RADIX_TILE, 4 if rowbits else 8)
     front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
-    short_max, warp_max, cap = bins
+    short_max, warp_max, cap = bins if seg else (INT32_MAX,) * 3   # radix: no column is binned
     # one scratch allocation (each allocation and each zeroing is host time, which bounds a call's
     # time): keys or the radix buffers, then the zeroed workspace (_layout)
     scratch = cp.empty(front + ws_bytes, dtype=cp.uint8)
@@ -329,24 +326,21 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     _cuda.zero(p_ws, ws_bytes)
     # device addresses as plain ints (the launches pack them: _cuda.Launcher)
     p_status, p_list, p_huge, p_hist, p_ticket, p_look, p_counts = (p_ws + 4 * o for o in offs)
+    p_second = p_keys + 8 * nnz if seg else 0
 
     def done(name):
         if mark is not None:
             mark(name)
-    if seg:
-        p_second = p_keys + 8 * nnz
-        ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
-        done("count")
-    else:
-        ks.radix_hist((-(-nnz // RADIX_HIST_TILE),), (BLOCK,), (indices, nnz, n, passes, bits, p_hist, p_ws))
-        done("hist")
+    ks.count[seg](((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
+    done("count")
     # A.T's indptr is an allocation of its own, so the returned matrix does not keep the
     # workspace alive
     indptr = cp.empty(n + 1, dtype=cp.int32)
+    ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list if seg else 0,
+                                      p_huge if seg else 0, short_max, warp_max, cap, 0 if seg else p_hist,
+                                      passes, bits))
+    done("scan")
     if seg:
-        ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list, p_huge, short_max,
-                                          warp_max, cap))
-        done("scan")
         ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys))
         done("scatter")
     out_idx = cp.empty(nnz, dtype=cp.int32)
@@ -366,12 +360,8 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
             fn((grid,), (block,), args)
             done(name)
     else:
-        p_live = p_ws + 4 * SEG_N_LIVE
-        p_cols = p_keys + _radix_between(passes, A.dtype.itemsize, nnz, 4 if rowbits else 8)[1]
         _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits,
-                        (p_keys, p_hist, p_look, p_ticket, p_live, p_cols), out_idx, out_val, done)
-        ks.radix_bounds(((nnz + n + TILE - 1) // TILE,), (BLOCK,), (p_cols, p_live, n, indptr))
-        done("bounds")
+                        (p_keys, p_hist, p_look, p_ticket, indptr.data.ptr + 4 * n), out_idx, out_val, done)
     if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     return _result(A, indptr, out_idx, out_val)
@@ -395,28 +385,26 @@ def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> 
 def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done):
     """The radix passes (module docstring): ptrs are the device addresses of the buffers between
     passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
-    (a pass each), the count of valid entries (a control word) and the sorted columns the last pass
-    writes. ``rowbits`` > 0: the keys between passes are packed (:func:`radix_rowbits`); the first
-    pass drops the column's first digit, so the later passes take their shift less one digit."""
+    (a pass each) and A.T's indptr[n] (the valid entries). ``rowbits`` > 0: the keys between passes
+    are packed (:func:`radix_rowbits`); the first pass drops the column's first digit, so the later
+    passes take their shift less one digit."""
     m, n = A.shape
     nnz = int(indices.size)
-    buf, hist, look, ticket, n_live, cols = ptrs
+    buf, hist, look, ticket, n_live = ptrs
     item = A.dtype.itemsize
     key_bytes = 4 if rowbits else 8
     between, _, keys = _radix_between(passes, item, nnz, key_bytes)
     bufs = [(buf + key_bytes * nnz * i, buf + keys + item * nnz * i) for i in range(between)]
     first, src, p_live = (indices, A.data), (0, 0), 0
     for p in range(passes):   # the last pass writes A.T
-        last = p == passes - 1
-        dst = (0, 0) if last else bufs[p % 2]
+        dst = (0, 0) if p == passes - 1 else bufs[p % 2]
         shift = p * bits - (bits if rowbits and p > 0 else 0)
         drop = bits if rowbits and p == 0 else 0
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
                           (indptr_a, m, *first, *src, nnz, p_live, n, shift, bits, hist + 4 * 256 * p,
-                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val,
-                           cols if last else 0, rowbits, drop))
+                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val, rowbits, drop))
         done(f"pass{p}")
-        # later passes read the keys of the valid entries only (spt_radix_hist counted them)
+        # later passes read the keys of the valid entries only: A.T's indptr[n] of them
         first, src, p_live = (0, 0), dst, n_live
 
 
