@@ -44,18 +44,19 @@ def _case(rng, kind, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", ["messy", "long", "wide"])
 def test_replayed_calls_match_scipy(cp, runner, rng, method, dtype, kind):
-    """Five calls on one A: one recording, four replays, each into spares poisoned before it; every
-    result stays SciPy's A.T after the later calls (no two calls share an output)."""
+    """Six calls on one A: the first through transpose (no graph kept), the second recorded, four
+    replays, each into spares poisoned before it; every result stays SciPy's A.T after the later
+    calls (no two calls share an output)."""
     A = _case(rng, kind, dtype)
     Ad = _dev(cp, A, dtype)
     run = runner(method)
     results = []
-    for _ in range(5):
+    for i in range(6):
         _poison(cp, run)
         results.append(run(Ad, None))
-        assert len(run.graphs) == 1
+        assert len(run.graphs) == (i > 0)
     ptrs = {a.data.ptr for T in results for a in (T.indptr, T.indices, T.data)}
-    assert len(ptrs) == 15
+    assert len(ptrs) == 18
     for T in results:
         assert T.shape == A.shape[::-1] and T.has_sorted_indices
         _same_as_scipy(A, T.get())
@@ -68,7 +69,8 @@ def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
     A = random_csr(rng, 3000, 2000, 0.01)
     Ad = _dev(cp, A)
     run = runner(method)
-    _same_as_scipy(A, run(Ad, None).get())
+    for _ in range(2):   # the first call, then the recorded one
+        _same_as_scipy(A, run(Ad, None).get())
     Ad.data *= -2.0
     _same_as_scipy(A * -2.0, run(Ad, None).get())
     B = random_csr(rng, 3000, 2000, 0.01)
@@ -128,6 +130,8 @@ def test_replay_does_not_wait_for_the_gpu(cp, runner, rng, method):
     Ad = _dev(cp, A)
     run = runner(method)
     run(Ad, None)
+    run(Ad, None)
+    assert len(run.graphs) == 1
     cp.cuda.Device().synchronize()
     spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long c){
         long long t = clock64(); while (clock64() - t < c) {} }''', "spin")
@@ -150,3 +154,17 @@ def test_plan_run_replays(cp, rng):
     for _ in range(3):
         _same_as_scipy(A, p.run(Ad).get())
     assert len(p._fast[-1].graphs) == 1
+
+
+def test_first_call_of_each_matrix_keeps_no_graph(cp, runner, rng):
+    """A plan applied once to each of many matrices records nothing: a matrix's first call goes
+    through transpose, its second records; the matrices remembered stay bounded."""
+    from matplan.kernels import sptrans
+    run = runner("segsort")
+    mats = [random_csr(rng, 500, 400, 0.01) for _ in range(4 * sptrans.GRAPH_CACHE_SIZE + 3)]
+    devs = [_dev(cp, M) for M in mats]
+    for M, Md in zip(mats, devs):
+        _same_as_scipy(M, run(Md, None).get())
+    assert not run.graphs
+    _same_as_scipy(mats[-1], run(devs[-1], None).get())
+    assert len(run.graphs) == 1

@@ -480,35 +480,48 @@ class SpTrans(KeepsA):
 
     def runner(self, params):
         """``Plan.run``'s call: the segsort's or radix method's launches for an A (its arrays'
-        addresses, shape and nnz) on a stream are recorded at its first call and replayed from then
-        on as one CUDA graph (:class:`_graph.Replay`), whose outputs are allocated after the
+        addresses, shape and nnz) on a stream are recorded at its second call and replayed from
+        then on as one CUDA graph (:class:`_graph.Replay`), whose outputs are allocated after the
         previous launch: a call's host path before the GPU starts is one graph launch instead of
-        the Python launch path (60-145 us of host time on an H100 host). Each graph holds its
-        call's scratch (about 16 bytes an entry for the segsort; the passes' buffers and look-back
-        words for the radix method) and the next call's output arrays; a runner keeps at most
-        GRAPH_CACHE_SIZE graphs. The merge method, int64 or empty A, and hosts where the driver's
-        graph API cannot be loaded take :meth:`run` on every call."""
+        the Python launch path (60-145 us of host time on an H100 host). The first call of a key
+        takes :meth:`run`, so a plan applied once to each of many matrices pays no recording
+        (0.4-1.3 ms). Each graph holds its call's scratch (about 16 bytes an entry for the segsort;
+        the passes' buffers and look-back words for the radix method) and the next call's output
+        arrays; a runner keeps at most GRAPH_CACHE_SIZE graphs. The merge method, int64 or empty A,
+        and hosts where the driver's graph API cannot be loaded take :meth:`run` on every call."""
         general = super().runner(params)
         method = params["method"]
         cp = cupy_module()
         if cp is None or method == "merge" or not _graph.available():
             return general
-        graphs, lock = {}, threading.Lock()
+        graphs, seen, lock = {}, set(), threading.Lock()
+
+        def replay(key, A):
+            """The kept graph of ``key``, a new one at its second call, None at its first (which is
+            remembered) or for no key (under ``lock``)."""
+            rep = graphs.get(key)
+            if rep is not None or key is None:
+                return rep
+            if key not in seen:
+                if len(seen) >= 4 * GRAPH_CACHE_SIZE:
+                    seen.clear()
+                seen.add(key)
+                return None
+            if len(graphs) >= GRAPH_CACHE_SIZE:
+                graphs.pop(next(iter(graphs)))   # the oldest (freed once its launches are done)
+            rep = graphs[key] = _graph.Replay(lambda: _transpose(A, False, None, method),
+                                              lambda T: (T.indptr, T.indices, T.data))
+            return rep
 
         def run(A, B, out=None):
             check_transpose_call(B, out)
             key = _replay_key(cp, A, method)
-            if key is None:
-                return general(A, B, out)
             with lock:
-                rep = graphs.get(key)
-                if rep is None:
-                    if len(graphs) >= GRAPH_CACHE_SIZE:
-                        graphs.pop(next(iter(graphs)))   # the oldest (freed once its launches are done)
-                    rep = graphs[key] = _graph.Replay(lambda: _transpose(A, False, None, method),
-                                                      lambda T: (T.indptr, T.indices, T.data))
-                indptr, indices, data = rep.run()
-            return _result(A, indptr, indices, data)
+                rep = replay(key, A)
+                arrays = None if rep is None else rep.run()
+            if arrays is None:
+                return general(A, B, out)
+            return _result(A, *arrays)
         run.graphs = graphs   # the kept Replays by key (:func:`_replay_key`): inspected by tests
         return run
 
