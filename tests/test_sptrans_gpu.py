@@ -196,16 +196,23 @@ def test_no_host_sync_in_launch_path(cp, st, rng, method):
     result is wrapped by cupyx's _from_parts, which does not read the arrays back)."""
     A = _dev(cp, random_csr(rng, 2000, 2000, 0.01))
     st.transpose(A, method=method)
+    T = returns_before_the_gpu(cp, lambda: st.transpose(A, method=method))
+    _same_as_scipy(A.get(), T.get())
+
+
+def returns_before_the_gpu(cp, call):
+    """call()'s result, asserting it returned while a ~1 s kernel queued ahead of it still ran (its
+    launch path waited for nothing on the GPU); the GPU is synchronised after."""
     cp.cuda.Device().synchronize()
     spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long c){
         long long t = clock64(); while (clock64() - t < c) {} }''', "spin")
     spin((1,), (1,), (np.int64(2_000_000_000),))  # ~1 s
     done = cp.cuda.Event()
     done.record()
-    T = st.transpose(A, method=method)
-    assert not done.done, "transpose waited for the GPU"
+    out = call()
+    assert not done.done, "the call waited for the GPU"
     cp.cuda.Device().synchronize()
-    _same_as_scipy(A.get(), T.get())
+    return out
 
 
 def test_phase_by_phase_launches_agree(cp, st, rng):
