@@ -367,3 +367,50 @@ def test_graph_moves_only_pointers_inside_moved_outputs():
     assert rebased(values, (0, 1, 2, 3, 4), moves) == [9000, 9399, 1400, 0, 7008, 1200, 3]
     assert rebased(values, (2, 3), moves) is None
     assert values == [1000, 1399, 1400, 0, 5008, 1200, 3]   # not modified in place
+
+
+def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeypatch):
+    """SpTrans.runner's policy, with CuPy and the graphs faked (no GPU): an A's first call takes
+    run (transpose), its second records a graph, later calls replay it; int64 A never records;
+    at most GRAPH_CACHE_SIZE graphs are kept and the keys remembered stay bounded."""
+    import types
+    from matplan.kernels import _graph, sptrans
+    ns = types.SimpleNamespace
+    monkeypatch.setattr(sptrans, "cupy_module", lambda: ns(cuda=ns(runtime=ns(getDevice=lambda: 0),
+                                                                 get_current_stream=lambda: ns(ptr=7))))
+    monkeypatch.setattr(_graph, "available", lambda: True)
+
+    class FakeReplay:
+        made = []
+
+        def __init__(self, call, outputs):
+            self.runs = 0
+            FakeReplay.made.append(self)
+
+        def run(self):
+            self.runs += 1
+            return ("indptr", "indices", "data")
+    monkeypatch.setattr(_graph, "Replay", FakeReplay)
+    monkeypatch.setattr(sptrans, "_result", lambda A, *arrays: ("replayed", A.name))
+    monkeypatch.setattr(sptrans.SpTrans, "run", lambda self, prepared, B, out=None: ("general", prepared.arrays["A"].name))
+
+    def arr(ptr, dtype, size):
+        return ns(data=ns(ptr=ptr), dtype=np.dtype(dtype), size=size)
+
+    def csr(name, base, index=np.int32):
+        return ns(name=name, shape=(50, 40), dtype=np.dtype(np.float64), data=arr(base, np.float64, 90),
+                  indices=arr(base + 1000, index, 90), indptr=arr(base + 2000, index, 51))
+    run = sptrans.SpTrans().runner({"method": "segsort"})
+    A, B64 = csr("A", 10_000), csr("B64", 20_000, np.int64)
+    assert [run(A, None) for _ in range(4)] == [("general", "A")] + [("replayed", "A")] * 3
+    assert len(FakeReplay.made) == 1 and FakeReplay.made[0].runs == 3
+    assert [run(B64, None) for _ in range(3)] == [("general", "B64")] * 3 and len(run.graphs) == 1
+    for i in range(3):   # three more matrices, twice each: the oldest graphs go
+        M = csr(f"M{i}", 100_000 * (i + 1))
+        assert [run(M, None) for _ in range(2)] == [("general", M.name), ("replayed", M.name)]
+        assert len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
+    for i in range(20):   # each once: nothing recorded
+        assert run(csr(f"N{i}", 10_000_000 * (i + 1)), None)[0] == "general"
+    assert len(FakeReplay.made) == 4 and len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
+    with pytest.raises(TypeError, match="B"):
+        run(A, A)
