@@ -387,7 +387,8 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
             self.runs = 0
             FakeReplay.made.append(self)
 
-        def run(self):
+        def run(self, stream_ptr):
+            assert stream_ptr == 7
             self.runs += 1
             return ("indptr", "indices", "data")
     monkeypatch.setattr(_graph, "Replay", FakeReplay)

@@ -171,8 +171,8 @@ class Replay:
     """``call()``'s launches recorded once and replayed as a :class:`KernelGraph`; ``outputs(result)``
     names the arrays the call allocated for its result, which each replay writes anew.
 
-    ``run()`` launches the graph on the current stream and returns the arrays it writes; it then
-    allocates the next launch's arrays (spares) and moves the graph onto them. The first ``run()``
+    ``run(stream)`` launches the graph on the current stream and returns the arrays it writes; it
+    then allocates the next launch's arrays (spares) and moves the graph onto them. The first run
     writes and returns the arrays the recorded call allocated."""
 
     def __init__(self, call, outputs):
@@ -181,10 +181,11 @@ class Replay:
         self.arrays = tuple(outputs(result))
         self.graph = KernelGraph(log)
 
-    def run(self):
+    def run(self, stream_ptr: int):
+        """Launch on the stream ``stream_ptr`` (the current one: spares are allocated on it)."""
         cp = cupy_module()
         arrays = self.arrays
-        self.graph.launch(cp.cuda.get_current_stream().ptr)
+        self.graph.launch(stream_ptr)
         spares = tuple(cp.empty(a.shape, dtype=a.dtype) for a in arrays)
         self.graph.move([(a.data.ptr, a.nbytes, s.data.ptr) for a, s in zip(arrays, spares)])
         self.arrays = spares

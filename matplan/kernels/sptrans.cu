@@ -433,6 +433,7 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 #define SEG_N_MED 2
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
+#define SEG_N_LIVE 5      // A^T's indptr[n] (the valid entries), for the radix passes
 #define SEG_MERGE_BLOCK 512
 // radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
 #define RDX_BINS 256
@@ -546,7 +547,8 @@ __device__ __forceinline__ long long lookback_prefix(unsigned long long* status,
 // counts[0..n] (counts[0] == 0, counts[1 + j] = count of column j) -> their inclusive prefix sums
 // in indptr[0..n] (A^T's indptr: its own allocation, which needs no zeroing). status:
 // one zeroed word a tile (lookback_prefix's: value << 2 | flag, 1: the tile's sum, 2: inclusive
-// prefix), read back by the whole block.
+// prefix), read back by the whole block. ctrl[SEG_N_LIVE] also gets indptr[n] (the radix passes
+// read it there: a replayed graph's passes then name no output array, SpTrans.runner).
 // hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
 // digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
@@ -602,6 +604,7 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         if (i < len) {
             run += v[k];
             indptr[i] = run;
+            if (i == n) ctrl[SEG_N_LIVE] = run;
             if (i >= 1) {
                 if (v[k] > warp_max && v[k] > cap) huge_list[hg++] = (int)(i - 1);
                 else if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);

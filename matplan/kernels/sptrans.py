@@ -94,6 +94,7 @@ BINS = (32, 512, 4096)
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
 _CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
+SEG_N_LIVE = 5   # control word of A.T's indptr[n] (spt_scan's copy, which the radix passes read)
 METHODS = ("auto", "segsort", "radix", "merge")
 #: radix method: digit bits at most (sptrans.cu RDX_BINS = 2^8; columns below 2^31 so at most
 #: RDX_MAX_PASSES = 4 passes) and the nnz bound of its 32-bit look-back words (count << 2 | flag)
@@ -361,7 +362,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
             done(name)
     else:
         _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits,
-                        (p_keys, p_hist, p_look, p_ticket, indptr.data.ptr + 4 * n), out_idx, out_val, done)
+                        (p_keys, p_hist, p_look, p_ticket, p_ws + 4 * SEG_N_LIVE), out_idx, out_val, done)
     if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     return _result(A, indptr, out_idx, out_val)
@@ -385,9 +386,11 @@ def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> 
 def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done):
     """The radix passes (module docstring): ptrs are the device addresses of the buffers between
     passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
-    (a pass each) and A.T's indptr[n] (the valid entries). ``rowbits`` > 0: the keys between passes
-    are packed (:func:`radix_rowbits`); the first pass drops the column's first digit, so the later
-    passes take their shift less one digit."""
+    (a pass each) and the control word spt_scan copies A.T's indptr[n] to (the valid entries); only
+    the last pass is given A.T's arrays (a replayed graph then moves two nodes a call, not every
+    pass: SpTrans.runner). ``rowbits`` > 0: the keys between passes are packed
+    (:func:`radix_rowbits`); the first pass drops the column's first digit, so the later passes
+    take their shift less one digit."""
     m, n = A.shape
     nnz = int(indices.size)
     buf, hist, look, ticket, n_live = ptrs
@@ -397,12 +400,14 @@ def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, 
     bufs = [(buf + key_bytes * nnz * i, buf + keys + item * nnz * i) for i in range(between)]
     first, src, p_live = (indices, A.data), (0, 0), 0
     for p in range(passes):   # the last pass writes A.T
-        dst = (0, 0) if p == passes - 1 else bufs[p % 2]
+        last = p == passes - 1
+        dst = (0, 0) if last else bufs[p % 2]
         shift = p * bits - (bits if rowbits and p > 0 else 0)
         drop = bits if rowbits and p == 0 else 0
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
                           (indptr_a, m, *first, *src, nnz, p_live, n, shift, bits, hist + 4 * 256 * p,
-                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, out_idx, out_val, rowbits, drop))
+                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, *((out_idx, out_val) if last else (0, 0)),
+                           rowbits, drop))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only: A.T's indptr[n] of them
         first, src, p_live = (0, 0), dst, n_live
@@ -518,7 +523,7 @@ class SpTrans(KeepsA):
             key = _replay_key(cp, A, method)
             with lock:
                 rep = replay(key, A)
-                arrays = None if rep is None else rep.run()
+                arrays = None if rep is None else rep.run(key[1])   # the current stream (the key's)
             if arrays is None:
                 return general(A, B, out)
             return _result(A, *arrays)
