@@ -787,3 +787,42 @@ def test_global_batches_sized_to_l2(cp, hs, monkeypatch):
     assert hs._global_blocks(1000, slab, "numeric") == 20           # L2's 20 slabs
     assert hs._global_blocks(1000, slab * 10, "numeric") == 256 // hs.GLOBAL_MAX_PARTS   # 2 fit: 8
     assert hs._global_blocks(1000, 1024, "numeric") == 256          # small slabs: the target
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_esc_in_place_matches_the_compacted_path(cp, hs, rng, monkeypatch, dtype):
+    """The balanced one-pass path's numeric_esc_in_place (rows straight to C, placed by a look-back
+    over the blocks) against the upper-bound layout and compaction (ESC_IN_PLACE off), bit for bit,
+    and against SciPy: row counts that are not a multiple of a block's rows, empty rows, classes of
+    16 to 256 slots (sorted rows and windowed ones), C kept in the buffer where the products are
+    within ESC_IN_PLACE_SLACK of nnz(C) and copied out where not, and the 512-slot class, which
+    has no in-place form."""
+    n = 1200
+    cases = {
+        "few": random_csr(rng, 1001, n, 1.5 / n),                          # 16-slot class, no compression
+        "random": random_csr(rng, 777, n, 4.0 / n),                        # 32-64 slots
+        "band": sp.diags([rng.random(n - abs(o)) + 0.5 for o in range(-3, 4)], list(range(-3, 4)),
+                         shape=(n, n), format="csr"),                      # 64 slots, windowed, compressed 2x
+        "wide": random_csr(rng, 300, n, 12.0 / n),                         # up to 256 slots
+        "long": sp.diags([rng.random(n - abs(o)) + 0.5 for o in range(-9, 10)], list(range(-9, 10)),
+                         shape=(n, n), format="csr"),                      # 361 products: the 512 class
+    }
+    for name, A in cases.items():
+        A = sp.lil_matrix(A)
+        A[::13] = 0                                                        # empty rows
+        A = sp.csr_matrix(A)
+        got = {}
+        for in_place in (True, False):
+            monkeypatch.setattr(hs, "ESC_IN_PLACE", in_place)
+            info = {}
+            C = _check_one(cp, hs, A, A, dtype, True, info, grouping="balanced")
+            assert info["one_pass"] and len(info["esc_rows"]) == 1, (name, info)
+            got[in_place] = (C, info)
+        (C1, i1), (C0, _) = got[True], got[False]
+        assert np.array_equal(C1.indptr, C0.indptr) and np.array_equal(C1.indices, C0.indices)
+        assert np.array_equal(C1.data, C0.data), name
+        cap = next(iter(i1["esc_rows"]))
+        assert i1.get("esc_in_place", False) == (cap <= hs.ESC_IN_PLACE_MAX), (name, cap)
+        if i1.get("esc_in_place"):
+            assert i1["esc_in_place_copied"] == (i1["products"] > hs.ESC_IN_PLACE_SLACK * i1["nnz_c"]), name
+    assert got[True][1].get("esc_in_place") is None   # "long": the 512-slot class
