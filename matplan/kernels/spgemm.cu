@@ -229,40 +229,6 @@ __device__ __forceinline__ V block_exclusive_sum(const V v, V* warp_sums, V* tot
     return out;
 }
 
-// Decoupled look-back (Merrill & Garland) by warp 0 of a block: the exclusive prefix of tile `bid`
-// whose own sum is `total`. st[t] (zeroed): 0 not published, sum << 2 | 1 (tile t's own sum), or
-// prefix << 2 | 2 (inclusive through tile t); the warp reads its predecessors' words 32 at a time
-// back to the nearest inclusive prefix (a thread walking back alone took 58 us for 1.8M values).
-// Tiles are numbered by a ticket (their start order), so every predecessor has started and
-// publishes without waiting: no deadlock. Every lane of warp 0 returns the prefix.
-__device__ __forceinline__ long long warp_lookback(unsigned long long* status_tiles, const int bid,
-                                                   const long long total) {
-    volatile unsigned long long* st = status_tiles;
-    const int lane = threadIdx.x & 31;
-    if (bid == 0) {
-        if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
-        return 0;
-    }
-    if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
-    __threadfence();
-    long long before = 0;
-    for (int top = bid - 1;; top -= 32) {
-        const int q = top - lane;
-        unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before tile 0: prefix 0
-        while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
-            if ((w & 3ULL) == 0) w = st[q];
-        const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
-        const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
-        long long part = lane <= stop ? (long long)(w >> 2) : 0;
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
-        before += __shfl_sync(FULL_MASK, part, 0);
-        if (found) break;
-    }
-    __threadfence();
-    if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
-    return before;
-}
-
 // Bitmaps of a row's columns, written out in column order (numeric_shared's bitmap branch,
 // numeric_global_seg, numeric_esc's window). bitmap_share: thread t's share [*w0, *w1) of `words`
 // words split evenly over the block, and the bits set in it (for the caller's block scan).
@@ -466,11 +432,10 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 // deterministic like the sort's. H100 (2026-11-24), banded-spgemm (289 products, 33 columns a
 // row): numeric_esc 1170 -> 845 us; shared-memory atomicAdd instead of the match: 865 us. What is
 // left is the products' expansion (the csum search, B's loads), the same as the sort's.
-// Returns the row's count; *n_lane / *before_lane: the columns in this lane's bitmap word and the
-// inclusive count through it (the caller writes the row: write_bits from before_lane - n_lane).
 template <typename T, int W, int P, int SLOT_BITS>
-__device__ __forceinline__ int esc_window_sum(const int (&key)[P], T* vals, unsigned* bits, const long long np,
-                                              const int lo, const unsigned mask, int* n_lane, int* before_lane) {
+__device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
+                                           const int lo, const unsigned mask, const long long base,
+                                           int* __restrict__ Cj, T* __restrict__ Cx, long long* row_count) {
     constexpr int N = W * P, WORDS = (N + 31) / 32;   // WORDS <= W: a word a lane at most
     const int lw = threadIdx.x & (W - 1), me = threadIdx.x & 31;
     T v[P];
@@ -503,9 +468,9 @@ __device__ __forceinline__ int esc_window_sum(const int (&key)[P], T* vals, unsi
         const int y = __shfl_up_sync(mask, before, d, W);
         if (lw >= d) before += y;
     }
-    *n_lane = n;
-    *before_lane = before;
-    return __shfl_sync(mask, before, W - 1, W);
+    const int total = __shfl_sync(mask, before, W - 1, W);
+    write_bits(bits, lw, lw + (n > 0), base + before - n, lo, Cj, Cx, [&](int c) { return vals[c]; });
+    if (lw == 0 && row_count) *row_count = total;
 }
 
 // Blocks an SM must hold of numeric_esc's 512-slot class (W * P = 512), asked of the compiler
@@ -516,70 +481,27 @@ __device__ __forceinline__ int esc_window_sum(const int (&key)[P], T* vals, unsi
 #ifndef ESC_MIN_BLOCKS_512
 #define ESC_MIN_BLOCKS_512 4
 #endif
-// numeric_esc_in_place's block step: every thread of the block calls it once with its group's
-// row count (`total`, the same on the group's lanes); returns the row's offset in C: the block's
-// prefix over earlier blocks (warp_lookback) plus the counts of the block's earlier groups. The
-// group's lane 0 writes C's offset of its row (int64, and int32 unless Cp32 is null); the block
-// holding the last row writes C's nnz after it.
-template <int W>
-__device__ __forceinline__ long long esc_place(const int total, const int lw, const unsigned mask,
-                                               unsigned long long* status, const int nrows, const long long r,
-                                               long long* __restrict__ Cp, int* __restrict__ Cp32) {
-    __shared__ long long s_sum[33];
-    __shared__ long long s_prefix;
-    long long block_total;
-    const long long excl = block_exclusive_sum<long long>(lw == 0 ? (long long)total : 0LL, s_sum, &block_total);
-    const long long in_block = __shfl_sync(mask, excl, 0, W);   // lane 0 of the group holds it
-    if ((threadIdx.x >> 5) == 0) {
-        const long long before = warp_lookback(status + 1, (int)(r / (blockDim.x / W)), block_total);
-        if (threadIdx.x == 0) s_prefix = before;
-    }
-    __syncthreads();
-    const long long out = s_prefix + in_block;
-    if (lw == 0 && r < nrows) {
-        Cp[r] = out;
-        if (Cp32) Cp32[r] = (int)out;
-        if (r == nrows - 1) {
-            Cp[nrows] = out + total;
-            if (Cp32) Cp32[nrows] = (int)(out + total);
-        }
-    }
-    return out;
-}
-
-// The body of numeric_esc (IN_PLACE false) and numeric_esc_in_place (true). In place: rows 0 ..
-// nrows - 1 in order, a block's rows numbered by a ticket (status[0]); each block's rows' counts
-// are scanned over the block and its prefix found by warp_lookback over the blocks (status[1 +
-// tile]), so each row goes straight to C's final offset and C's offsets Cp_out / Cp32_out are
-// written with it: no upper-bound layout, no scan_rows, no compaction.
-template <typename T, int W, int P, bool IN_PLACE>
-__device__ __forceinline__ void esc_rows(
+template <typename T, int W, int P>
+__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc(
         const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window,
-        unsigned long long* status, long long* __restrict__ Cp_out, int* __restrict__ Cp32_out) {
+        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window) {
     constexpr int N = W * P;
     constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
     static_assert(N == (1 << ESC_SLOT_BITS), "W * P: a power of two from 16 to 512");
     __shared__ T s_val[256 / W][N];   // launched with 256 threads: each group's values by slot,
     __shared__ int s_col[256 / W][N];  // then its output row (staged: the row is written coalesced)
-    __shared__ int s_tile;
-    if (IN_PLACE) {
-        if (threadIdx.x == 0) s_tile = (int)atomicAdd(status, 1ULL);
-        __syncthreads();
-    }
-    const long long r = ((long long)(IN_PLACE ? s_tile : blockIdx.x) * blockDim.x + threadIdx.x) / W;
-    const bool live = r < nrows;   // the same on a group's W lanes
-    if (!IN_PLACE && !live) return;
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / W;
+    if (r >= nrows) return;   // a whole group: r is the same on its W lanes
     const int lw = threadIdx.x & (W - 1);
     const int gbase = threadIdx.x & 31 & ~(W - 1);
     const unsigned mask = (W == 32 ? FULL_MASK : (1u << W) - 1u) << gbase;
     T* vals = s_val[threadIdx.x / W];
     int* cols = s_col[threadIdx.x / W];
-    const int row = rows ? rows[r] : (int)r;   // in place: rows is null
-    const int a0 = live ? Ap[row] : 0, a1 = live ? Ap[row + 1] : 0, na = a1 - a0;
+    const int row = rows ? rows[r] : (int)r;
+    const int a0 = Ap[row], a1 = Ap[row + 1], na = a1 - a0;
     const long long first = na ? csum[a0] : 0;
     const long long np = na ? csum[a1] - first : 0;
     if (np > N) __trap();   // the grouping (classify_rows' caps) keeps rows past N out: never silent
@@ -621,10 +543,7 @@ __device__ __forceinline__ void esc_rows(
     }
     __syncwarp(mask);
     const long long base = Cp ? Cp[row] - c_base : first;
-    // one exit for every group (in place, esc_place's block barriers must be one call site)
-    bool windowed = false;
-    int total = 0, n_lane = 0, before_lane = 0, wlo = 0;
-    if (window && live) {   // the row's columns span [lo, hi]: at most N of them take the dense window
+    if (window) {   // the row's columns span [lo, hi]: at most N of them take the dense window
         int lo = EMPTY_KEY, hi = -1;
 #pragma unroll
         for (int j = 0; j < P; ++j)
@@ -634,14 +553,12 @@ __device__ __forceinline__ void esc_rows(
             lo = min(lo, __shfl_xor_sync(mask, lo, d, W));
             hi = max(hi, __shfl_xor_sync(mask, hi, d, W));
         }
-        if ((long long)hi - lo < N) {   // the window's sums in vals, its columns' bits in cols
-            windowed = true;
-            wlo = lo;
-            total = esc_window_sum<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo,
-                                                           mask, &n_lane, &before_lane);
+        if ((long long)hi - lo < N) {
+            esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo, mask, base,
+                                               Cj, Cx, row_nnz ? row_nnz + row : nullptr);
+            return;
         }
     }
-    if (!windowed && live) {   // (in place, a group past the rows does nothing but count 0)
     // bitonic sort of the N packed products, ascending (EMPTY_KEY last)
 #pragma unroll
     for (int k = 2; k <= N; k <<= 1) {
@@ -705,7 +622,7 @@ __device__ __forceinline__ void esc_rows(
         const int y = __shfl_up_sync(mask, before, d, W);
         if (lw >= d) before += y;
     }
-    total = __shfl_sync(mask, before, W - 1, W);
+    const int total = __shfl_sync(mask, before, W - 1, W);
     before -= count;
     __syncwarp(mask);   // every lane has read its values: the slots take the output row
 #pragma unroll
@@ -717,43 +634,9 @@ __device__ __forceinline__ void esc_rows(
         }
     }
     __syncwarp(mask);
-    }
-    const long long out = IN_PLACE ? esc_place<W>(total, lw, mask, status, nrows, r, Cp_out, Cp32_out) : base;
-    if (windowed)
-        write_bits(reinterpret_cast<unsigned*>(cols), lw, lw + (n_lane > 0), out + before_lane - n_lane, wlo, Cj,
-                   Cx, [&](int c) { return vals[c]; });
-    else
-        for (int q = lw; q < total; q += W) { Cj[out + q] = cols[q]; Cx[out + q] = vals[q]; }
-    if (!IN_PLACE && lw == 0 && row_nnz) row_nnz[row] = total;
+    for (int q = lw; q < total; q += W) { Cj[base + q] = cols[q]; Cx[base + q] = vals[q]; }
+    if (lw == 0 && row_nnz) row_nnz[row] = total;
 }
-
-// numeric_esc: a group of W lanes a row (rows[r], or r where rows is null), written from C's
-// offsets Cp less c_base, or (Cp null) at the row's products' offset csum[Ap[row]] with its count
-// in row_nnz (the one-pass upper-bound layout, compacted after the scan).
-template <typename T, int W, int P>
-__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc(
-        const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
-        const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
-        const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
-        const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window) {
-    esc_rows<T, W, P, false>(Ap, Aj, Ax, Bp, Bj, Bx, csum, rows, nrows, Cp, c_base, Cj, Cx, row_nnz, window,
-                             nullptr, nullptr, nullptr);
-}
-
-// numeric_esc_in_place: every row 0 .. nrows - 1 straight to its place in C (Cj, Cx hold at least
-// nnz(C) entries: the one-pass path gives the upper-bound buffer), C's offsets to Cp_out (int64)
-// and Cp32_out (int32, unless null); status: 1 + ceil(nrows / (256 / W)) zeroed words.
-template <typename T, int W, int P>
-__global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) numeric_esc_in_place(
-        const int* __restrict__ Ap, const int* __restrict__ Aj, const T* __restrict__ Ax,
-        const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
-        const long long* __restrict__ csum, const int nrows, int* __restrict__ Cj, T* __restrict__ Cx,
-        const int window, unsigned long long* status, long long* __restrict__ Cp_out, int* __restrict__ Cp32_out) {
-    esc_rows<T, W, P, true>(Ap, Aj, Ax, Bp, Bj, Bx, csum, nullptr, nrows, nullptr, 0, Cj, Cx, nullptr, window,
-                            status, Cp_out, Cp32_out);
-}
-
 
 // ------------------------------------------------------------------ scans (one launch each)
 // out[0] = 0, out[i + 1] = in[0] + ... + in[i] (int64), optionally also truncated to int32 in out32
@@ -794,7 +677,28 @@ __device__ __forceinline__ void scan_i64(const long long n, Load load, long long
     long long total;   // the warps' offsets within the block: lane 0 carries its warp's sum
     const long long excl = __shfl_sync(FULL_MASK, block_exclusive_sum(lane == 0 ? run : 0LL, s_warp, &total), 0);
     if (warp == 0) {   // look back a warp at a time: lane l reads predecessor bid - 1 - l
-        const long long before = warp_lookback(status + 1, bid, total);
+        volatile unsigned long long* st = status + 1;
+        long long before = 0;
+        if (bid == 0) {
+            if (lane == 0) st[0] = ((unsigned long long)total << 2) | 2ULL;
+        } else {
+            if (lane == 0) st[bid] = ((unsigned long long)total << 2) | 1ULL;
+            __threadfence();
+            for (int top = bid - 1;; top -= 32) {
+                const int q = top - lane;
+                unsigned long long w = q >= 0 ? st[q] : 2ULL;         // before block 0: prefix 0
+                while (__any_sync(FULL_MASK, (w & 3ULL) == 0))      // a predecessor not published yet
+                    if ((w & 3ULL) == 0) w = st[q];
+                const unsigned found = __ballot_sync(FULL_MASK, (w & 3ULL) == 2);
+                const int stop = found ? __ffs(found) - 1 : 31;      // nearest inclusive prefix
+                long long part = lane <= stop ? (long long)(w >> 2) : 0;
+                for (int off = 16; off > 0; off >>= 1) part += __shfl_down_sync(FULL_MASK, part, off);
+                before += __shfl_sync(FULL_MASK, part, 0);
+                if (found) break;
+            }
+            __threadfence();
+            if (lane == 0) st[bid] = ((unsigned long long)(before + total) << 2) | 2ULL;
+        }
         if (lane == 0) {
             s_prefix = before;
             if (bid == 0) { out[0] = 0; if (out32) out32[0] = 0; }
@@ -1362,21 +1266,14 @@ INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int);
-// spgemm.ESC_IN_PLACE_MAX: the 512-slot class in float64 has no room for the block scan's words
-// (48 KB of static shared memory)
-#define INSTANTIATE_NUMERIC_ESC_IN_PLACE(T, W, P)                                                            \
-    template __global__ void numeric_esc_in_place<T, W, P>(const int*, const int*, const T*, const int*,     \
-        const int*, const T*, const long long*, int, int*, T*, int, unsigned long long*, long long*, int*);
-#define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P) \
-    INSTANTIATE_NUMERIC_ESC_IN_PLACE(float, W, P) INSTANTIATE_NUMERIC_ESC_IN_PLACE(double, W, P)
+#define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 4)
 INSTANTIATE_NUMERIC_ESC_CLASS(16, 4)
 INSTANTIATE_NUMERIC_ESC_CLASS(32, 4)
 INSTANTIATE_NUMERIC_ESC_CLASS(32, 8)
-INSTANTIATE_NUMERIC_ESC(float, 32, 16)   // no in-place form: see INSTANTIATE_NUMERIC_ESC_IN_PLACE
-INSTANTIATE_NUMERIC_ESC(double, 32, 16)
+INSTANTIATE_NUMERIC_ESC_CLASS(32, 16)
 template __global__ void symbolic_shared<8>(const int*, const int*, const int*, const int*, const long long*,
         const int*, int, int, int, long long*, int*, int, int*);
 template __global__ void symbolic_shared<16>(const int*, const int*, const int*, const int*, const long long*,

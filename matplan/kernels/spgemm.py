@@ -107,9 +107,7 @@ _NAMES = (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double") for w i
              "compact_rows<float>", "compact_rows<double>", "compact_ranges<float>", "compact_ranges<double>",
              "compact_entries<float>", "compact_entries<double>")
           + tuple(f"numeric_esc<{t}, {w}, {p}>" for t in ("float", "double")
-                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16)))
-          + tuple(f"numeric_esc_in_place<{t}, {w}, {p}>" for t in ("float", "double")
-                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8))))
+                  for w, p in ((8, 2), (8, 4), (16, 4), (32, 4), (32, 8), (32, 16))))
 #: The sort-based numeric kernel of the one-pass path (numeric_esc<T, W, P>): a row of at most
 #: W * P products is expanded into registers (P a lane of a W-lane group), bitonic-sorted by column
 #: and its runs summed; (W, P) by class, the smallest that holds the row. It replaces the hash
@@ -121,17 +119,6 @@ ESC_BLOCK = 256
 #: Rows of numeric_esc whose columns span at most its W * P slots (banded rows) are summed in a
 #: dense window of those slots and written out by a bitmap, no sort (False: every row sorted).
 ESC_WINDOW = True
-#: Under the balanced rule, the one-pass path's single numeric_esc launch (every row in row order,
-#: one class) writes each row straight to its place in C (numeric_esc_in_place: a block's rows
-#: placed by a look-back over the blocks), with C's offsets: no scan_rows and no compaction. C's
-#: arrays are then the upper-bound buffer's first nnz(C) entries: kept as they are when the
-#: products are at most ESC_IN_PLACE_SLACK x nnz(C), else copied to arrays of their own (one
-#: contiguous copy) so C does not hold the rest. False: the upper-bound layout and compaction.
-ESC_IN_PLACE = True
-ESC_IN_PLACE_SLACK = 1.25
-#: numeric_esc_in_place's classes (spgemm.cu INSTANTIATE_NUMERIC_ESC_IN_PLACE): not the 512-slot one,
-#: whose float64 form has no shared memory left for the block scan.
-ESC_IN_PLACE_MAX = 256
 
 
 def esc_max_columns(cap: int) -> int:
@@ -584,12 +571,6 @@ def _scan_words(n: int) -> int:
     return max(1, -(-n // SCAN_TILE)) + 1
 
 
-def _esc_place_words(m: int) -> int:
-    """Look-back status words (uint64) of numeric_esc_in_place over m rows: a ticket, then a word a
-    block of ESC_BLOCK / W rows (at most m / 8, W = 32)."""
-    return 1 + max(1, -(-m // (ESC_BLOCK // 32)))
-
-
 def _classify_words(n_tables: int) -> int:
     """Words (uint64) of classify_rows' totals plus bucket_rows' fill counters."""
     return 2 * n_tables + 8
@@ -1007,7 +988,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True) ->
     classes = (sorts + num_ladder) if passes == "auto" else ()
     s.n_esc = len(sorts)
     zeros = s.zeros = _Zeros([_scan_words(A.nnz), _classify_words(len(sym_ladder)) + _classify_words(len(classes)),
-                              1, max(_scan_words(m), _esc_place_words(m)), _classify_words(len(num_ladder)), m])
+                              1, _scan_words(m), _classify_words(len(num_ladder)), m])
     csum = _product_offsets(A, B, zeros.take(_scan_words(A.nnz)))
     row_nnz = zeros.take(m)
 
@@ -1352,11 +1333,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     if not grouped:
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
-            if ESC_IN_PLACE and sort_caps[c] <= ESC_IN_PLACE_MAX:
-                C = _esc_in_place(s, c, buf, Uj, Ux, zeros)
-                s.info.update(one_pass=True, global_rows_symbolic=0, global_rows_numeric=0, symbolic_overflowed=0,
-                              smem_limit=s.smem_limit, numeric_tables={}, esc_rows={sort_caps[c]: m}, esc_in_place=True)
-                return C
             _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
             tables, escs = {}, {sort_caps[c]: m}
         else:
@@ -1385,29 +1361,6 @@ def _one_pass(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lif
     s.info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=n_glob,
                   symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=tables, esc_rows=escs)
     del buf   # freed in stream order: the pool hands it out again only behind the copy
-    return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
-
-
-def _esc_in_place(s: _Symbolic, c: int, buf, Uj, Ux, zeros):
-    """The balanced one-pass path's numeric_esc_in_place launch of class ESC_CLASSES[c] over every
-    row (ESC_IN_PLACE): rows straight to their place in the upper-bound buffer, C's offsets with
-    them; one host transfer of nnz(C); C's arrays are the buffer's first nnz(C) entries, or copies
-    of them where the buffer holds more than ESC_IN_PLACE_SLACK x that."""
-    cp = cupy_module()
-    A, B = s.A, s.B
-    m, k = s.shape
-    w, p = ESC_CLASSES[c]
-    _, Cp, Cp32 = s.counts
-    _launch(f"numeric_esc_in_place<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-m * w // ESC_BLOCK), ESC_BLOCK,
-            (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, np.int32(m), Uj, Ux,
-             np.int32(ESC_WINDOW), zeros.take(_esc_place_words(m)), Cp, Cp32))
-    nnz_c = int(_cuda.read_at(Cp.data.ptr + 8 * m, 1, np.int64)[0])
-    s.info["nnz_c"] = nnz_c
-    Cj = cp.ndarray((nnz_c,), dtype=cp.int32, memptr=buf.data)
-    Cx = cp.ndarray((nnz_c,), dtype=s.dtype, memptr=buf.data + (Ux - Uj))
-    if s.info["products"] > ESC_IN_PLACE_SLACK * nnz_c:   # C would hold the rest of the buffer
-        Cj, Cx = Cj.copy(), Cx.copy()
-    s.info["esc_in_place_copied"] = Cj.data.mem is not buf.data.mem
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
 
 
