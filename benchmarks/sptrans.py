@@ -2,14 +2,14 @@
 csr2csc), the segmented merge (sptrans.transpose(method="merge")), the radix and segsort methods
 alone (the default, "auto", picks one of them on the GPU) and the sort-based transpose
 (spgemm.transpose_sort), same run. ``speedup`` is CuPy's time / the default method's;
-``radix_graph_ms`` / ``segsort_graph_ms`` are that method's
-plan runs (``SpTrans.runner``: launches replayed as a CUDA graph). ``planner_ms`` is ``plan_transpose(A).run(A)`` (the planner's method, from A's longest column,
-its launches replayed as a CUDA graph after the plan's first run on A), ``planner_speedup`` CuPy's
-time / that, ``graph_speedup`` the same method's time through ``transpose`` / that, ``planning_s``
-the plan's own cost (paid once per plan), ``planner_first_ms`` / ``planner_record_ms`` a plan's
-first run on A (through transpose) and second (its launches recorded and their graph built, once
-per plan, A and stream; host wall times, GPU synchronised) and ``planner_graph_bytes`` what the
-graph holds (scratch and the next outputs).
+``radix_graph_ms`` / ``segsort_graph_ms`` are that method's plan runs (``SpTrans.runner``: launches
+replayed as a CUDA graph). ``planner_ms`` is ``plan_transpose(A).run(A)`` (the planner's method,
+from A's longest column, its launches replayed as a CUDA graph after the plan's first run on A),
+``planner_speedup`` CuPy's time / that, ``graph_speedup`` the same method's time through
+``transpose`` / that, ``planning_s`` the plan's own cost (paid once per plan), ``planner_first_ms``
+/ ``planner_record_ms`` a plan's first run on A (through transpose) and second (its launches
+recorded and their graph built, once per plan, A and stream; host wall times, GPU synchronised)
+and ``planner_graph_bytes`` what the graph holds (scratch and the next outputs).
 
 Matrices: the corpus families at >= 1M nonzeros (the 'spgemm' size set, R-MAT scales 17-18) and
 the real matrices (``matplan.corpus.real_matrices``: $MATPLAN_MATRICES, ../shared/matrices, or
@@ -91,8 +91,7 @@ def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
         cp.cuda.Device().synchronize()
         row[key] = (time.perf_counter() - t) * 1e3
     graphs = getattr(first.__dict__["_fast"][-1], "graphs", {})
-    row["planner_graph_bytes"] = sum(sum(h.nbytes for h in rep.graph.held) + sum(a.nbytes for a in rep.arrays)
-                                     for rep in graphs.values())
+    row["planner_graph_bytes"] = sum(rep.nbytes for rep in graphs.values())
     del T, first, graphs
     replayed = {m: sptrans.SpTrans().runner({"method": m}) for m in ("radix", "segsort")}
     for key, fn in (("ms", lambda: sptrans.transpose(A)), ("vendor_ms", lambda: A.T.tocsr()),

@@ -24,7 +24,7 @@ def runner(cp):
     return make
 
 
-def _poison(cp, run):
+def _poison(run):
     """Fill every kept graph's next outputs (spares) with garbage: an element a launch misses shows."""
     for rep in run.graphs.values():
         for a in rep.arrays:
@@ -52,7 +52,7 @@ def test_replayed_calls_match_scipy(cp, runner, rng, method, dtype, kind):
     run = runner(method)
     results = []
     for i in range(6):
-        _poison(cp, run)
+        _poison(run)
         results.append(run(Ad, None))
         assert len(run.graphs) == (i > 0)
     ptrs = {a.data.ptr for T in results for a in (T.indptr, T.indices, T.data)}
@@ -79,7 +79,7 @@ def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
     Ad.data[...] = cp.asarray(B.data)
     Ad.indices[...] = cp.asarray(B.indices)
     Ad.indptr[...] = cp.asarray(B.indptr)
-    _poison(cp, run)
+    _poison(run)
     _same_as_scipy(B, run(Ad, None).get())
     assert len(run.graphs) == 1
 
@@ -93,7 +93,7 @@ def test_matrices_and_streams_get_graphs_of_their_own(cp, runner, rng):
     devs = [_dev(cp, M) for M in mats]
     for _ in range(2):
         for M, Md in zip(mats, devs):
-            _poison(cp, run)
+            _poison(run)
             _same_as_scipy(M, run(Md, None).get())
             assert len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
     s = cp.cuda.Stream(non_blocking=True)

@@ -191,5 +191,10 @@ class Replay:
         self.arrays = spares
         return arrays
 
+    @property
+    def nbytes(self) -> int:
+        """Device bytes the replay holds: its graph's scratch and the next launch's outputs."""
+        return sum(h.nbytes for h in self.graph.held) + sum(a.nbytes for a in self.arrays)
+
 
 __all__ = ["KernelGraph", "Replay", "available", "rebased"]

@@ -409,7 +409,7 @@ def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, 
                            look + 4 * p * tiles * 256, ticket + 4 * p, *dst, *((out_idx, out_val) if last else (0, 0)),
                            rowbits, drop))
         done(f"pass{p}")
-        # later passes read the keys of the valid entries only: A.T's indptr[n] of them
+        # later passes read the keys of the valid entries only (n_live: spt_scan's count of them)
         first, src, p_live = (0, 0), dst, n_live
 
 
