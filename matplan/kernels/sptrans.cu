@@ -412,16 +412,9 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 // Keys are unique (e is), so any correct sort gives the one stable order: no stability needed.
 
 #define SEG_CNT_BLOCK 256
-#ifndef SEG_CNT_ITEMS
-#define SEG_CNT_ITEMS 8                     // entries a thread of spt_count (sptrans.CNT_CHUNK / 256)
-#endif
+#define SEG_CNT_ITEMS 8
 #define SEG_CNT_CHUNK (SEG_CNT_BLOCK * SEG_CNT_ITEMS)
-#ifndef SEG_CNT_HASH_BITS
 #define SEG_CNT_HASH_BITS 11
-#endif
-#ifndef SEG_CNT_BATCHED
-#define SEG_CNT_BATCHED 1                   // spt_count issues a thread's atomics together (below)
-#endif
 #define SEG_CNT_HASH (1 << SEG_CNT_HASH_BITS)
 #define SEG_CNT_PROBES 4
 #define SEG_SCAN_TILE (SPT_BLOCK * SPT_ITEMS)
@@ -455,10 +448,6 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 
 // RANKS (the segsort): also each entry's rank in its column, to rank[]; without (the radix method,
 // rank unused) every atomic is a reduction whose old value nobody waits for.
-// SEG_CNT_BATCHED: a thread's atomics of one kind go out together (its ITEMS first probes, then its
-// ITEMS counts, then its share of the flush), so it waits about three atomic latencies, not one
-// or two an entry in turn (Nsight Compute had the unbatched kernel stalled on shared-memory
-// atomics 69% of its cycles, 0.6 eligible warps a scheduler: 3a01230's log).
 template <bool RANKS>
 __global__ void __launch_bounds__(SEG_CNT_BLOCK)
 spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
@@ -468,56 +457,6 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
     __syncthreads();
     const long long e0 = (long long)blockIdx.x * SEG_CNT_CHUNK + threadIdx.x;
     int slot[SEG_CNT_ITEMS], loc[SEG_CNT_ITEMS];   // slot -2: no entry, -1: counted by a global atomic
-#if SEG_CNT_BATCHED
-    int col[SEG_CNT_ITEMS], prev[SEG_CNT_ITEMS];
-#pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {   // the loads, all in flight
-        const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
-        col[k] = e < nnz ? indices[e] : -1;
-        slot[k] = -2;
-        loc[k] = 0;
-        if (e < nnz && (col[k] < 0 || col[k] >= n)) { ctrl[SEG_BAD] = 1; col[k] = -1; }
-    }
-#pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {   // first probes, all in flight
-        if (col[k] < 0) continue;
-        slot[k] = (int)(((unsigned)col[k] * 2654435761u) >> (32 - SEG_CNT_HASH_BITS));
-        prev[k] = atomicCAS(&s_col[slot[k]], -1, col[k]);
-    }
-#pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {   // collisions (few): the other probes in turn
-        if (col[k] < 0 || prev[k] == -1 || prev[k] == col[k]) continue;
-        const int h = slot[k];
-        slot[k] = -1;
-        for (int p = 1; p < SEG_CNT_PROBES; ++p) {
-            const int hh = (h + p) & (SEG_CNT_HASH - 1);
-            const int pv = atomicCAS(&s_col[hh], -1, col[k]);
-            if (pv == -1 || pv == col[k]) { slot[k] = hh; break; }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {   // the counts, all in flight (table crowded: global)
-        if (slot[k] == -2) continue;
-        int* c = slot[k] >= 0 ? &s_cnt[slot[k]] : &counts[col[k] + 1];
-        if (RANKS) loc[k] = atomicAdd(c, 1);
-        else atomicAdd(c, 1);
-    }
-    __syncthreads();
-    constexpr int SHARE = SEG_CNT_HASH / SEG_CNT_BLOCK;
-    int fc[SHARE], fv[SHARE];
-#pragma unroll
-    for (int q = 0; q < SHARE; ++q) { fc[q] = s_col[threadIdx.x + q * SEG_CNT_BLOCK]; fv[q] = s_cnt[threadIdx.x + q * SEG_CNT_BLOCK]; }
-#pragma unroll
-    for (int q = 0; q < SHARE; ++q) {   // one global atomic per column, the thread's all in flight
-        if (fc[q] < 0) continue;
-        if (RANKS) fv[q] = atomicAdd(&counts[fc[q] + 1], fv[q]);
-        else atomicAdd(&counts[fc[q] + 1], fv[q]);
-    }
-    if (RANKS) {
-#pragma unroll
-        for (int q = 0; q < SHARE; ++q) if (fc[q] >= 0) s_cnt[threadIdx.x + q * SEG_CNT_BLOCK] = fv[q];
-    }
-#else
 #pragma unroll
     for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
         const long long e = e0 + (long long)k * SEG_CNT_BLOCK;
@@ -554,7 +493,6 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
         if (RANKS) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
         else atomicAdd(&counts[c + 1], s_cnt[i]);
     }
-#endif
     if (RANKS) {
         __syncthreads();
 #pragma unroll
