@@ -278,13 +278,34 @@ def read_at(ptr: int, n: int, dtype) -> np.ndarray:
     cp = cupy_module()
     dtype = np.dtype(dtype)
     nbytes = int(n) * dtype.itemsize
-    held = getattr(_HOST, "buf", None)
-    if held is None or held.size < nbytes:
-        held = _HOST.buf = np.frombuffer(cp.cuda.alloc_pinned_memory(max(nbytes, 4096)), dtype=np.uint8)
+    held = _pinned(nbytes)
     stream = cp.cuda.get_current_stream()
     if nbytes:
         cp.cuda.runtime.memcpyAsync(held.ctypes.data, ptr, nbytes, cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
         stream.synchronize()
+    return held[:nbytes].view(dtype).copy()
+
+
+def _pinned(nbytes: int) -> np.ndarray:
+    """This thread's pinned host buffer of at least ``nbytes`` (grown when short)."""
+    held = getattr(_HOST, "buf", None)
+    if held is None or held.size < nbytes:
+        held = _HOST.buf = np.frombuffer(cupy_module().cuda.alloc_pinned_memory(max(nbytes, 4096)), dtype=np.uint8)
+    return held
+
+
+def read_words(ptrs, dtype) -> np.ndarray:
+    """One value of ``dtype`` at each device address of ``ptrs`` on the host, a copy: a
+    cudaMemcpyAsync each into the pinned buffer of :func:`read_at`, one synchronisation."""
+    cp = cupy_module()
+    dtype = np.dtype(dtype)
+    nbytes = len(ptrs) * dtype.itemsize
+    held = _pinned(nbytes)
+    stream = cp.cuda.get_current_stream()
+    for i, ptr in enumerate(ptrs):
+        cp.cuda.runtime.memcpyAsync(held.ctypes.data + i * dtype.itemsize, int(ptr), dtype.itemsize,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
     return held[:nbytes].view(dtype).copy()
 
 

@@ -487,7 +487,9 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         const int* __restrict__ Bp, const int* __restrict__ Bj, const T* __restrict__ Bx,
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
-        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window) {
+        T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window,
+        const unsigned long long* __restrict__ skip) {
+    if (skip && *skip) return;   // a guessed launch whose guess words_differ refuted (spgemm._guess)
     constexpr int N = W * P;
     constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
     static_assert(N == (1 << ESC_SLOT_BITS), "W * P: a power of two from 16 to 512");
@@ -1137,6 +1139,15 @@ __global__ void __launch_bounds__(SEG_THREADS) numeric_global_seg(
 #endif
 }
 
+// *flag = 1 when words a[0..n) and b[0..n) differ anywhere (one block): spgemm's guessed launch
+// path checks the analysis it did not read back against the one it guessed from.
+extern "C" __global__ void words_differ(const unsigned long long* __restrict__ a,
+                                        const unsigned long long* __restrict__ b, const int n,
+                                        unsigned long long* __restrict__ flag) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (a[i] != b[i]) *flag = 1ull;
+}
+
 // One pass: row i of the upper-bound buffer (Uj, Ux at csum[Ap[i]], Cp[i + 1] - Cp[i] entries) to
 // C's exact offsets Cp[i]; compact_entries (below) where rows took the global path, else two
 // mappings, chosen by C's mean row length (spgemm.COMPACT_RANGE_BELOW):
@@ -1265,7 +1276,8 @@ INSTANTIATE_NUMERIC_SHARED(double, 16)
 INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
-        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int);
+        const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int,       \
+        const unsigned long long*);
 #define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)

@@ -1,0 +1,218 @@
+"""GPU tests of spgemm's guessed analyses (spgemm._GUESSES): a repeated one-pass call goes on
+from the analysis it read last time, checked on the GPU; its first guessed call records its
+launches as a CUDA graph, later ones replay it. Every result is compared with SciPy in float64,
+the pool poisoned before the call so an unwritten entry shows."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import messy_csr, random_csr
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def hs(cp):
+    from matplan.kernels import spgemm
+    spgemm.forget_guesses()
+    yield spgemm
+    spgemm.forget_guesses()
+
+
+def _dev(cp, M, dtype=np.float64):
+    import cupyx.scipy.sparse as csp
+    return csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices), cp.asarray(M.indptr)),
+                          shape=M.shape)
+
+
+def _call(cp, hs, A, B, **kw):
+    """spgemm(A, B) after poisoning the pool; (C on the host, info)."""
+    junk = cp.full(1 << 24, np.nan)
+    del junk
+    info = {}
+    C = hs.spgemm(A, B, info=info, **kw)
+    return C.get(), info
+
+
+def _check(C, A, B, rtol):
+    ref = (A.get() @ B.get()).toarray()
+    assert np.all(np.isfinite(C.data))
+    np.testing.assert_allclose(C.toarray(), ref, rtol=rtol, atol=rtol)
+    assert C.has_sorted_indices
+
+
+def _fixed_rows(rng, m, n, per_row, dtype=np.float64):
+    """m x n CSR, exactly per_row distinct sorted columns a row, values never zero."""
+    cols = np.sort(np.stack([rng.choice(n, per_row, replace=False) for _ in range(m)]), axis=1)
+    data = (rng.random(m * per_row) + 0.5) * rng.choice([-1.0, 1.0], m * per_row)
+    return sp.csr_matrix((data.astype(dtype), cols.ravel().astype(np.int32),
+                          np.arange(0, m * per_row + 1, per_row, dtype=np.int32)), shape=(m, n))
+
+
+def _graphs(hs):
+    return sum(e.recorded is not None for e in hs._GUESSES.values())
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-4)])
+def test_calls_guessed_recorded_and_replayed(cp, hs, rng, dtype, rtol):
+    """First call unguessed, second records the graph, later ones replay it; every earlier
+    result is kept and checked again after the last (each replay writes a new C indptr)."""
+    from matplan.kernels import _graph
+    A = _dev(cp, random_csr(rng, 3000, 2000, 0.002), dtype)
+    B = _dev(cp, random_csr(rng, 2000, 1500, 0.003), dtype)
+    results = []
+    for i in range(5):
+        junk = cp.full(1 << 24, np.nan)
+        del junk
+        info = {}
+        results.append(hs.spgemm(A, B, info=info))
+        assert info["one_pass"] and info["guessed"] is (i > 0)
+        assert _graphs(hs) == (1 if i > 0 and _graph.available() else 0)
+    for C in results:
+        _check(C.get(), A, B, rtol)
+    assert len({int(C.indptr.data.ptr) for C in results}) == len(results)
+
+
+@pytest.mark.parametrize("grouping", ["balanced", "grouped"])
+def test_replays_of_grouped_rows(cp, hs, rng, grouping):
+    """Rows of several numeric_esc classes (grouped: a launch a class) replayed alike."""
+    lengths = rng.integers(0, 12, 2500)
+    lengths[::7] = 0
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = rng.integers(0, 2500, indptr[-1]).astype(np.int32)
+    A = _dev(cp, sp.csr_matrix(((rng.random(indptr[-1]) + 0.5), indices, indptr), shape=(2500, 2500)))
+    for _ in range(4):
+        C, info = _call(cp, hs, A, A, grouping=grouping)
+        _check(C, A, A, 1e-12)
+    assert info["guessed"] and len(info["esc_rows"]) >= (2 if grouping == "grouped" else 1)
+
+
+def test_messy_operands_guessed(cp, hs, rng):
+    """Empty rows, duplicate and unsorted indices: the guessed call sums them like the first."""
+    A = _dev(cp, messy_csr(rng, 400, 300))
+    B = _dev(cp, random_csr(rng, 300, 200, 0.01))
+    C1, info1 = _call(cp, hs, A, B)
+    if info1["numeric_tables"] or info1["global_rows_numeric"]:
+        pytest.skip("the long row took a table: nothing guessed for this pair")
+    C2, info2 = _call(cp, hs, A, B)
+    assert info2["guessed"]
+    _check(C2, A, B, 1e-12)
+    np.testing.assert_array_equal(C1.indptr, C2.indptr)
+
+
+def test_values_changed_in_place_still_guessed(cp, hs, rng):
+    A = _dev(cp, random_csr(rng, 2000, 2000, 0.003))
+    _call(cp, hs, A, A)
+    A.data *= -2.5
+    C, info = _call(cp, hs, A, A)
+    assert info["guessed"]
+    _check(C, A, A, 1e-12)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_pattern_changed_in_place_refutes_the_guess(cp, hs, rng, recorded):
+    """A's columns rewritten in place (same arrays, same nnz) over B rows of other lengths: the
+    GPU refutes the guess (before or after its graph was recorded), the call reruns unguessed and
+    is right; the next call guesses again."""
+    m, n = 2000, 1000
+    A_host = _fixed_rows(rng, m, n, 4)
+    lengths = np.where(np.arange(n) < n // 2, 2, 9)   # B rows of 2 or 9 entries
+    Bp = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    Bj = np.concatenate([np.sort(rng.choice(800, L, replace=False)) for L in lengths]).astype(np.int32)
+    B = _dev(cp, sp.csr_matrix((rng.random(Bp[-1]) + 0.5, Bj, Bp), shape=(n, 800)))
+    A = _dev(cp, A_host)
+    _call(cp, hs, A, B)
+    if recorded:
+        _call(cp, hs, A, B)
+        _call(cp, hs, A, B)
+    A.indices[:] = cp.asarray(np.sort(rng.integers(n // 2, n, (m, 4)), axis=1).ravel().astype(np.int32))
+    C, info = _call(cp, hs, A, B)
+    assert info["guessed"] is False
+    _check(C, A, B, 1e-12)
+    C, info = _call(cp, hs, A, B)
+    assert info["guessed"] is True
+    _check(C, A, B, 1e-12)
+
+
+def test_same_analysis_other_pattern_is_right(cp, hs, rng):
+    """A's columns rewritten in place over B rows all of one length: the analysis (products per
+    row) is the same, so the guess stands, and the result is the new A's (the kernels read A)."""
+    A = _dev(cp, _fixed_rows(rng, 1500, 900, 5))
+    B = _dev(cp, _fixed_rows(rng, 900, 700, 6))
+    _call(cp, hs, A, B)
+    A.indices[:] = cp.asarray(_fixed_rows(rng, 1500, 900, 5).indices)
+    C, info = _call(cp, hs, A, B)
+    assert info["guessed"]
+    _check(C, A, B, 1e-12)
+
+
+def test_rows_past_numeric_esc_are_not_guessed(cp, hs, rng):
+    """A row of more products than numeric_esc's largest class takes a table: never kept."""
+    A_host = random_csr(rng, 500, 400, 0.01).tolil()
+    A_host[7, :] = 1.0   # a dense row: 400 B rows' products
+    A = _dev(cp, A_host.tocsr())
+    B = _dev(cp, random_csr(rng, 400, 300, 0.02))
+    for _ in range(2):
+        C, info = _call(cp, hs, A, B)
+        assert info["guessed"] is False
+        assert not info["one_pass"] or info["numeric_tables"] or info["global_rows_numeric"]
+        _check(C, A, B, 1e-12)
+
+
+def test_guesses_and_graphs_are_bounded(cp, hs, rng, monkeypatch):
+    from matplan.kernels import _graph
+    monkeypatch.setattr(hs, "GUESS_CACHE_SIZE", 2)
+    monkeypatch.setattr(hs, "GUESS_GRAPHS", 1)
+    pairs = [(_dev(cp, random_csr(rng, 800, 600, 0.004)), _dev(cp, random_csr(rng, 600, 500, 0.004)))
+             for _ in range(3)]
+    for A, B in pairs:
+        _call(cp, hs, A, B)
+        C, info = _call(cp, hs, A, B)
+        assert info["guessed"]
+        _check(C, A, B, 1e-12)
+        assert _graphs(hs) == (1 if _graph.available() else 0)
+    assert len(hs._GUESSES) == 2
+    _, info = _call(cp, hs, *pairs[0])   # the oldest was dropped
+    assert info["guessed"] is False
+    C, info = _call(cp, hs, *pairs[2])
+    assert info["guessed"] is True
+    _check(C, *pairs[2], 1e-12)
+
+
+def test_other_stream_other_entry(cp, hs, rng):
+    """A graph replays on the stream it was recorded on: another stream keeps its own."""
+    A = _dev(cp, random_csr(rng, 1500, 1500, 0.004))
+    for _ in range(2):
+        _call(cp, hs, A, A)
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        for guessed in (False, True, True):
+            C, info = _call(cp, hs, A, A)
+            assert info["guessed"] is guessed
+        stream.synchronize()
+    _check(C, A, A, 1e-12)
+    assert len(hs._GUESSES) == 2
+
+
+def test_settings_changed_since_refute_the_guess(cp, hs, rng, monkeypatch):
+    """A guess kept under other numeric_esc classes is not used (a different analysis), and the
+    call is right."""
+    A = _dev(cp, random_csr(rng, 2000, 2000, 0.003))
+    _call(cp, hs, A, A)
+    try:
+        monkeypatch.setattr(hs, "ESC_CLASSES", hs.ESC_CLASSES[:3])
+        monkeypatch.setattr(hs, "ESC_CAPS", hs.ESC_CAPS[:3])
+        hs.esc_caps.cache_clear()
+        C, info = _call(cp, hs, A, A)
+        assert info["guessed"] is False
+        _check(C, A, A, 1e-12)
+    finally:
+        monkeypatch.undo()
+        hs.esc_caps.cache_clear()
+
+
+def test_forget_guesses(cp, hs, rng):
+    A = _dev(cp, random_csr(rng, 1000, 1000, 0.004))
+    _call(cp, hs, A, A)
+    hs.forget_guesses()
+    _, info = _call(cp, hs, A, A)
+    assert info["guessed"] is False
