@@ -146,17 +146,38 @@ def test_same_analysis_other_pattern_is_right(cp, hs, rng):
     _check(C, A, B, 1e-12)
 
 
-def test_rows_past_numeric_esc_are_not_guessed(cp, hs, rng):
-    """A row of more products than numeric_esc's largest class takes a table: never kept."""
-    A_host = random_csr(rng, 500, 400, 0.01).tolil()
-    A_host[7, :] = 1.0   # a dense row: 400 B rows' products
-    A = _dev(cp, A_host.tocsr())
-    B = _dev(cp, random_csr(rng, 400, 300, 0.02))
-    for _ in range(2):
-        C, info = _call(cp, hs, A, B)
-        assert info["guessed"] is False
-        assert not info["one_pass"] or info["numeric_tables"] or info["global_rows_numeric"]
+@pytest.mark.parametrize("global_rows", ["slabs", "segments"])
+def test_tables_and_global_rows_guessed_then_refuted(cp, hs, rng, monkeypatch, global_rows):
+    """Rows of shared tables (esc=False) and a few long rows on the global path (slabs or column
+    segments) take the guessed path and its graph; A's columns then rewritten in place onto B's
+    long rows (products per row up 20-fold: the kept tables and buffer would overflow) are refused
+    on the GPU before any numeric kernel writes, and the rerun is right."""
+    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if global_rows == "segments" else float("inf"))
+    m, n, k = 3000, 2000, 3000   # a long row's bound min(products, k): past 48 KB tables
+    lengths = np.where(np.arange(n) < n // 2, 2, 40)   # B rows of 2 or 40 entries
+    Bp = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    Bj = np.concatenate([np.sort(rng.choice(k, L, replace=False)) for L in lengths]).astype(np.int32)
+    B = _dev(cp, sp.csr_matrix((rng.random(Bp[-1]) + 0.5, Bj, Bp), shape=(n, k)))
+    A_host = _fixed_rows(rng, m, n // 2, 6).tolil()   # columns among B's short rows: 12 products a row
+    A_host.resize((m, n))
+    for r in (9, 700, 2999):
+        A_host[r, :] = rng.random(n) + 0.5             # long rows: 42,000 products, the global path
+    A_host = A_host.tocsr()
+    A = _dev(cp, A_host)
+    for guessed in (False, True, True):
+        C, info = _call(cp, hs, A, B, smem_limit=48 * 1024, esc=False)
+        assert info["one_pass"] and info["guessed"] is guessed
+        assert info["global_rows_numeric"] >= 3 and info["numeric_tables"]
+        assert ("global_segments" in info) == (global_rows == "segments")
         _check(C, A, B, 1e-12)
+    short = np.flatnonzero(np.diff(A_host.indptr) == 6)
+    cols = A.indices.get()
+    for r in short:                                    # onto B's long rows: 240 products a row
+        cols[A_host.indptr[r]:A_host.indptr[r + 1]] += n // 2
+    A.indices[:] = cp.asarray(cols)
+    C, info = _call(cp, hs, A, B, smem_limit=48 * 1024, esc=False)
+    assert info["guessed"] is False
+    _check(C, A, B, 1e-12)
 
 
 def test_guesses_and_graphs_are_bounded(cp, hs, rng, monkeypatch):

@@ -40,14 +40,16 @@ where rows took the global path) copies the rows into C allocated exactly. Short
 their GPU time in the symbolic pass and the host round trip after it.
 Guessed analyses (``guess=True``, the default, on the one-pass path): a call waits twice for the
 GPU, for the analysis (which sizes the upper-bound buffer and picks the launches) and for C's nnz,
-and the GPU idles while the host waits, decides and launches. When every row took numeric_esc,
-the call keeps its analysis words under its operands (the arrays' addresses, shapes, nnz, dtypes
-and the options: at most GUESS_CACHE_SIZE pairs); the next call of that pair decides from them
-without waiting. ``words_differ`` compares them with the call's own analysis on the GPU;
-numeric_esc does nothing where they differ, and the flag comes back with C's nnz: a refuted guess
-(A's or B's pattern changed in place) is dropped and the call rerun unguessed. Equal words make
-the same decisions, so the result is the operands' as they are now. ``forget_guesses()`` drops
-them all.
+and the GPU idles while the host waits, decides and launches. A one-pass call keeps its analysis
+words under its operands (the device, the stream, the arrays' addresses, shapes, nnz, dtypes and
+the options: at most GUESS_CACHE_SIZE pairs). The pair's next call decides from them without
+waiting and records its launches up to the scan of C's row counts as a CUDA graph (GUESS_GRAPHS
+pairs keep one), which later calls replay: their host path before the GPU starts is one graph
+launch (H100: single calls 1.12-1.43x faster). ``words_differ`` compares the guessed words with
+the call's own analysis on the GPU; every numeric kernel does nothing where they differ, and the
+flag comes back with C's nnz: a refuted guess (A's or B's pattern changed in place) is dropped and
+the call rerun unguessed. Equal words make the same decisions, so the result is the operands' as
+they are now. ``guess=False`` opts out; ``forget_guesses()`` drops them all.
 Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
 rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
@@ -705,7 +707,6 @@ def _global_rows(s: "_Symbolic", fork_stream, rows, n_glob: int, Cp, base, Cj, C
 def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) -> bool:
     """The numeric global path by column segments for ``rows`` (n_glob of them) where
     global_seg_shape takes them; False (nothing launched) otherwise."""
-    cp = cupy_module()
     A, B, k, itemsize = s.A, s.B, s.shape[1], s.dtype.itemsize
     shape = global_seg_shape(k, itemsize, s.smem_limit, n_glob, _device_limits(_device_id())[1])
     if shape is None:
@@ -713,10 +714,12 @@ def _global_segmented(s: "_Symbolic", fork_stream, rows, n_glob: int, Cp, base, 
     cols, nseg = shape
     b_sorted = GLOBAL_SEG_B_ROWS and nseg > 1 and bool(B.has_sorted_indices)   # may check B (a host transfer)
     with fork_stream:   # the look-back's status words, then its ticket counter, zeroed
-        status = cp.zeros(n_glob * nseg + 1, dtype=cp.uint64)
+        status = _cuda.zeroed(n_glob * nseg + 1, np.uint64)
+        _cuda.hold(status)
         _launch(f"numeric_global_seg<{_cuda.ctype(s.dtype)}>", n_glob * nseg, GLOBAL_SEG_THREADS,
                 (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n_glob),
-                 np.int32(nseg), np.int32(cols), status, Cp, base, Cj, Cx, np.int32(b_sorted), row_nnz),
+                 np.int32(nseg), np.int32(cols), status, Cp, base, Cj, Cx, np.int32(b_sorted), row_nnz,
+                 s.skip or _NULL),
                 smem=cols * itemsize + cols // 8)
     s.info.update(global_segments=nseg, global_segment_walk="B rows" if b_sorted else "products")
     return True
@@ -966,7 +969,7 @@ class _Symbolic:
     #                            in zeros) and C's row offsets, allocated while the analysis runs
     zeros: object = None       # the call's _Zeros (its words must outlive every launch reading them)
     words: np.ndarray = None   # the analysis's words (read back, or guessed: _guess)
-    skip: object = None        # guessed: the address of words_differ's flag (numeric_esc skips when set)
+    skip: object = None        # guessed: the address of words_differ's flag (the numeric kernels skip when set)
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
 
@@ -1178,20 +1181,21 @@ def _global_slabs(s: _Symbolic, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) ->
     G = _global_blocks(n_glob, k * (KEY_BYTES + dtype.itemsize), "numeric")
     parts = _global_parts(s.rowct_max, min(G, n_glob))
     segs, seg_cols = _global_segments(k, min(G, n_glob))
-    marks = cp.zeros(G * k, dtype=cp.int32)
-    acc = cp.zeros(G * k, dtype=dtype)
+    marks = _cuda.zeroed(G * k, np.int32)
+    acc = _cuda.zeroed(G * k, dtype)
     seg_counts = cp.empty(G * segs, dtype=cp.int32)
+    _cuda.hold((marks, acc, seg_counts))   # a recorded call's graph (_guessed) uses them on every replay
     for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
         nb = min(G, n_glob - b0)
         _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,
                 (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
-                 np.int32(b0), marks, acc, np.int64(k)))
+                 np.int32(b0), marks, acc, np.int64(k), s.skip or _NULL))
         if segs > 1:   # one segment a row starts at the row's start: nothing to count
             _launch("global_segment_counts", (nb, segs), GLOBAL_BLOCK_THREADS,
                     (rows, np.int32(b0), marks, np.int64(k), np.int64(seg_cols), seg_counts))
         _launch(f"numeric_global_out<{ct}>", (nb, segs), GLOBAL_BLOCK_THREADS,
                 (rows, np.int32(b0), marks, acc, np.int64(k), np.int64(seg_cols), seg_counts,
-                 Cp, base, Cj, Cx, A.indptr, s.csum, row_nnz))
+                 Cp, base, Cj, Cx, A.indptr, s.csum, row_nnz, s.skip or _NULL))
 
 
 def _numeric_tables(s: _Symbolic, fork, order, starts, counts, Cp, base, Cj, Cx, row_nnz, first: int = 0):
@@ -1225,7 +1229,7 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
     _launch(f"numeric_shared<{_cuda.ctype(s.dtype)}, {group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows,
              np.int32(n), np.int32(size), np.int32(rpb), Cp, base, Cj, Cx, np.int32(s.sort), row_nnz,
-             np.int32(words)),
+             np.int32(words), s.skip or _NULL),
             smem=table_smem(size, num_slot, rpb) + 4 * words)
 
 
@@ -1377,9 +1381,6 @@ def _one_pass_launch(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tup
     if grouped:   # the GPU groups the rows while the host allocates the buffer
         order, counts = _group(one, len(classes), False, lift)
     sort_caps = classes[:s.n_esc]
-    if s.skip is not None and (s.rowct_max > (sort_caps or (0,))[-1] if not grouped
-                               else counts[len(sort_caps) + 1:].any()):
-        raise _Misguess()   # guessed rows past numeric_esc (settings changed since): no kernel but it checks
     buf, Uj, Ux = _upper_bound(s)
     _cuda.hold(buf)
     n_glob = 0
@@ -1464,7 +1465,7 @@ def _finish_info(s: _Symbolic):
 # _one_pass_launch's, with the guess: no host synchronisation) as a CUDA graph, which later calls
 # replay: their host path before the GPU starts is one graph launch, not the Python launch path.
 # A graph keeps its call's scratch (the upper-bound buffer: products x 12 bytes in float64, the
-# product offsets, the row classes) and the next call's C indptr.
+# product offsets, the row classes, the global path's slabs) and the next call's C indptr.
 #: Operand pairs whose analysis is kept, and of those, the most recent that keep a graph.
 GUESS_CACHE_SIZE, GUESS_GRAPHS = 8, 2
 _GUESSES: dict = {}
@@ -1495,8 +1496,9 @@ def _guess_key(A, B, sort, smem_limit, grouping, esc):
         return None
     if any(M.indices.dtype != np.int32 or M.indptr.dtype != np.int32 for M in (A, B)):
         return None
-    parts = tuple((M.data.data.ptr, M.indices.data.ptr, M.indptr.data.ptr, M.shape, M.nnz, M.dtype.str)
-                  for M in (A, B))
+    # with cupyx's sortedness flag (read, never checked: the global path's segments rely on it)
+    parts = tuple((M.data.data.ptr, M.indices.data.ptr, M.indptr.data.ptr, M.shape, M.nnz, M.dtype.str,
+                   getattr(M, "_has_sorted_indices", None)) for M in (A, B))
     return (_device_id(), cupy_module().cuda.get_current_stream().ptr, parts, bool(sort), smem_limit, grouping,
             bool(esc))
 
@@ -1616,8 +1618,8 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         info.update(panels=1)
         if drop_zeros:
             C.eliminate_zeros()
-        if key is not None and not info["numeric_tables"] and not info["global_rows_numeric"]:
-            _remember(key, s.words)   # every row took numeric_esc: the one kernel that checks a guess
+        if key is not None:
+            _remember(key, s.words)
         return C
     if out == "host":
         return _to_host(s, max_panel_nnz, max_panel_bytes, drop_zeros)
