@@ -316,8 +316,8 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     paths of spmv, sptrans and tsm2 now read theirs the same way; the letters below are the ones
     they wrote by hand before.)"""
     from matplan.kernels import _cuda
-    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppipi"
-    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqpppi"
+    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: spgemm._guessed
+    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqpppip"
     assert _cuda.signature("spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
     assert _cuda.signature("tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
     assert _cuda.signature("tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
