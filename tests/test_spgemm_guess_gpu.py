@@ -53,24 +53,28 @@ def _graphs(hs):
     return sum(e.recorded is not None for e in hs._GUESSES.values())
 
 
+@pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-4)])
-def test_calls_guessed_recorded_and_replayed(cp, hs, rng, dtype, rtol):
-    """First call unguessed, second records the graph, later ones replay it; every earlier
-    result is kept and checked again after the last (each replay writes a new C indptr)."""
+def test_calls_guessed_recorded_and_replayed(cp, hs, rng, monkeypatch, dtype, rtol, direct):
+    """First call unguessed, second records the one-pass graph; with DIRECT_GUESSES the third
+    records the direct graph (C written at the offsets the second gave), later ones replay it.
+    Every earlier result is kept and checked again after the last (each replay writes new arrays)."""
     from matplan.kernels import _graph
+    monkeypatch.setattr(hs, "DIRECT_GUESSES", direct)
     A = _dev(cp, random_csr(rng, 3000, 2000, 0.002), dtype)
     B = _dev(cp, random_csr(rng, 2000, 1500, 0.003), dtype)
     results = []
-    for i in range(5):
+    for i in range(6):
         junk = cp.full(1 << 24, np.nan)
         del junk
         info = {}
         results.append(hs.spgemm(A, B, info=info))
-        assert info["one_pass"] and info["guessed"] is (i > 0)
-        assert _graphs(hs) == (1 if i > 0 and _graph.available() else 0)
+        assert info["one_pass"] and info["guessed"] is (i > 0) and info["direct"] is (direct and i > 1)
+    assert _graphs(hs) == (1 if _graph.available() else 0)
     for C in results:
         _check(C.get(), A, B, rtol)
-    assert len({int(C.indptr.data.ptr) for C in results}) == len(results)
+    for part in ("indptr", "indices", "data"):
+        assert len({int(getattr(C, part).data.ptr) for C in results}) == len(results)
 
 
 @pytest.mark.parametrize("grouping", ["balanced", "grouped"])
@@ -186,9 +190,9 @@ def test_guesses_and_graphs_are_bounded(cp, hs, rng, monkeypatch):
     pairs = [(_dev(cp, random_csr(rng, 800, 600, 0.004)), _dev(cp, random_csr(rng, 600, 500, 0.004)))
              for _ in range(3)]
     for A, B in pairs:
-        _call(cp, hs, A, B)
-        C, info = _call(cp, hs, A, B)
-        assert info["guessed"]
+        for _ in range(3):   # unguessed, guessed (then direct: no graph until the next), direct
+            C, info = _call(cp, hs, A, B)
+        assert info["guessed"] and info["direct"]
         _check(C, A, B, 1e-12)
         assert _graphs(hs) == (1 if _graph.available() else 0)
     assert len(hs._GUESSES) == 2
@@ -228,6 +232,69 @@ def test_settings_changed_since_refute_the_guess(cp, hs, rng, monkeypatch):
     finally:
         monkeypatch.undo()
         hs.esc_caps.cache_clear()
+
+
+def _disjoint_rows(rng, n, k_per_row):
+    """n x (n k_per_row) CSR, row j holding columns [j k_per_row, (j + 1) k_per_row): products
+    of distinct rows never share a column, so C's row lengths are fixed by A's row lengths."""
+    cols = np.arange(n * k_per_row, dtype=np.int32)
+    return sp.csr_matrix(((rng.random(n * k_per_row) + 0.5), cols,
+                          np.arange(0, n * k_per_row + 1, k_per_row, dtype=np.int32)), shape=(n, n * k_per_row))
+
+
+def test_direct_rows_of_other_lengths_refute_the_guess(cp, hs, rng):
+    """Once direct, A's columns rewritten in place with the same products a row (the analysis
+    words equal) but other overlaps (C's row lengths change): the rows' length check refutes the
+    guess before they write, the rerun is right, and the pair goes direct again later."""
+    A = _dev(cp, _fixed_rows(rng, 1500, 900, 5))
+    B = _dev(cp, _fixed_rows(rng, 900, 700, 6))
+    for _ in range(3):
+        _call(cp, hs, A, B)
+    cols = np.stack([np.sort(rng.choice(4, 5, replace=True)) for _ in range(1500)]).ravel()  # 5 of 4 columns: overlaps
+    A.indices[:] = cp.asarray(cols.astype(np.int32))
+    C, info = _call(cp, hs, A, B)
+    assert info["guessed"] is False
+    _check(C, A, B, 1e-12)
+    for _ in range(3):
+        C, info = _call(cp, hs, A, B)
+    assert info["direct"]
+    _check(C, A, B, 1e-12)
+
+
+def test_direct_same_lengths_other_columns_is_right(cp, hs, rng):
+    """Once direct, A's columns rewritten in place to other distinct columns over B rows of
+    disjoint columns: products and C's row lengths are unchanged, so the guess stands, and the
+    rows written at the kept offsets are the new A's."""
+    n = 800
+    B = _dev(cp, _disjoint_rows(rng, n, 3))
+    A = _dev(cp, _fixed_rows(rng, 2000, n, 4))
+    for _ in range(3):
+        _call(cp, hs, A, B)
+    A.indices[:] = cp.asarray(_fixed_rows(rng, 2000, n, 4).indices)
+    A.data *= -1.5
+    C, info = _call(cp, hs, A, B)
+    assert info["guessed"] and info["direct"]
+    _check(C, A, B, 1e-12)
+
+
+def test_direct_with_empty_rows_moving(cp, hs, rng):
+    """Rows of no products are not launched (grouped): a product row and an empty row trading
+    places keep the analysis words but not C's offsets; the row that gained products has a kept
+    length of 0 and refutes the guess (no unwritten stretch of C can pass)."""
+    n = 600
+    B = _dev(cp, _disjoint_rows(rng, n, 2))
+    lengths = np.tile([0, 3, 1, 0, 2], 200)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    cols = np.concatenate([np.sort(rng.choice(n, L, replace=False)) for L in lengths]).astype(np.int32)
+    A = _dev(cp, sp.csr_matrix((rng.random(indptr[-1]) + 0.5, cols, indptr), shape=(1000, n)))
+    for _ in range(3):
+        C, info = _call(cp, hs, A, B, grouping="grouped")
+    assert info["direct"]
+    swapped = np.tile([3, 0, 1, 0, 2], 200)            # rows 0 and 1 of each five trade lengths
+    A.indptr[:] = cp.asarray(np.concatenate([[0], np.cumsum(swapped)]).astype(np.int32))
+    C, info = _call(cp, hs, A, B, grouping="grouped")
+    assert info["guessed"] is False
+    _check(C, A, B, 1e-12)
 
 
 def test_forget_guesses(cp, hs, rng):

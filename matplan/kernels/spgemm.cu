@@ -436,7 +436,8 @@ __global__ void SUBWARP_BOUNDS numeric_shared(
 template <typename T, int W, int P, int SLOT_BITS>
 __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigned* bits, const long long np,
                                            const int lo, const unsigned mask, const long long base,
-                                           int* __restrict__ Cj, T* __restrict__ Cx, long long* row_count) {
+                                           int* __restrict__ Cj, T* __restrict__ Cx, long long* row_count,
+                                           const long long expect, unsigned long long* refuted) {
     constexpr int N = W * P, WORDS = (N + 31) / 32;   // WORDS <= W: a word a lane at most
     const int lw = threadIdx.x & (W - 1), me = threadIdx.x & 31;
     T v[P];
@@ -470,6 +471,10 @@ __device__ __forceinline__ void esc_window(const int (&key)[P], T* vals, unsigne
         if (lw >= d) before += y;
     }
     const int total = __shfl_sync(mask, before, W - 1, W);
+    if (expect >= 0 && total != expect) {   // a guessed row length (numeric_esc's check)
+        if (lw == 0) *refuted = 2ull;
+        return;
+    }
     write_bits(bits, lw, lw + (n > 0), base + before - n, lo, Cj, Cx, [&](int c) { return vals[c]; });
     if (lw == 0 && row_count) *row_count = total;
 }
@@ -489,7 +494,7 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         const long long* __restrict__ csum, const int* __restrict__ rows, const int nrows,
         const long long* __restrict__ Cp, const long long c_base, int* __restrict__ Cj,
         T* __restrict__ Cx, long long* __restrict__ row_nnz, const int window,
-        const unsigned long long* __restrict__ skip) {
+        unsigned long long* __restrict__ skip) {
     if (skip && *skip) return;   // a guessed launch words_differ refuted (spgemm._guessed)
     constexpr int N = W * P;
     constexpr int ESC_SLOT_BITS = N <= 16 ? 4 : N <= 32 ? 5 : N <= 64 ? 6 : N <= 128 ? 7 : N <= 256 ? 8 : 9;
@@ -546,6 +551,9 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
     }
     __syncwarp(mask);
     const long long base = Cp ? Cp[row] - c_base : first;
+    // guessed offsets (skip and Cp given: spgemm's direct replay): a row of another length than
+    // its guessed one writes nothing and refutes the guess
+    const long long expect = skip && Cp ? Cp[row + 1] - Cp[row] : -1;
     if (window) {   // the row's columns span [lo, hi]: at most N of them take the dense window
         int lo = EMPTY_KEY, hi = -1;
 #pragma unroll
@@ -558,7 +566,7 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         }
         if ((long long)hi - lo < N) {
             esc_window<T, W, P, ESC_SLOT_BITS>(key, vals, reinterpret_cast<unsigned*>(cols), np, lo, mask, base,
-                                               Cj, Cx, row_nnz ? row_nnz + row : nullptr);
+                                               Cj, Cx, row_nnz ? row_nnz + row : nullptr, expect, skip);
             return;
         }
     }
@@ -626,6 +634,10 @@ __global__ void __launch_bounds__(256, W * P == 512 ? ESC_MIN_BLOCKS_512 : 1) nu
         if (lw >= d) before += y;
     }
     const int total = __shfl_sync(mask, before, W - 1, W);
+    if (expect >= 0 && total != expect) {
+        if (lw == 0) *skip = 2ull;
+        return;
+    }
     before -= count;
     __syncwarp(mask);   // every lane has read its values: the slots take the output row
 #pragma unroll
@@ -1282,7 +1294,7 @@ INSTANTIATE_NUMERIC_SHARED(double, 32)
 #define INSTANTIATE_NUMERIC_ESC(T, W, P)                                                                     \
     template __global__ void numeric_esc<T, W, P>(const int*, const int*, const T*, const int*, const int*,  \
         const T*, const long long*, const int*, int, const long long*, long long, int*, T*, long long*, int,       \
-        const unsigned long long*);
+        unsigned long long*);
 #define INSTANTIATE_NUMERIC_ESC_CLASS(W, P) INSTANTIATE_NUMERIC_ESC(float, W, P) INSTANTIATE_NUMERIC_ESC(double, W, P)
 // spgemm.ESC_CLASSES
 INSTANTIATE_NUMERIC_ESC_CLASS(8, 2)

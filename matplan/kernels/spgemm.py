@@ -109,6 +109,8 @@ from .base import Cost, KeepsA
 from .registry import register
 
 _CU = "spgemm.cu"
+#: a null device pointer argument (kernels take it for an absent array)
+NULL_PTR = _NULL = np.uintp(0)
 #: Lanes of a row's group in the shared-table kernels (template argument W): 8 or 16 lanes of a
 #: warp for short rows, else whole warps (32).
 GROUP_WIDTHS = (8, 16, 32)
@@ -1233,15 +1235,15 @@ def _numeric_launch(s: _Symbolic, size: int, rows, n: int, Cp, base, Cj, Cx, row
             smem=table_smem(size, num_slot, rpb) + 4 * words)
 
 
-def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, Uj, Ux, row_nnz) -> dict:
+def _esc_launches(s: _Symbolic, fork, order, starts, counts, sort_caps: tuple, Uj, Ux, row_nnz, Cp=_NULL) -> dict:
     """numeric_esc for every sort class with rows (classes 0 .. len(sort_caps) - 1 of a grouping:
-    order, host starts and counts per class index + 1), each on its fork stream, in the one-pass
-    layout; returns {class size: rows}."""
+    order, host starts and counts per class index + 1), each on its fork stream, as _esc_launch
+    writes; returns {class size: rows}."""
     for c in range(len(sort_caps)):
         n = int(counts[c + 1])
         if n:
             with fork.stream(c):
-                _esc_launch(s, c, _rows_at(order, starts[c + 1]), n, Uj, Ux, row_nnz)
+                _esc_launch(s, c, _rows_at(order, starts[c + 1]), n, Uj, Ux, row_nnz, Cp)
     return {cap: int(n) for cap, n in zip(sort_caps, counts[1:len(sort_caps) + 1]) if n}
 
 
@@ -1304,14 +1306,15 @@ def _compact(s: _Symbolic, Cp, Uj, Ux, Cj, Cx, rows, how: str = "rows", lanes: i
                 BLOCK_THREADS, args + (rows, np.int32(lanes)))
 
 
-def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz):
+def _esc_launch(s: _Symbolic, c: int, rows, n: int, Uj, Ux, row_nnz, Cp=_NULL):
     """One numeric_esc launch of class ESC_CLASSES[c] over n rows (rows null: rows 0 .. n - 1), in
-    the one-pass layout (each row at its products' offset, its count in row_nnz)."""
+    the one-pass layout (each row at its products' offset, its count in row_nnz), or, ``Cp``
+    given, at C's guessed offsets Cp (int64; a row of another length refutes the guess)."""
     A, B = s.A, s.B
     w, p = ESC_CLASSES[c]
     _launch(f"numeric_esc<{_cuda.ctype(s.dtype)}, {w}, {p}>", -(-n * w // ESC_BLOCK), ESC_BLOCK,
             (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, s.csum, rows, np.int32(n),
-             _NULL, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW), s.skip or _NULL))
+             Cp, np.int64(0), Uj, Ux, row_nnz, np.int32(ESC_WINDOW), s.skip or _NULL))
 
 
 def one_pass_table(peak: int, k: int, top: int, products: int, itemsize: int, total_bytes: int,
@@ -1372,23 +1375,33 @@ class _Launched:
     escs: dict
 
 
-def _one_pass_launch(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lift: int = -1) -> _Launched:
+def _one_pass_launch(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tuple, lift: int = -1,
+                     direct: tuple = None) -> _Launched:
     """_one_pass's launches up to the scan of C's row counts: no host synchronisation (a guessed
-    call records them as a CUDA graph: _Guess)."""
+    call records them as a CUDA graph: _guessed). ``direct``: (guessed Cp (int64), Cj, Cx): the
+    rows, all numeric_esc's, written straight to C at those offsets, no buffer and no scan
+    (_direct_finish)."""
     ladder = s.num_ladder
     m, k = s.shape
     grouped = not (bal and lift < 0)
     if grouped:   # the GPU groups the rows while the host allocates the buffer
         order, counts = _group(one, len(classes), False, lift)
     sort_caps = classes[:s.n_esc]
-    buf, Uj, Ux = _upper_bound(s)
-    _cuda.hold(buf)
     n_glob = 0
     row_nnz, Cp, Cp32 = s.counts   # zeroed: rows of no products are not launched
+    at = _NULL
+    if direct is None:
+        buf, Uj, Ux = _upper_bound(s)
+        _cuda.hold(buf)
+    else:
+        at, Uj, Ux = direct
+        buf, row_nnz = None, _NULL
+        if (s.rowct_max > (sort_caps or (0,))[-1] if not grouped else counts[len(sort_caps) + 1:].any()):
+            raise _Misguess()   # kept for a product of numeric_esc's rows only: settings changed since
     if not grouped:
         if s.rowct_max <= (sort_caps or (0,))[-1]:
             c = next(i for i, cap in enumerate(sort_caps) if cap >= s.rowct_max)
-            _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz)
+            _esc_launch(s, c, _NULL, m, Uj, Ux, row_nnz, at)
             tables, escs = {}, {sort_caps[c]: m}
         else:
             size = next(t for t in ladder if t >= min(s.rowct_max, k))
@@ -1397,7 +1410,7 @@ def _one_pass_launch(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tup
     else:
         starts = _starts(counts)
         fork = _Fork(counts[1:])
-        escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz)
+        escs = _esc_launches(s, fork, order, starts, counts, sort_caps, Uj, Ux, row_nnz, at)
         e = len(sort_caps)   # the tables are the classes after the sort classes
         _numeric_tables(s, fork, order, starts, counts, _NULL, np.int64(0), Uj, Ux, row_nnz, first=e)
         n_glob = int(counts[-1])
@@ -1406,8 +1419,14 @@ def _one_pass_launch(s: _Symbolic, bal: bool, zeros, one: _Classes, classes: tup
                          Ux, row_nnz)
         fork.join()
         tables = {size: int(c) for size, c in zip(ladder, counts[e + 1:-1]) if c}
-    _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
+    if direct is None:
+        _scan("scan_rows", m, (row_nnz, np.int64(m), Cp, Cp32), zeros.take(_scan_words(m)))
     return _Launched(buf, Uj, Ux, n_glob, tables, escs)
+
+
+def _one_pass_info(info: dict, s: _Symbolic, op: _Launched, nnz_c: int) -> None:
+    info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=op.n_glob,
+                symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=op.tables, esc_rows=op.escs)
 
 
 def _one_pass_finish(s: _Symbolic, op: _Launched, Cp32, info: dict):
@@ -1428,14 +1447,9 @@ def _one_pass_finish(s: _Symbolic, op: _Launched, Cp32, info: dict):
         _compact(s, Cp, op.Uj, op.Ux, Cj, Cx, _NULL, how="entries")
     else:
         _compact(s, Cp, op.Uj, op.Ux, Cj, Cx, _NULL, how="ranges" if nnz_c < COMPACT_RANGE_BELOW * m else "rows")
-    info.update(one_pass=True, nnz_c=nnz_c, global_rows_symbolic=0, global_rows_numeric=op.n_glob,
-                  symbolic_overflowed=0, smem_limit=s.smem_limit, numeric_tables=op.tables, esc_rows=op.escs)
+    _one_pass_info(info, s, op, nnz_c)
     # op.buf is freed in stream order once the caller drops op: the pool hands it out again only behind the copy
     return csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=s.sort, canonical=s.sort or None)
-
-
-#: a null device pointer argument (kernels take it for an absent array)
-NULL_PTR = _NULL = np.uintp(0)
 
 
 def _panels(s: _Symbolic, max_panel_nnz, max_panel_bytes):
@@ -1468,6 +1482,10 @@ def _finish_info(s: _Symbolic):
 # product offsets, the row classes, the global path's slabs) and the next call's C indptr.
 #: Operand pairs whose analysis is kept, and of those, the most recent that keep a graph.
 GUESS_CACHE_SIZE, GUESS_GRAPHS = 8, 2
+#: A pair whose rows all take numeric_esc keeps C's offsets from a verified guessed call; its later
+#: calls write C straight at them (no upper-bound buffer, scan or compaction), numeric_esc checking
+#: each row's length against its kept one (_direct_finish). False: the one-pass graph only.
+DIRECT_GUESSES = True
 _GUESSES: dict = {}
 _GUESS_LOCK = threading.Lock()
 
@@ -1477,13 +1495,14 @@ class _Misguess(Exception):
 
 
 class _Guess:
-    """An operand pair's kept analysis: its words on the host and the device, and once recorded
+    """An operand pair's kept analysis: its words on the host and the device; once recorded
     (``recorded``: the Replay, the recorded call's _Symbolic and _Launched, its ``info``) the graph
-    of its launches; ``lock`` is held from a call's launches to its compaction, which reads the
-    graph's scratch (two threads on one stream would otherwise overwrite it between them)."""
+    of its launches; ``direct``: (C's offsets (int64), its indptr, nnz) once a call of numeric_esc's
+    rows only has given them (_direct_finish). ``lock`` is held from a call's launches to its
+    last read of the graph's scratch (two threads on one stream would overwrite it between them)."""
 
     def __init__(self, words):
-        self.words, self.dev, self.recorded = words, cupy_module().asarray(words), None
+        self.words, self.dev, self.recorded, self.direct = words, cupy_module().asarray(words), None, None
         self.lock = threading.Lock()
 
 
@@ -1529,29 +1548,53 @@ def _guessed(A, B, g: _Guess, options: tuple, info: dict, drop_zeros: bool):
 
 def _guessed_locked(A, B, g: _Guess, options: tuple, info: dict):
     sort, smem_limit, grouping, esc = options
-    stream = cupy_module().cuda.get_current_stream().ptr
+    cp = cupy_module()
+    stream = cp.cuda.get_current_stream().ptr
+    direct = g.direct
 
     def launch():
+        out = () if direct is None else (cp.empty(direct[2], dtype=np.int32), cp.empty(direct[2], dtype=A.dtype))
         s = _symbolic(A, B, sort, smem_limit, grouping, info, "auto", esc, (g.words, g.dev))
-        return s, _one_pass_launch(s, *s.one_pass)
+        return s, _one_pass_launch(s, *s.one_pass, direct=None if direct is None else (direct[0], *out)), out
+
+    # the graph's outputs, a new set each replay: C's indptr (one pass) or C's columns and values (direct)
+    outputs = (lambda r: (r[0].counts[2],)) if direct is None else (lambda r: r[2])
     if g.recorded is not None:
         rep, s, op, known = g.recorded
         info.update(known)
-        (Cp32,) = rep.run(stream)
+        arrays = rep.run(stream)
     elif _graph.available():
         done = []
-        rep = _graph.Replay(lambda: done.append(launch()) or done[0], lambda r: (r[0].counts[2],))
-        s, op = done[0]
+        rep = _graph.Replay(lambda: done.append(launch()) or done[0], outputs)
+        s, op, _ = done[0]
         with _GUESS_LOCK:   # the graphs' scratch is large: only the most recent pairs keep one
             recorded = [e for e in _GUESSES.values() if e.recorded is not None]
             for e in recorded[:max(0, len(recorded) - GUESS_GRAPHS + 1)]:
                 e.recorded = None
             g.recorded = (rep, s, op, dict(info))
-        (Cp32,) = rep.run(stream)
+        arrays = rep.run(stream)
     else:
-        s, op = launch()
-        Cp32 = s.counts[2]
-    return _one_pass_finish(s, op, Cp32, info)
+        done = launch()
+        s, op, arrays = done[0], done[1], outputs(done)
+    info["direct"] = direct is not None
+    if direct is not None:
+        return _direct_finish(s, op, arrays, direct, info)
+    C = _one_pass_finish(s, op, arrays[0], info)
+    if DIRECT_GUESSES and not op.tables and not op.n_glob:   # numeric_esc's rows only: C's offsets kept
+        g.direct = (s.counts[1].copy(), C.indptr.copy(), C.nnz)
+        g.recorded = None   # the next call records the direct graph (and frees this one's buffer)
+    return C
+
+
+def _direct_finish(s: _Symbolic, op: _Launched, arrays, direct: tuple, info: dict):
+    """A direct guessed call after its launches: C's indptr copied from the kept one, the verdict
+    from the GPU (words_differ's, or a row of another length than kept: _Misguess), C."""
+    Cj, Cx = arrays
+    indptr = direct[1].copy()
+    if int(_cuda.read_at(s.skip, 1, np.uint64)[0]):
+        raise _Misguess()
+    _one_pass_info(info, s, op, direct[2])
+    return csr_from_parts(Cx, Cj, indptr, s.shape, sorted_rows=s.sort, canonical=s.sort or None)
 
 
 def forget_guesses() -> None:
@@ -1599,7 +1642,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         raise ValueError("max_panel_nnz / max_panel_bytes: only with out='host' or spgemm_panels "
                          "(out='device' returns C in one piece)")
     info = info if info is not None else {}
-    info["guessed"] = False
+    info["guessed"] = info["direct"] = False
     key = _guess_key(A, B, sort, smem_limit, grouping, esc) if guess and out == "device" and passes == "auto" else None
     kept = _GUESSES.get(key) if key is not None else None
     if kept is not None:
