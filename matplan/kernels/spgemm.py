@@ -49,7 +49,11 @@ launch (H100: single calls 1.12-1.43x faster). ``words_differ`` compares the gue
 the call's own analysis on the GPU; every numeric kernel does nothing where they differ, and the
 flag comes back with C's nnz: a refuted guess (A's or B's pattern changed in place) is dropped and
 the call rerun unguessed. Equal words make the same decisions, so the result is the operands' as
-they are now. ``guess=False`` opts out; ``forget_guesses()`` drops them all.
+they are now. Where every row took numeric_esc, a verified guessed call also keeps C's row offsets
+and nnz, and the pair's later calls go direct (DIRECT_GUESSES): a graph in which numeric_esc
+writes each row straight into C at its kept offset, no upper-bound buffer, no scan and no
+compaction; a row of another length than kept writes nothing and refutes the guess (one read at
+the call's end). ``guess=False`` opts out; ``forget_guesses()`` drops them all.
 Hybrid (the two passes with ``passes="auto"``): rows of at most 512 products still take
 numeric_esc. They have no symbolic table, are sorted into an upper-bound buffer before the other
 rows' symbolic pass, and are copied into C after the scan (``compact_rows`` over their row list).
