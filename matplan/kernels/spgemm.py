@@ -374,7 +374,7 @@ def _bucket(idx, n_tables: int, top: int, counts, fill, lift: int = -1):
     top >= 0 moves every shared-table row to table ``top`` first, in ``idx`` too (the balanced
     rule); lift >= 0 moves the rows of tables lift .. n_tables - 1 to the global path (lift_index)."""
     order = cupy_module().empty(idx.size, dtype=np.int32)
-    _cuda.hold(order)   # a recorded call's graph (_Guess) writes it on every replay
+    _cuda.hold(order)   # a recorded call's graph (_guessed) writes it on every replay
     _launch("bucket_rows", (idx.size + 255) // 256, 256,
             (idx, np.int32(idx.size), np.int32(n_tables), np.int32(top), counts, fill, order, np.int32(lift)))
     return order
@@ -423,7 +423,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
     idx2 = cp.empty(m, dtype=cp.int32) if T2 else taken_idx
-    _cuda.hold((idx, idx2))   # a recorded call's graph (_Guess) writes them on every replay
+    _cuda.hold((idx, idx2))   # a recorded call's graph (_guessed) writes them on every replay
     words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
     keep = None
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
@@ -974,7 +974,7 @@ class _Symbolic:
     counts: tuple = None       # (row_nnz, Cp, Cp32): the address of C's row counts (int64, zeroed,
     #                            in zeros) and C's row offsets, allocated while the analysis runs
     zeros: object = None       # the call's _Zeros (its words must outlive every launch reading them)
-    words: np.ndarray = None   # the analysis's words (read back, or guessed: _guess)
+    words: np.ndarray = None   # the analysis's words (read back, or guessed: _guessed)
     skip: object = None        # guessed: the address of words_differ's flag (the numeric kernels skip when set)
     info: dict = dataclasses.field(default_factory=dict)
     host_ms: dict = dataclasses.field(default_factory=dict)
@@ -992,7 +992,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True, gu
     """Checks, analysis (step 1), symbolic pass (2) and scan (3): C's exact int64 row offsets;
     passes="auto" stops after the analysis (s.one_pass set) where one_pass_table allows.
     ``guess``: (host words, device copy) of an earlier call's analysis to go on from instead of
-    waiting for this one's (_guess; checked on the GPU, s.skip)."""
+    waiting for this one's (_guessed; checked on the GPU, s.skip)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("spgemm.hash needs CuPy and an NVIDIA GPU")
@@ -1054,7 +1054,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True, gu
         clock.append(time.perf_counter())
         s.host_ms = {"analysis": (clock[1] - clock[0]) * 1e3}
         return s
-    if guess is not None:   # _guess keeps one-pass analyses only, so equal words cannot get here
+    if guess is not None:   # _remember keeps one-pass analyses only, so equal words cannot get here
         raise _Misguess()
     # the hybrid: rows numeric_esc can take (their symbolic index is -1) go through it now, into
     # an upper-bound buffer, while the others take the two passes; where the buffer does not fit
@@ -1499,14 +1499,15 @@ class _Misguess(Exception):
 
 
 class _Guess:
-    """An operand pair's kept analysis: its words on the host and the device; once recorded
+    """An operand pair's kept analysis: its words on the host and (from its first guessed call) the
+    device; once recorded
     (``recorded``: the Replay, the recorded call's _Symbolic and _Launched, its ``info``) the graph
     of its launches; ``direct``: (C's offsets (int64), its indptr, nnz) once a call of numeric_esc's
     rows only has given them (_direct_finish). ``lock`` is held from a call's launches to its
     last read of the graph's scratch (two threads on one stream would overwrite it between them)."""
 
     def __init__(self, words):
-        self.words, self.dev, self.recorded, self.direct = words, cupy_module().asarray(words), None, None
+        self.words, self.dev, self.recorded, self.direct = words, None, None, None
         self.lock = threading.Lock()
 
 
@@ -1537,10 +1538,10 @@ def _remember(key, words) -> None:
 
 
 def _guessed(A, B, g: _Guess, options: tuple, info: dict, drop_zeros: bool):
-    """C = A @ B from a kept analysis ``g``: the launches up to the scan of C's row counts recorded
-    as a graph (first guessed call) or replayed (later ones), or issued where the driver's graph
-    API cannot be loaded; then C's nnz and the guess's verdict (_Misguess when refuted) and the
-    compaction into C (_one_pass_finish)."""
+    """C = A @ B from a kept analysis ``g``: the launches recorded as a graph (a pair's first
+    guessed call, and its first direct one) or replayed (later ones), or issued where the driver's
+    graph API cannot be loaded; then the guess's verdict (_Misguess when refuted) and C: compacted
+    from the upper-bound buffer (_one_pass_finish) or, direct, written in place (_direct_finish)."""
     t0 = time.perf_counter()
     with g.lock:
         C = _guessed_locked(A, B, g, options, info)
@@ -1555,6 +1556,8 @@ def _guessed_locked(A, B, g: _Guess, options: tuple, info: dict):
     cp = cupy_module()
     stream = cp.cuda.get_current_stream().ptr
     direct = g.direct
+    if g.dev is None:
+        g.dev = cp.asarray(g.words)   # words_differ's; a recorded graph names its address
 
     def launch():
         out = () if direct is None else (cp.empty(direct[2], dtype=np.int32), cp.empty(direct[2], dtype=A.dtype))
@@ -1631,7 +1634,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         the GPU (module docstring, "Guessed analyses"); False waits for this call's own and keeps
         none.
     info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass,
-        guessed).
+        guessed, direct).
     """
     if passes not in ("auto", "two"):
         raise ValueError(f"passes: expected 'auto' or 'two', got {passes!r}")
