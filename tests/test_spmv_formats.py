@@ -323,7 +323,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     assert _cuda.signature("tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
     assert _cuda.signature("tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
     assert _cuda.signature("spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
-    assert _cuda.signature("sptrans.cu", "spt_radix_pass") == "pippppqpiiipppppppii"  # sptrans.py's
+    assert _cuda.signature("sptrans.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
     with pytest.raises(ValueError, match="declared 0 times"):
         _cuda.signature("spgemm.cu", "no_such_kernel")
     with pytest.raises(ValueError, match="type 'I' has no letter"):

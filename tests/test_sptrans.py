@@ -379,6 +379,7 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
     monkeypatch.setattr(sptrans, "cupy_module", lambda: ns(cuda=ns(runtime=ns(getDevice=lambda: 0),
                                                                  get_current_stream=lambda: ns(ptr=7))))
     monkeypatch.setattr(_graph, "available", lambda: True)
+    monkeypatch.setattr(sptrans, "PATTERN_REPLAYS", False)   # its pattern is a GPU transpose
 
     class FakeReplay:
         made = []

@@ -64,8 +64,9 @@ def test_replayed_calls_match_scipy(cp, runner, rng, method, dtype, kind):
 
 @pytest.mark.parametrize("method", ["segsort", "radix"])
 def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
-    """A graph reads A's arrays at every launch: new values, and a new pattern of the same nnz
-    written into the same arrays, come out in the next call."""
+    """A graph reads A's arrays at every launch: new values (the kept pattern's gather), and a
+    new pattern of the same nnz written into the same arrays (the check fails, the method's
+    launches run), come out in the next call; the key is then recorded again without a pattern."""
     A = random_csr(rng, 3000, 2000, 0.01)
     Ad = _dev(cp, A)
     run = runner(method)
@@ -79,9 +80,15 @@ def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
     Ad.data[...] = cp.asarray(B.data)
     Ad.indices[...] = cp.asarray(B.indices)
     Ad.indptr[...] = cp.asarray(B.indptr)
+    (key, verdict), = run.verdicts.items()
+    assert not verdict.changed()   # the replays so far found A's pattern as recorded
     _poison(run)
-    _same_as_scipy(B, run(Ad, None).get())
-    assert len(run.graphs) == 1
+    _same_as_scipy(B, run(Ad, None).get())   # the method's launches, as the check failed
+    assert len(run.graphs) == 1 and verdict.changed()
+    for _ in range(2):   # recorded again, without a pattern (it may change again), then replayed
+        _poison(run)
+        _same_as_scipy(B, run(Ad, None).get())
+    assert len(run.graphs) == 1 and run.verdicts[key] is None
 
 
 def test_matrices_and_streams_get_graphs_of_their_own(cp, runner, rng):

@@ -450,7 +450,8 @@ template __global__ void spt_sort<double>(const int*, int, long long, const doub
 // rank unused) every atomic is a reduction whose old value nobody waits for.
 template <bool RANKS>
 __global__ void __launch_bounds__(SEG_CNT_BLOCK)
-spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl) {
+spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ int s_col[SEG_CNT_HASH];
     __shared__ int s_cnt[SEG_CNT_HASH];
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) { s_col[i] = -1; s_cnt[i] = 0; }
@@ -503,8 +504,8 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
     }
 }
 
-template __global__ void spt_count<true>(const int*, long long, int, int*, int*, int*);
-template __global__ void spt_count<false>(const int*, long long, int, int*, int*, int*);
+template __global__ void spt_count<true>(const int*, long long, int, int*, int*, int*, const unsigned*);
+template __global__ void spt_count<false>(const int*, long long, int, int*, int*, int*, const unsigned*);
 
 // Decoupled look-back (Merrill & Garland) by a whole block: the exclusive prefix of tile `tile`
 // whose own sum is `total`, returned to every thread of the block (all must call it).
@@ -556,7 +557,8 @@ __device__ __forceinline__ long long lookback_prefix(unsigned long long* status,
 // digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* status, int* ctrl, int* seg_list,
-         int* huge_list, int short_max, int warp_max, int cap, int* hist, int passes, int bits) {
+         int* huge_list, int short_max, int warp_max, int cap, int* hist, int passes, int bits, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile, s_base[3];
     __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
@@ -622,7 +624,8 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
 // the ITEMS random reads are in flight together instead of one dependent chain per entry.
 extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
 spt_scatter(const int* __restrict__ a_indptr, const int* __restrict__ indices, int m, long long nnz,
-            const int* __restrict__ t_indptr, const int* __restrict__ rank, int n, u64* keys) {
+            const int* __restrict__ t_indptr, const int* __restrict__ rank, int n, u64* keys, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     const long long total = (long long)m + nnz;
     const long long d = ((long long)blockIdx.x * SPT_BLOCK + threadIdx.x) * SPT_ITEMS;
     if (d >= total) return;
@@ -694,7 +697,8 @@ __device__ __forceinline__ void bitonic(u64* s, int P, int t, int nt) {
 template <typename T>
 __global__ void __launch_bounds__(SEG_SHORT_BLOCK)
 spt_sort_short(const int* __restrict__ t_indptr, int n, u64* keys, const T* __restrict__ data,
-               int* __restrict__ out_idx, T* __restrict__ out_val, int short_max) {
+               int* __restrict__ out_idx, T* __restrict__ out_val, int short_max, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ u64 s_buf[SEG_SHORT_BLOCK / 32][SEG_SHORT_STAGE];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long j0 = (long long)blockIdx.x * SEG_SHORT_BLOCK + w * 32;
@@ -795,7 +799,8 @@ template <typename T>
 __global__ void __launch_bounds__(SEG_MERGE_BLOCK)
 spt_merge_long(const int* __restrict__ t_indptr, const int* __restrict__ huge_list, const int* ctrl, u64* keys,
                u64* scratch, const T* __restrict__ data, int* __restrict__ out_idx, T* __restrict__ out_val,
-               int cap) {
+               int cap, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     const int n_huge = ctrl[SEG_N_HUGE];
     for (int i = blockIdx.x; i < n_huge; i += gridDim.x) {   // block-uniform
         const int c = huge_list[i];
@@ -808,7 +813,8 @@ template <typename T>
 __global__ void __launch_bounds__(SEG_BIG_BLOCK)
 spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ seg_list,
              const int* __restrict__ huge_list, const int* ctrl, u64* keys, const T* __restrict__ data,
-             int* __restrict__ out_idx, T* __restrict__ out_val, int cap) {
+             int* __restrict__ out_idx, T* __restrict__ out_val, int cap, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ u64 s_buf[SEG_BLOCK_KEYS];
     const int n_med = ctrl[SEG_N_MED], n_long = ctrl[SEG_N_LONG], n_huge = ctrl[SEG_N_HUGE];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -868,16 +874,16 @@ spt_sort_big(const int* __restrict__ t_indptr, int n, const int* __restrict__ se
     }
 }
 
-template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int);
-template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int);
+template __global__ void spt_sort_short<float>(const int*, int, u64*, const float*, int*, float*, int, const unsigned*);
+template __global__ void spt_sort_short<double>(const int*, int, u64*, const double*, int*, double*, int, const unsigned*);
 template __global__ void spt_sort_big<float>(const int*, int, const int*, const int*, const int*, u64*,
-                                             const float*, int*, float*, int);
+                                             const float*, int*, float*, int, const unsigned*);
 template __global__ void spt_sort_big<double>(const int*, int, const int*, const int*, const int*, u64*,
-                                              const double*, int*, double*, int);
+                                              const double*, int*, double*, int, const unsigned*);
 template __global__ void spt_merge_long<float>(const int*, const int*, const int*, u64*, u64*, const float*,
-                                               int*, float*, int);
+                                               int*, float*, int, const unsigned*);
 template __global__ void spt_merge_long<double>(const int*, const int*, const int*, u64*, u64*, const double*,
-                                                int*, double*, int);
+                                                int*, double*, int, const unsigned*);
 
 // ================================================================================================
 // Radix SpTRANS (sptrans.transpose(method="radix")): a stable LSD counting sort of A's entries by
@@ -932,7 +938,8 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
                long long nnz, const int* __restrict__ n_live, int n, int shift, int bits,
                const int* __restrict__ hist, unsigned* status, int* ticket, int2* __restrict__ out_keys,
                T* __restrict__ out_vals, int* __restrict__ out_idx, T* __restrict__ out_val,
-               int rowbits, int drop) {
+               int rowbits, int drop, const unsigned* __restrict__ only_if) {
+    if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ int s_wcnt[SPT_BLOCK / 32][RDX_BINS];   // per warp and digit: running count, then start
     __shared__ int s_base[RDX_BINS], s_tstart[RDX_BINS];
     __shared__ int2 s_keys[RDX_TILE];                  // the tile's keys by digit (coalesced writes);
@@ -1063,7 +1070,41 @@ spt_radix_pass(const int* __restrict__ a_indptr, int m, const int* __restrict__ 
 
 template __global__ void spt_radix_pass<float>(const int*, int, const int*, const float*, const int2*,
                                                const float*, long long, const int*, int, int, int, const int*,
-                                               unsigned*, int*, int2*, float*, int*, float*, int, int);
+                                               unsigned*, int*, int2*, float*, int*, float*, int, int, const unsigned*);
 template __global__ void spt_radix_pass<double>(const int*, int, const int*, const double*, const int2*,
                                                 const double*, long long, const int*, int, int, int, const int*,
-                                                unsigned*, int*, int2*, double*, int*, double*, int, int);
+                                                unsigned*, int*, int2*, double*, int*, double*, int, int, const unsigned*);
+
+// ================================================================================================
+// Pattern replays (SpTrans.runner): a plan's graph keeps, for an A met before, a copy of A's
+// indptr and indices, A^T's indptr and indices and the permutation src (slot q of A^T holds entry
+// src[q] of A). spt_same sets *changed where A's pattern now differs from the kept one; spt_gather
+// then writes A^T from the kept arrays and A's values (src gathers them), unless *changed, and the
+// full method's launches (their only_if argument) run only where *changed.
+extern "C" __global__ void spt_same(const int* __restrict__ a_indptr, const int* __restrict__ indices,
+                                    const int* __restrict__ kept_indptr, const int* __restrict__ kept_indices,
+                                    int m, long long nnz, unsigned* __restrict__ changed) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    bool differ = false;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nnz || i <= m; i += stride)
+        differ |= (i < nnz && indices[i] != kept_indices[i]) || (i <= m && a_indptr[i] != kept_indptr[i]);
+    if (__syncthreads_or(differ) && threadIdx.x == 0) *changed = 1u;
+}
+
+template <typename T>
+__global__ void spt_gather(const int* __restrict__ src, const T* __restrict__ data,
+                           const int* __restrict__ kept_t_indptr, const int* __restrict__ kept_t_indices,
+                           long long nnz, int n, const unsigned* __restrict__ changed,
+                           int* __restrict__ indptr, int* __restrict__ out_idx, T* __restrict__ out_val) {
+    if (*changed) return;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < nnz || q <= n; q += stride) {
+        if (q < nnz) { out_val[q] = data[src[q]]; out_idx[q] = kept_t_indices[q]; }
+        if (q <= n) indptr[q] = kept_t_indptr[q];
+    }
+}
+
+template __global__ void spt_gather<float>(const int*, const float*, const int*, const int*, long long, int,
+                                           const unsigned*, int*, int*, float*);
+template __global__ void spt_gather<double>(const int*, const double*, const int*, const int*, long long, int,
+                                            const unsigned*, int*, int*, double*);

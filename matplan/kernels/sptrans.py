@@ -80,7 +80,7 @@ _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>",
           "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
           "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>",
-          "spt_radix_pass<float>", "spt_radix_pass<double>")
+          "spt_radix_pass<float>", "spt_radix_pass<double>", "spt_same", "spt_gather<float>", "spt_gather<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
@@ -138,6 +138,7 @@ class _Kernels:
         # spt_count with ranks (the segsort) and without (the radix method: reductions, no waits)
         self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
         self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
+        self.same, self.gather = packed("spt_same"), packed_typed("spt_gather")   # pattern replays
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
@@ -306,11 +307,13 @@ def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_til
     return front, ws_bytes, (status, lists, huge, hist, ticket, look, counts), passes, bits, scan_tiles, tiles, max_huge
 
 
-def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
+def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method, only_if=0, outs=None):
     """The segsort's or the radix method's launches (module docstring): count and scan, then the
     segsort's four kernels or the radix passes; no host synchronisation unless ``check``. The
     launch comes first that the GPU can start on (a single call waits for the host until then);
-    allocations the later launches need are made while it runs."""
+    allocations the later launches need are made while it runs. ``only_if`` (a device address):
+    every launch does nothing unless the word there is set (a pattern replay's full path:
+    _pattern_launches); ``outs``: A.T's (indptr, indices, data) to write, else allocated here."""
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
@@ -332,20 +335,24 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count[seg](((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws))
+    ks.count[seg](((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws,
+                                                                     only_if))
     done("count")
     # A.T's indptr is an allocation of its own, so the returned matrix does not keep the
     # workspace alive
-    indptr = cp.empty(n + 1, dtype=cp.int32)
+    indptr = cp.empty(n + 1, dtype=cp.int32) if outs is None else outs[0]
     ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list if seg else 0,
                                       p_huge if seg else 0, short_max, warp_max, cap, 0 if seg else p_hist,
-                                      passes, bits))
+                                      passes, bits, only_if))
     done("scan")
     if seg:
-        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys))
+        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys,
+                                                               only_if))
         done("scatter")
-    out_idx = cp.empty(nnz, dtype=cp.int32)
-    out_val = cp.empty(nnz, dtype=A.dtype)
+    if outs is None:
+        out_idx, out_val = cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype)
+    else:
+        out_idx, out_val = outs[1:]
     if seg:
         # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
         warps = BIG_BLOCK // 32
@@ -358,11 +365,11 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method):
                 # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
                 ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
                  (indptr, p_huge, p_ws, p_keys, p_second, A.data, out_idx, out_val, cap))):
-            fn((grid,), (block,), args)
+            fn((grid,), (block,), args + (only_if,))
             done(name)
     else:
         _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits,
-                        (p_keys, p_hist, p_look, p_ticket, p_ws + 4 * SEG_N_LIVE), out_idx, out_val, done)
+                        (p_keys, p_hist, p_look, p_ticket, p_ws + 4 * SEG_N_LIVE), out_idx, out_val, done, only_if)
     if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
         raise ValueError(f"A.indices: column indices outside [0, {n})")
     return _result(A, indptr, out_idx, out_val)
@@ -383,7 +390,8 @@ def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> 
     return between, keys + between * itemsize * nnz, keys
 
 
-def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done):
+def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done,
+                    only_if=0):
     """The radix passes (module docstring): ptrs are the device addresses of the buffers between
     passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
     (a pass each) and the control word spt_scan copies A.T's indptr[n] to (the valid entries); only
@@ -407,7 +415,7 @@ def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, 
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
                           (indptr_a, m, *first, *src, nnz, p_live, n, shift, bits, hist + 4 * 256 * p,
                            look + 4 * p * tiles * 256, ticket + 4 * p, *dst, *((out_idx, out_val) if last else (0, 0)),
-                           rowbits, drop))
+                           rowbits, drop, only_if))
         done(f"pass{p}")
         # later passes read the keys of the valid entries only (n_live: spt_scan's count of them)
         first, src, p_live = (0, 0), dst, n_live
@@ -493,29 +501,42 @@ class SpTrans(KeepsA):
         (0.4-1.3 ms). Each graph holds its call's scratch (about 16 bytes an entry for the segsort;
         the passes' buffers and look-back words for the radix method) and the next call's output
         arrays; a runner keeps at most GRAPH_CACHE_SIZE graphs. The merge method, int64 or empty A,
-        and hosts where the driver's graph API cannot be loaded take :meth:`run` on every call."""
+        and hosts where the driver's graph API cannot be loaded take :meth:`run` on every call.
+        Pattern replays (PATTERN_REPLAYS, :class:`_Pattern`): a graph keeps A's pattern as recorded
+        (A's and A.T's indices and indptr, and the permutation between them, ~12 bytes an entry)
+        and first checks A against it on the GPU; where it is the same, A.T is A's values gathered
+        through the permutation and the kept indices copied (about 20 bytes an entry moved instead
+        of the method's passes), and the method's launches do nothing; where it differs, they run
+        as recorded. A key whose pattern was found changed is recorded again without a pattern."""
         general = super().runner(params)
         method = params["method"]
         cp = cupy_module()
         if cp is None or method == "merge" or not _graph.available():
             return general
-        graphs, seen, lock = {}, set(), threading.Lock()
+        graphs, verdicts, seen, unstable, lock = {}, {}, set(), set(), threading.Lock()
 
         def replay(key, A):
             """The kept graph of ``key``, a new one at its second call, None at its first (which is
             remembered) or for no key (under ``lock``)."""
             rep = graphs.get(key)
+            if rep is not None and verdicts.get(key) is not None and verdicts[key].changed():
+                graphs.pop(key), verdicts.pop(key)   # A's pattern changed since its graph's: a new one,
+                unstable.add(key)                    # without pattern replays (it may change again)
+                rep = None
             if rep is not None or key is None:
                 return rep
             if key not in seen:
                 if len(seen) >= 4 * GRAPH_CACHE_SIZE:
-                    seen.clear()
+                    seen.clear(), unstable.clear()
                 seen.add(key)
                 return None
             if len(graphs) >= GRAPH_CACHE_SIZE:
-                graphs.pop(next(iter(graphs)))   # the oldest (freed once its launches are done)
-            rep = graphs[key] = _graph.Replay(lambda: _transpose(A, False, None, method),
+                old = next(iter(graphs))   # the oldest (freed once its launches are done)
+                graphs.pop(old), verdicts.pop(old, None)
+            pattern = _Pattern(A, method) if PATTERN_REPLAYS and key not in unstable else None
+            rep = graphs[key] = _graph.Replay(lambda: _replayed_transpose(A, method, pattern),
                                               lambda T: (T.indptr, T.indices, T.data))
+            verdicts[key] = pattern
             return rep
 
         def run(A, B, out=None):
@@ -524,15 +545,73 @@ class SpTrans(KeepsA):
             with lock:
                 rep = replay(key, A)
                 arrays = None if rep is None else rep.run(key[1])   # the current stream (the key's)
+                if arrays is not None and verdicts.get(key) is not None:
+                    verdicts[key].note(key[1])
             if arrays is None:
                 return general(A, B, out)
             return _result(A, *arrays)
-        run.graphs = graphs   # the kept Replays by key (:func:`_replay_key`): inspected by tests
+        run.graphs, run.verdicts = graphs, verdicts   # kept Replays and _Patterns by key: inspected by tests
         return run
 
 
 #: CUDA graphs a SpTrans runner (one per plan) keeps: one per A and stream it last ran on.
 GRAPH_CACHE_SIZE = 2
+#: A replayed graph first checks A's pattern against the one it was recorded with and, where it is
+#: the same, writes A.T from the kept pattern and A's values (_Pattern); False: every replay runs
+#: the method's launches.
+PATTERN_REPLAYS = True
+
+
+class _Pattern:
+    """A's pattern when its graph was recorded, for pattern replays: copies of A's indptr and
+    indices, A.T's indptr and indices, and src (slot q of A.T holds entry src[q] of A: A's
+    positions transposed as float64 values, exact below 2^53); ``flag`` is the graph's verdict word
+    (spt_same: set where A's pattern differs), copied after each replay to pinned memory that the
+    next call reads without waiting (``changed``) to record a graph of the new pattern."""
+
+    def __init__(self, A, method):
+        cp = cupy_module()
+        indptr_a, indices = _int32_arrays(A)
+        positions = csr_from_parts(cp.arange(indices.size, dtype=cp.float64), indices, indptr_a, A.shape,
+                                   sorted_rows=False, canonical=None)
+        T = _transpose(positions, False, None, method)
+        self.kept = (indptr_a.copy(), indices.copy(), T.indptr, T.indices, T.data.astype(cp.int32))
+        self.flag = cp.empty(1, dtype=cp.uint32)
+        self.host = np.frombuffer(cp.cuda.alloc_pinned_memory(4), dtype=np.uint32)
+        self.host[0] = 0
+
+    def note(self, stream_ptr: int) -> None:
+        """After a replay on ``stream_ptr``: its verdict to the pinned word, in stream order."""
+        cp = cupy_module()
+        cp.cuda.runtime.memcpyAsync(self.host.ctypes.data, self.flag.data.ptr, 4,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream_ptr)
+
+    def changed(self) -> bool:
+        """Whether a replay noted so far found A's pattern changed (possibly not the latest)."""
+        return bool(self.host[0])
+
+
+def _replayed_transpose(A, method, pattern):
+    """The launches a runner's graph records for A: with ``pattern`` (_Pattern), spt_same's check,
+    spt_gather's A.T from the kept pattern, and the method's launches that run only where the
+    check failed, all writing the same outputs; without, :func:`_transpose`'s."""
+    if pattern is None:
+        return _transpose(A, False, None, method)
+    cp = cupy_module()
+    ks = _kernels(cp)
+    ct = _cuda.ctype(A.dtype)
+    m, n = A.shape
+    indptr_a, indices = _int32_arrays(A)
+    nnz = int(indices.size)
+    kept_indptr, kept_indices, t_indptr, t_indices, src = pattern.kept
+    outs = (cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype))
+    _cuda.hold(pattern)
+    _cuda.zero(pattern.flag.data.ptr, 4)
+    grid = max(1, min(-(-(max(nnz, m + 1, n + 1)) // BLOCK), 16 * ks.sms))
+    ks.same((grid,), (BLOCK,), (indptr_a, indices, kept_indptr, kept_indices, m, nnz, pattern.flag))
+    ks.gather[ct]((grid,), (BLOCK,), (src, A.data, t_indptr, t_indices, nnz, n, pattern.flag, *outs))
+    return _segmented(cp, ks, ct, A, indptr_a, indices, False, None, _check_bins(BINS), method,
+                      only_if=pattern.flag.data.ptr, outs=outs)
 
 
 def _replay_key(cp, A, method):
