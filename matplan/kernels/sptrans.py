@@ -590,6 +590,11 @@ class _Pattern:
         """Whether a replay noted so far found A's pattern changed (possibly not the latest)."""
         return bool(self.host[0])
 
+    @property
+    def nbytes(self) -> int:
+        """Device bytes kept (a graph holding it counts them: _graph.Replay.nbytes)."""
+        return sum(a.nbytes for a in self.kept) + self.flag.nbytes
+
 
 def _replayed_transpose(A, method, pattern):
     """The launches a runner's graph records for A: with ``pattern`` (_Pattern), spt_same's check,
