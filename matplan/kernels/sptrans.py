@@ -52,6 +52,11 @@ by digit and writes it coalesced. Keys carry (column, row) and the value, so the
 A.T with no gather; nnz must be below 2^30 (32-bit look-back words; "auto" falls back to the
 segsort past that).
 
+Plans (``SpTrans.runner``) replay their launches as a CUDA graph from an A's second call, and the
+graph first checks A's pattern against the one it was recorded with: where it is the same, A.T
+is A's values gathered through the kept permutation (``spt_same``, ``spt_gather``), and the
+method's launches, which follow, do nothing (their ``only_if`` argument); where it differs, they run.
+
 Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
 deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
 ``A.T.tocsr()`` keeps them too). The keys are unique (e is), so no sort needs to be stable. The
