@@ -10,8 +10,9 @@ cuSPARSE succeeded, the same nnz. ``vendor_status`` records where cuSPARSE raise
 wrong result, or was not run because the problem is past its known limits (VENDOR_LIMITS).
 A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory; wordnet A·Aᵀ
 has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
-(``output``/``panels`` in the JSON). SpTRANS: the segmented-merge ``sptrans.transpose`` vs
-CuPy's ``A.T.tocsr()`` (``benchmarks/sptrans.py`` compares them in more detail).
+(``output``/``panels`` in the JSON). SpTRANS: ``sptrans.transpose`` (no plan: ``sptrans_ms``) and
+a plan's repeated ``plan.run(A)`` (graph and pattern replays: ``sptrans_plan_ms``) vs CuPy's
+``A.T.tocsr()``, values compared too (``benchmarks/sptrans.py`` compares them in more detail).
 ``ms`` times repeated calls of the same operands, so a one-pass product after its first call
 goes on from its kept analysis (spgemm's "Guessed analyses"); ``unguessed_ms`` times the same
 call with ``guess=False`` (every call waits for its own analysis, as a first call does), and
@@ -211,15 +212,25 @@ def run_one(cp, name, A_host):
         row["oracle_kernel"] = min(timings, key=timings.get)
         row["oracle_ms"] = timings[row["oracle_kernel"]]
 
-    # SpTRANS: segmented-merge transpose vs cupyx (cuSPARSE csr2csc); benchmarks/sptrans.py has more
+    # SpTRANS: sptrans.transpose (method "auto", no plan) and a plan's repeated runs (planner.
+    # plan_transpose(A).run(A): graph and pattern replays) vs cupyx (cuSPARSE csr2csc);
+    # benchmarks/sptrans.py has more
     try:
-        T, Tv = sptrans.transpose(A), A.T.tocsr()
+        from matplan import planner
+        p = planner.plan_transpose(A)
+        Tv = A.T.tocsr()
         Tv.sort_indices()
-        same = bool(T.nnz == Tv.nnz and cp.array_equal(T.indptr, Tv.indptr) and cp.array_equal(T.indices, Tv.indices))
+        same = True
+        for T in (sptrans.transpose(A), p.run(A), p.run(A)):   # the plan's first call, then its recorded one
+            same &= bool(T.nnz == Tv.nnz and cp.array_equal(T.indptr, Tv.indptr)
+                         and cp.array_equal(T.indices, Tv.indices) and cp.array_equal(T.data, Tv.data))
         del T, Tv
-        t = cuda_medians_alternating_s({"ours": lambda: sptrans.transpose(A), "vendor": lambda: A.T.tocsr()}, 5, 1)
-        row.update(sptrans_kernel="sptrans.merge", sptrans_ms=t["ours"] * 1e3, sptrans_vendor_ms=t["vendor"] * 1e3,
-                   sptrans_speedup=t["vendor"] / t["ours"], sptrans_same_as_vendor=same)
+        t = cuda_medians_alternating_s({"ours": lambda: sptrans.transpose(A), "plan": lambda: p.run(A),
+                                        "vendor": lambda: A.T.tocsr()}, 5, 1)
+        row.update(sptrans_kernel="sptrans.transpose[auto]", sptrans_ms=t["ours"] * 1e3,
+                   sptrans_vendor_ms=t["vendor"] * 1e3, sptrans_speedup=t["vendor"] / t["ours"],
+                   sptrans_plan_kernel=p.candidates[0].label(), sptrans_plan_ms=t["plan"] * 1e3,
+                   sptrans_plan_speedup=t["vendor"] / t["plan"], sptrans_same_as_vendor=same)
     except Exception as e:
         row["sptrans_status"] = f"{type(e).__name__}: {e}"
     cp.get_default_memory_pool().free_all_blocks()
@@ -253,6 +264,7 @@ def main(argv=None):
         planner_slower_than_vendor=[r["matrix"] for r in rows if r.get("planner_ms") and r.get("vendor_ms")
                                     and r.get("vendor_status") == "ok" and r["planner_ms"] > r["vendor_ms"]],
         sptrans_geomean_speedup=geomean([r["sptrans_speedup"] for r in sp_ok]),
+        sptrans_plan_geomean_speedup=geomean([r["sptrans_plan_speedup"] for r in sp_ok]),
         merge_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["merge_ms"] for r in ok if r.get("merge_ms")]),
         unguessed_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r.get("unguessed_ms", r["ms"]) for r in ok]),
         merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
