@@ -318,7 +318,7 @@ def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method, only
     launch comes first that the GPU can start on (a single call waits for the host until then);
     allocations the later launches need are made while it runs. ``only_if`` (a device address):
     every launch does nothing unless the word there is set (a pattern replay's full path:
-    _pattern_launches); ``outs``: A.T's (indptr, indices, data) to write, else allocated here."""
+    _replayed_transpose); ``outs``: A.T's (indptr, indices, data) to write, else allocated here."""
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
