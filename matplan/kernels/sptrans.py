@@ -54,8 +54,9 @@ segsort past that).
 
 Plans (``SpTrans.runner``) replay their launches as a CUDA graph from an A's second call, and the
 graph first checks A's pattern against the one it was recorded with: where it is the same, A.T
-is A's values gathered through the kept permutation (``spt_same``, ``spt_gather``), and the
-method's launches, which follow, do nothing (their ``only_if`` argument); where it differs, they run.
+is A's values gathered through the kept permutation (``spt_same``, ``spt_finish``), and the
+method's launches between them do nothing (their ``only_if`` argument); where it differs, they run
+into scratch arrays that ``spt_finish`` copies.
 
 Keys order each row of A.T by row of A and then by position in A, so the transpose is stable and
 deterministic: duplicated (i, j) entries of A stay separate entries of A.T, in A's order (SciPy's
@@ -85,7 +86,7 @@ _CU = "sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>",
           "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
           "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>",
-          "spt_radix_pass<float>", "spt_radix_pass<double>", "spt_same", "spt_gather<float>", "spt_gather<double>")
+          "spt_radix_pass<float>", "spt_radix_pass<double>", "spt_same", "spt_finish<float>", "spt_finish<double>")
 #: Must match SPT_BLOCK and SPT_ITEMS in sptrans.cu.
 BLOCK, ITEMS = 256, 8
 TILE = BLOCK * ITEMS
@@ -143,7 +144,7 @@ class _Kernels:
         # spt_count with ranks (the segsort) and without (the radix method: reductions, no waits)
         self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
         self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
-        self.same, self.gather = packed("spt_same"), packed_typed("spt_gather")   # pattern replays
+        self.same, self.finish = packed("spt_same"), packed_typed("spt_finish")   # pattern replays
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)
@@ -603,8 +604,9 @@ class _Pattern:
 
 def _replayed_transpose(A, method, pattern):
     """The launches a runner's graph records for A: with ``pattern`` (_Pattern), spt_same's check,
-    spt_gather's A.T from the kept pattern, and the method's launches that run only where the
-    check failed, all writing the same outputs; without, :func:`_transpose`'s."""
+    the method's launches into scratch arrays that run only where the check failed, and
+    spt_finish, which writes A.T from the kept pattern and A's values, or from the scratch (the one
+    launch naming A.T's arrays: a replay moves one node); without, :func:`_transpose`'s."""
     if pattern is None:
         return _transpose(A, False, None, method)
     cp = cupy_module()
@@ -614,14 +616,16 @@ def _replayed_transpose(A, method, pattern):
     indptr_a, indices = _int32_arrays(A)
     nnz = int(indices.size)
     kept_indptr, kept_indices, t_indptr, t_indices, src = pattern.kept
-    outs = (cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype))
-    _cuda.hold(pattern)
+    full = (cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype))
+    _cuda.hold((pattern, full))
     _cuda.zero(pattern.flag.data.ptr, 4)
     grid = max(1, min(-(-(max(nnz, m + 1, n + 1)) // BLOCK), 16 * ks.sms))
     ks.same((grid,), (BLOCK,), (indptr_a, indices, kept_indptr, kept_indices, m, nnz, pattern.flag))
-    ks.gather[ct]((grid,), (BLOCK,), (src, A.data, t_indptr, t_indices, nnz, n, pattern.flag, *outs))
-    return _segmented(cp, ks, ct, A, indptr_a, indices, False, None, _check_bins(BINS), method,
-                      only_if=pattern.flag.data.ptr, outs=outs)
+    _segmented(cp, ks, ct, A, indptr_a, indices, False, None, _check_bins(BINS), method,
+               only_if=pattern.flag.data.ptr, outs=full)
+    outs = (cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype))
+    ks.finish[ct]((grid,), (BLOCK,), (pattern.flag, src, A.data, t_indptr, t_indices, *full, nnz, n, *outs))
+    return _result(A, *outs)
 
 
 def _replay_key(cp, A, method):
