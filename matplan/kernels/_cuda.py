@@ -233,12 +233,12 @@ def zero(ptr: int, nbytes: int) -> None:
     cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, cp.cuda.get_current_stream().ptr)
 
 
-def hold(obj) -> None:
-    """Keep ``obj`` (a call's scratch allocation) alive as long as the graph of a :func:`recording`
-    in progress, whose launches read and write it on every replay; nothing otherwise."""
+def hold(*objs) -> None:
+    """Keep ``objs`` (a call's scratch allocations) alive as long as the graph of a :func:`recording`
+    in progress, whose launches read and write them on every replay; nothing otherwise."""
     log = getattr(_RECORD, "log", None)
     if log is not None:
-        log.append(("hold", obj))
+        log.extend(("hold", obj) for obj in objs)
 
 
 _RECORD = threading.local()

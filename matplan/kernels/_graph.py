@@ -194,7 +194,7 @@ class Replay:
     @property
     def nbytes(self) -> int:
         """Device bytes the replay holds: its graph's scratch and the next launch's outputs."""
-        return sum(h.nbytes for h in self.graph.held) + sum(a.nbytes for a in self.arrays)
+        return sum(getattr(h, "nbytes", 0) for h in self.graph.held) + sum(a.nbytes for a in self.arrays)
 
 
 __all__ = ["KernelGraph", "Replay", "available", "rebased"]

@@ -423,7 +423,7 @@ def _classify(m: int, k: int, ladder: tuple, *, A=None, csum=None, row_nnz=None,
     mode = 0 if row_nnz is None else 1
     idx = cp.empty(m, dtype=cp.int32)
     idx2 = cp.empty(m, dtype=cp.int32) if T2 else taken_idx
-    _cuda.hold((idx, idx2))   # a recorded call's graph (_guessed) writes them on every replay
+    _cuda.hold(idx, idx2)   # a recorded call's graph (_guessed) writes them on every replay
     words = _classify_words(T) + (_classify_words(T2) if T2 else 0)
     keep = None
     if acc is None:   # zeroed: T + 6 totals, then T + 2 fill counters for _bucket (and the second's)
@@ -1190,7 +1190,7 @@ def _global_slabs(s: _Symbolic, rows, n_glob: int, Cp, base, Cj, Cx, row_nnz) ->
     marks = _cuda.zeroed(G * k, np.int32)
     acc = _cuda.zeroed(G * k, dtype)
     seg_counts = cp.empty(G * segs, dtype=cp.int32)
-    _cuda.hold((marks, acc, seg_counts))   # a recorded call's graph (_guessed) uses them on every replay
+    _cuda.hold(marks, acc, seg_counts)   # a recorded call's graph (_guessed) uses them on every replay
     for b0 in range(0, n_glob, G):    # batches of G rows, a slab each
         nb = min(G, n_glob - b0)
         _launch(f"numeric_global_acc<{ct}>", (nb, parts), GLOBAL_BLOCK_THREADS,

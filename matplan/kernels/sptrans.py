@@ -617,7 +617,7 @@ def _replayed_transpose(A, method, pattern):
     nnz = int(indices.size)
     kept_indptr, kept_indices, t_indptr, t_indices, src = pattern.kept
     full = (cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype))
-    _cuda.hold((pattern, full))
+    _cuda.hold(pattern, *full)
     _cuda.zero(pattern.flag.data.ptr, 4)
     grid = max(1, min(-(-(max(nnz, m + 1, n + 1)) // BLOCK), 16 * ks.sms))
     ks.same((grid,), (BLOCK,), (indptr_a, indices, kept_indptr, kept_indices, m, nnz, pattern.flag))
