@@ -519,14 +519,14 @@ class SpTrans(KeepsA):
         cp = cupy_module()
         if cp is None or method == "merge" or not _graph.available():
             return general
-        graphs, verdicts, seen, unstable, lock = {}, {}, set(), set(), threading.Lock()
+        graphs, seen, unstable, lock = {}, set(), set(), threading.Lock()
 
         def replay(key, A):
             """The kept graph of ``key``, a new one at its second call, None at its first (which is
             remembered) or for no key (under ``lock``)."""
             rep = graphs.get(key)
-            if rep is not None and verdicts.get(key) is not None and verdicts[key].changed():
-                graphs.pop(key), verdicts.pop(key)   # A's pattern changed since its graph's: a new one,
+            if rep is not None and rep.pattern is not None and rep.pattern.changed():
+                graphs.pop(key)                      # A's pattern changed since its graph's: a new one,
                 unstable.add(key)                    # without pattern replays (it may change again)
                 rep = None
             if rep is not None or key is None:
@@ -537,12 +537,11 @@ class SpTrans(KeepsA):
                 seen.add(key)
                 return None
             if len(graphs) >= GRAPH_CACHE_SIZE:
-                old = next(iter(graphs))   # the oldest (freed once its launches are done)
-                graphs.pop(old), verdicts.pop(old, None)
+                graphs.pop(next(iter(graphs)))   # the oldest (freed once its launches are done)
             pattern = _Pattern(A, method) if PATTERN_REPLAYS and key not in unstable else None
             rep = graphs[key] = _graph.Replay(lambda: _replayed_transpose(A, method, pattern),
                                               lambda T: (T.indptr, T.indices, T.data))
-            verdicts[key] = pattern
+            rep.pattern = pattern   # its _Pattern, or None
             return rep
 
         def run(A, B, out=None):
@@ -551,12 +550,12 @@ class SpTrans(KeepsA):
             with lock:
                 rep = replay(key, A)
                 arrays = None if rep is None else rep.run(key[1])   # the current stream (the key's)
-                if arrays is not None and verdicts.get(key) is not None:
-                    verdicts[key].note(key[1])
+                if arrays is not None and rep.pattern is not None:
+                    rep.pattern.note(key[1])
             if arrays is None:
                 return general(A, B, out)
             return _result(A, *arrays)
-        run.graphs, run.verdicts = graphs, verdicts   # kept Replays and _Patterns by key: inspected by tests
+        run.graphs = graphs   # the kept Replays by key (:func:`_replay_key`), each with its .pattern: inspected by tests
         return run
 
 
