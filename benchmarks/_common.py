@@ -6,7 +6,7 @@ import subprocess
 
 import numpy as np
 
-from matplan._timing import cuda_queued_s
+from matplan.core.timing import cuda_queued_s
 
 
 def git_commit() -> str:

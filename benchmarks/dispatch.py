@@ -48,12 +48,12 @@ import numpy as np
 
 import matplan
 from matplan import corpus, planner
-from matplan._xp import cupy_module
+from matplan.core.xp import cupy_module
 from matplan.dispatch import fingerprint as fp_mod
 from matplan.dispatch import identity
 from matplan.dispatch.cache import nbytes_of
 from matplan.kernels import get
-from matplan.validation import normalize
+from matplan.core.validation import normalize
 from _common import queued_s  # benchmarks/ is on sys.path when run as a script
 
 REUSE = 1000

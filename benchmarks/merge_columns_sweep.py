@@ -9,7 +9,8 @@ import cupy as cp
 import cupyx.scipy.sparse as csp
 import numpy as np
 
-from matplan.kernels import get, spmv
+from matplan.kernels import get
+from matplan.kernels.spmv import gpu as spmv
 from matplan.tuning_db import tune as T
 
 #: (label, MERGE_BLOCKS_PER_SM, MERGE_V)

@@ -35,11 +35,11 @@ import time
 import numpy as np
 import scipy.sparse as sp
 from _common import geomean, git_commit  # this folder is on sys.path when run as a script
-from matplan._timing import cuda_medians_alternating_s
+from matplan.core.timing import cuda_medians_alternating_s
 
 
 def peak(cp, fn):
-    from matplan._memtrack import peak_memory
+    from matplan.core.memtrack import peak_memory
     cp.get_default_memory_pool().free_all_blocks()
     with peak_memory() as mem:
         out = fn()
@@ -95,8 +95,9 @@ KERNEL_KEYS = {"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms", "spgemm.merg
 
 def run_one(cp, name, A_host):
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import spgemm as hs, spgemm_merge, sptrans
-    from matplan.kernels.vendor import VENDOR_LIMITS
+    from matplan.kernels.spgemm import gpu as hs, merge as spgemm_merge
+    from matplan.kernels.sptrans import gpu as sptrans
+    from matplan.models.spgemm import VENDOR_LIMITS
     from matplan.planner import plan as make_plan
 
     A_host = sp.csr_matrix(A_host, dtype=np.float64)
@@ -244,11 +245,11 @@ def main(argv=None):
                     help="stop adding real matrices after this many seconds")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these matrices (names as in the output)")
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/spgemm.py needs CuPy and an NVIDIA GPU")
-    from matplan.models import device as device_mod
+    from matplan.core import device as device_mod
     dev = device_mod.current()
     t0 = time.time()
     rows = []

@@ -50,12 +50,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/spgemm_esc.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import gpu as hs
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     print(f"# {gpu}, commit {git_commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}: ms, median over "

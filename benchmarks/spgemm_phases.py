@@ -83,12 +83,12 @@ def main(argv=None):
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                     help="compile spgemm.cu with -DNAME=VALUE (e.g. SUBWARP_MIN_BLOCKS=6)")
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/spgemm_phases.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import gpu as hs
     overrides = {}
     for item in args.set:
         name, _, value = item.partition("=")

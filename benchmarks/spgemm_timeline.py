@@ -85,12 +85,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", metavar="NAME")
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/spgemm_timeline.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import gpu as hs
     print(f"# spgemm_timeline.py, commit {git_commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
           f"CuPy {cp.__version__}: microseconds from the call's start")
     for name, H in matrices(args.only):

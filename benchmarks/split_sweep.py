@@ -3,8 +3,9 @@ skewed matrices, back to back: ``PYTHONPATH=. python3 benchmarks/split_sweep.py`
 2026-11-24: within noise of the defaults 4096 / 16, ``results/split-sweep-h100-2026-11-24-724178c.log``)."""
 import numpy as np, cupy as cp, cupyx.scipy.sparse as csp
 from matplan import corpus, planner
-from matplan._timing import cuda_queued_s
-from matplan.kernels import get, spmv_formats as fmt
+from matplan.core.timing import cuda_queued_s
+from matplan.kernels import get
+from matplan.kernels.spmv import formats as fmt
 from matplan.models import traffic
 src = cp.ones(1 << 27, dtype=cp.float32); dst = cp.empty_like(src)
 def cpy(): dst[...] = src

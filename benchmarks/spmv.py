@@ -48,9 +48,10 @@ from _common import geomean, git_commit, queued_s  # noqa: E402  (this folder is
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan.corpus import generators  # noqa: E402
 from matplan.corpus.io import matrices_dir  # noqa: E402
-from matplan._timing import cuda_median_s  # noqa: E402
+from matplan.core.timing import cuda_median_s  # noqa: E402
 from matplan.kernels import get  # noqa: E402
-from matplan.models import device as device_mod, traffic  # noqa: E402
+from matplan.core import device as device_mod
+from matplan.models import traffic  # noqa: E402
 
 REUSE = 1000
 FAMILIES = ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded")

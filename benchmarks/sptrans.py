@@ -51,8 +51,8 @@ def matrices():
 
 
 def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
-    from matplan.kernels import sptrans
-    from matplan.kernels.spgemm import transpose_sort
+    from matplan.kernels.sptrans import gpu as sptrans
+    from matplan.kernels.spgemm.gpu import transpose_sort
     A_host = sp.csr_matrix(A_host, dtype=dtype)
     m, n = A_host.shape
     A = csp.csr_matrix((cp.asarray(A_host.data), cp.asarray(A_host.indices.astype(np.int32)),
@@ -147,12 +147,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.reps < 20:
         sys.exit("--reps: at least 20 timed runs")
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/sptrans.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.models import device as device_mod
+    from matplan.core import device as device_mod
     copy_bw = device_mod.measure_copy_bandwidth()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

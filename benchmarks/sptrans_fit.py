@@ -38,7 +38,7 @@ def fit(rows, field, times=lambda r: 1):
 
 
 def main(paths):
-    from matplan.kernels.sptrans import BINS, radix_passes
+    from matplan.kernels.sptrans.gpu import BINS, radix_passes
     results = []
     for path in paths:
         doc = json.load(open(path))

@@ -86,12 +86,12 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--merge", action="store_true", help="also the segmented merge's phases")
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/sptrans_phases.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels import sptrans as st
+    from matplan.kernels.sptrans import gpu as st
     spin = _spin(cp)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

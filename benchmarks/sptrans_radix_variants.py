@@ -54,13 +54,13 @@ def main(argv=None):
     ap.add_argument("--variant", action="append", default=None, metavar="ITEMS,LOOKBACK,MIN_BLOCKS")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
-    from matplan._xp import cupy_module
+    from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/sptrans_radix_variants.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
     from matplan.kernels import _cuda
-    from matplan.kernels import sptrans as st
+    from matplan.kernels.sptrans import gpu as st
     variants = [tuple(int(x) for x in v.split(",")) for v in (args.variant or ["8,16,1", "8,4,4"])]
     spin = _spin(cp)
     ks = st._kernels(cp)

@@ -52,9 +52,10 @@ def main(argv=None):
 
     import cupy as cp
     from matplan import planner
-    from matplan.kernels import get, tsm2
-    from matplan.models import device as device_mod
-    from matplan._timing import cuda_medians_alternating_s
+    from matplan.kernels import get
+    from matplan.kernels.tsgemm import tsm2
+    from matplan.core import device as device_mod
+    from matplan.core.timing import cuda_medians_alternating_s
 
     dev = device_mod.current()
     copy_bw = device_mod.measure_copy_bandwidth(1 << 30, repeats=10)
@@ -142,7 +143,7 @@ def main(argv=None):
 def same_bytes_copy(cp, tsm2, A0, copy_bw) -> tuple:
     """(single call, back to back) fractions of ``copy_bw`` of a device-to-device copy of half of
     A0's bytes (A0's bytes moved: read plus written), on data that is not zeros (A0's)."""
-    from matplan._timing import cuda_median_s
+    from matplan.core.timing import cuda_median_s
     src = A0.ravel()[: A0.size // 2]
     dst = cp.empty_like(src)
 

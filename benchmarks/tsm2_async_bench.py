@@ -38,7 +38,7 @@ TOL = {"float32": 1e-4, "float64": 1e-10}
 
 def variants(dtype: str, k: int) -> dict:
     """Async configs timed per (dtype, k): the preset and a few knob changes."""
-    from matplan.kernels import tsm2_async
+    from matplan.kernels.tsgemm import tsm2_async
     base = tsm2_async.default_config(dtype, k)
     out = {
         "preset": base,
@@ -63,7 +63,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import cupy as cp
-    from matplan.kernels import get, tsm2_async
+    from matplan.kernels import get
+    from matplan.kernels.tsgemm import tsm2_async
 
     t0 = time.perf_counter()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)

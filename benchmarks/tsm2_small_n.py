@@ -69,9 +69,10 @@ def main(argv=None):
 
     import cupy as cp
     from matplan import planner
-    from matplan.kernels import get, tsm2, tsm2_async
-    from matplan.models import device as device_mod
-    from matplan._timing import cuda_medians_alternating_s, cuda_queued_s
+    from matplan.kernels import get
+    from matplan.kernels.tsgemm import tsm2, tsm2_async
+    from matplan.core import device as device_mod
+    from matplan.core.timing import cuda_medians_alternating_s, cuda_queued_s
 
     copy_bw = device_mod.measure_copy_bandwidth(1 << 30, repeats=10)
     empty = cp.RawKernel(r'extern "C" __global__ void nothing() {}', "nothing")

@@ -33,9 +33,10 @@ def main(argv=None) -> int:
 
     import cupy as cp
     from matplan import planner
-    from matplan._timing import cuda_medians_alternating_s
-    from matplan.kernels import get, tsm2, tsm2_tc
-    from matplan.models import device as device_mod
+    from matplan.core.timing import cuda_medians_alternating_s
+    from matplan.kernels import get
+    from matplan.kernels.tsgemm import tsm2, tsm2_tc
+    from matplan.core import device as device_mod
 
     tsm2_tc.ENABLED = False   # the planner's FP32 TSM2 parameters, as the baseline
     dev = device_mod.current()

@@ -60,7 +60,7 @@ BIG_RTOL = {"float32": 1e-4, "float64": 1e-12}
 def variants(n: int, dtype: str, order: str, k: int, sms: int = 132) -> list[dict]:
     """The launches to compare for one case: dicts of launch() keywords plus a ``name``
     (``sms``: multiprocessors, for the old split count)."""
-    from matplan.kernels import tsm2
+    from matplan.kernels.tsgemm import tsm2
     item = np.dtype(dtype).itemsize
     layout = "row" if order == "C" else "col"
     t1, t2, t3 = OLD_PICKS[(n, dtype, order, k)]
@@ -138,9 +138,9 @@ def main(argv=None):
         return 0
 
     import cupy as cp
-    from matplan.kernels import tsm2
-    from matplan.models import device as device_mod
-    from matplan._timing import cuda_median_s
+    from matplan.kernels.tsgemm import tsm2
+    from matplan.core import device as device_mod
+    from matplan.core.timing import cuda_median_s
 
     t0 = time.perf_counter()
     dev = device_mod.current()

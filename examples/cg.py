@@ -25,7 +25,7 @@ import numpy as np
 
 import matplan
 from matplan import corpus, planner
-from matplan._xp import cupy_module
+from matplan.core.xp import cupy_module
 
 
 def main(argv=None):

@@ -11,7 +11,7 @@ import numpy as np
 def _to_device(x, gpu: bool):
     if not gpu:
         return x
-    from ._xp import cupy_module
+    from .core.xp import cupy_module
     cp = cupy_module()
     import scipy.sparse as sp
     if sp.issparse(x):
@@ -21,7 +21,7 @@ def _to_device(x, gpu: bool):
 
 
 def _use_gpu(args) -> bool:
-    from ._xp import gpu_available
+    from .core.xp import gpu_available
     if args.cpu:
         return False
     if args.gpu and not gpu_available():
@@ -70,7 +70,7 @@ def _demo_problems(rng):
 def _check(C, ref) -> float:
     """Relative max error of C against the float64 SciPy/NumPy reference."""
     import scipy.sparse as sp
-    from ._xp import to_host
+    from .core.xp import to_host
     C = to_host(C)
     if sp.issparse(ref):
         C, ref = sp.csr_matrix(C).toarray(), ref.toarray()
@@ -92,7 +92,7 @@ def cmd_demo(args) -> int:
         t = time.perf_counter()
         C = p.run(Ad, Bd)
         if gpu:
-            from ._xp import cupy_module
+            from .core.xp import cupy_module
             cupy_module().cuda.Device().synchronize()
         ms = (time.perf_counter() - t) * 1e3
         err = _check(C, ref)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from matplan._xp import cupy_module
+from matplan.core.xp import cupy_module
 
 
 def pytest_collection_modifyitems(config, items):

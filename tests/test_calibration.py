@@ -4,9 +4,10 @@ import sqlite3
 
 import pytest
 
-from matplan.kernels import get, tsm2
-from matplan.models import device as device_mod
-from matplan.planner.stats import Features
+from matplan.kernels import get
+from matplan.kernels.tsgemm import tsm2
+from matplan.core import device as device_mod
+from matplan.core.features import Features
 from matplan.tuning_db import calibration
 from matplan.tuning_db import store as store_mod
 from matplan.tuning_db.store import CalibrationRecord, DeviceRecord, TuningDB

@@ -13,7 +13,8 @@ from matplan import corpus, planner
 from matplan.dispatch import cache as cache_mod
 from matplan.dispatch import fingerprint as fp_mod
 from matplan.dispatch import routing
-from matplan.kernels import Cost, Kernel, Prepared, get
+from matplan.core.types import Cost
+from matplan.kernels import Kernel, Prepared, get
 from matplan.kernels import registry
 from conftest import int64_indices, messy_csr, random_csr
 
@@ -141,7 +142,7 @@ def test_changed_structure_in_place_never_stale(rng, fresh_cache, host_format):
 
 def test_change_outside_the_host_sample_is_caught(rng, fresh_cache, host_format):
     """Host keys digest a sample; a change elsewhere keeps the key but fails the bitwise check."""
-    from matplan.validation import normalize
+    from matplan.core.validation import normalize
     A = random_csr(rng, 400, 400, 0.05)
     x = rng.standard_normal(400)
     matplan.matmul(A, x)
@@ -365,8 +366,8 @@ def test_per_call_cost_is_charged_and_explained(rng, prepcost_kernel):
 
 def test_hit_check_charges_only_copied_gpu_formats():
     from matplan.dispatch.identity import HIT_CHECK_FIXED_S, hit_check
-    from matplan.models.device import known
-    from matplan.planner.stats import Features
+    from matplan.core.device import known
+    from matplan.core.features import Features
     dev = known("H100")
     f = Features(op="spmv", backend="gpu", dtype="float64", index_dtype="int32", m=1000, n=1000, k=1,
                  nnz=8000)
@@ -668,7 +669,7 @@ class _LimitedSpGEMM(Kernel):
 @pytest.fixture
 def limited_spgemm(monkeypatch):
     from matplan.dispatch import identity
-    from matplan.kernels import vendor
+    from matplan.kernels.spgemm import vendor
     with registered(_LimitedSpGEMM()) as kernel:
         monkeypatch.setitem(vendor.VENDOR_LIMITS, kernel.name, {"max_products": 0, "evidence": "test"})
         identity.product_limit.cache_clear()
@@ -692,7 +693,7 @@ def test_within_product_limit_host(rng):
 def test_spgemm_products_limit_checked_on_hits(rng, fresh_cache, full_path, limited_spgemm, trust):
     """An in-place change that moves A @ B past the chosen kernel's products limit re-plans
     (unless the caller promised no in-place change, which this test then does not make)."""
-    from matplan.kernels import vendor
+    from matplan.kernels.spgemm import vendor
     A, B = random_csr(rng, 60, 50, 0.1), random_csr(rng, 50, 40, 0.1)
     products = int(np.diff(B.indptr)[A.indices].sum())
     limited_spgemm.limit = products
@@ -892,7 +893,7 @@ def test_routing_reaches_scipy_solver(rng, fresh_cache):
 
 # -- fingerprints ---------------------------------------------------------------------------
 def test_host_fingerprint_parts(rng):
-    from matplan.validation import normalize
+    from matplan.core.validation import normalize
     A = random_csr(rng, 30, 30, 0.2)
     x = rng.standard_normal(30)
     f1 = fp_mod.fingerprint(normalize(A, x), False)
@@ -1072,7 +1073,7 @@ def gpu_format(request, cp, monkeypatch):
     """A GPU format that is A's own arrays (CSR vector) or one prepared from a copy (the compare path).
     Always chosen: matmul's charge for the comparison (identity.hit_check) is switched off."""
     from matplan.dispatch import auto
-    from matplan.kernels import spmv
+    from matplan.kernels.spmv import gpu as spmv
     monkeypatch.setattr(auto, "hit_check", lambda kernel, f, device: (0.0, ""))
 
     class _Pick(spmv.CsrVector):
@@ -1218,7 +1219,8 @@ def _with_empty_rows(M, every=7):
 def gpu_spgemm(request, cp, monkeypatch):
     """Force a SpGEMM kernel: a copy of cuSPARSE's (with its products limit) or of the hash kernel."""
     from matplan.dispatch import identity
-    from matplan.kernels import spgemm, vendor
+    from matplan.kernels.spgemm import gpu as spgemm
+    from matplan.kernels.spgemm import vendor
     base = vendor.CusparseSpGEMM if request.param == "cusparse" else spgemm.HashSpGEMM
 
     class _Pick(base):
@@ -1293,7 +1295,8 @@ def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     in-place change past the limit takes the full path and re-plans (the hash kernel), never
     returning what cuSPARSE computed past its limit (it runs behind the count, its result dropped)."""
     from matplan.dispatch import identity
-    from matplan.kernels import spgemm, vendor
+    from matplan.kernels.spgemm import gpu as spgemm
+    from matplan.kernels.spgemm import vendor
     cache = matplan.get_plan_cache(cp.cuda.runtime.getDevice())
     cache.clear()
     A, B = random_csr(rng, 500, 400, 0.02), random_csr(rng, 400, 300, 0.02)
@@ -1302,7 +1305,7 @@ def test_gpu_spgemm_products_limit_replans(cp, rng, monkeypatch, full_path):
     # which kernel wins so small a product is the cost model's call: hash is made 10 ms dearer so
     # that cuSPARSE is planned first, and the row-row merge 20 ms dearer so that hash is the kernel
     # taken past the limit
-    from matplan.kernels import spgemm_merge
+    from matplan.kernels.spgemm import merge as spgemm_merge
     monkeypatch.setattr(spgemm, "HASH_FIXED_S", {path: s + 0.01 for path, s in spgemm.HASH_FIXED_S.items()})
     monkeypatch.setattr(spgemm_merge, "FIXED_S", spgemm_merge.FIXED_S + 0.02)
     identity.product_limit.cache_clear()

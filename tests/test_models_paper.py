@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.models import analytic, brcp, tsm2
-from matplan.models.device import known
+import brcp_reference as brcp
+from matplan.models import spgemm as spgemm_model, spmv as spmv_model, tsgemm as tsm2
+from matplan.core.device import known
 
 
 # --- TSM2 t2threshold (SEEDS 5: K40c ~40, M40 ~6, P100 ~50) ---------------------------------
@@ -27,28 +28,28 @@ ELLR_TABLE = [  # matrix, before, after, sorting pays
 
 @pytest.mark.parametrize("name, before, after, sorts", ELLR_TABLE)
 def test_ellr_rule_on_paper_table(name, before, after, sorts):
-    assert analytic.ellr_should_sort(before, after) is sorts
+    assert spmv_model.ellr_should_sort(before, after) is sorts
 
 
 def test_warp_lengths_hand_built():
     # warp 0: one row of 10, the rest 1; warp 1: all 2 but one row of 3
     rl = np.array([10] + [1] * 31 + [2] * 31 + [3])
     # sorted: 10, 3, 2 x 31 | 2 (1 left), ... -> warp 0 max 10, warp 1: 2 and 1s -> max 2
-    assert analytic.warp_lengths(rl) == (6.5, 6.0)
+    assert spmv_model.warp_lengths(rl) == (6.5, 6.0)
     # 40 rows: the second warp is padded with empty rows
     rl = np.array([1] * 39 + [5])
-    assert analytic.warp_lengths(rl) == (3.0, 3.0)
-    assert analytic.warp_lengths(np.zeros(0, np.int64)) == (0.0, 0.0)
+    assert spmv_model.warp_lengths(rl) == (3.0, 3.0)
+    assert spmv_model.warp_lengths(np.zeros(0, np.int64)) == (0.0, 0.0)
 
 
 # --- RBSparse (SEEDS 1) ---------------------------------------------------------------------
 def test_rbsparse_balanced_boundary():
-    assert analytic.rbsparse_balanced(0.5)
-    assert not analytic.rbsparse_balanced(0.5000001)
+    assert spgemm_model.rbsparse_balanced(0.5)
+    assert not spgemm_model.rbsparse_balanced(0.5000001)
     flat = np.array([10.0, 10.0, 10.0])
-    assert analytic.rbsparse_balanced(flat.var() / flat.mean())
+    assert spgemm_model.rbsparse_balanced(flat.var() / flat.mean())
     skew = np.array([1.0, 100.0])
-    assert not analytic.rbsparse_balanced(skew.var() / skew.mean())
+    assert not spgemm_model.rbsparse_balanced(skew.var() / skew.mean())
 
 
 def test_rbsparse_groups_and_boundaries():
@@ -58,11 +59,11 @@ def test_rbsparse_groups_and_boundaries():
     row_ct = np.array([0, 1, 100, 32 * pi, 101, 64 * pi - 1e-9, 64 * pi, 127 * pi,
                        128 * pi, 300 * pi, 256 * pi, 511.9 * pi, 512 * pi, 1e6])
     want = [0, 0, 0, 1, 1, 1, 2, 2, 3, 4, 4, 4, 5, 5]
-    assert analytic.rbsparse_group_ids(row_ct).tolist() == want
-    assert analytic.rbsparse_histogram(row_ct) == (3, 3, 2, 1, 3, 2)
+    assert spgemm_model.rbsparse_group_ids(row_ct).tolist() == want
+    assert spgemm_model.rbsparse_histogram(row_ct) == (3, 3, 2, 1, 3, 2)
     # integer nnz_RowCt: 100/pi = 31.8 (group 0), 101/pi = 32.1 (group 1)
-    assert analytic.rbsparse_group_ids(np.array([100, 101], dtype=np.int64)).tolist() == [0, 1]
-    assert analytic.RBS_GROUP_TABLE[analytic.rbsparse_group_ids(np.array([2000]))[0]] == 2048
+    assert spgemm_model.rbsparse_group_ids(np.array([100, 101], dtype=np.int64)).tolist() == [0, 1]
+    assert spgemm_model.RBS_GROUP_TABLE[spgemm_model.rbsparse_group_ids(np.array([2000]))[0]] == 2048
 
 
 # --- BRCP block widths (SEEDS 4), computed by hand --------------------------------------------
@@ -124,7 +125,7 @@ def test_brcp_layout_tiny_by_hand():
     assert lay.nnz_slot.tolist() == [0, 32, 1, 2, 34, 3]
     assert lay.size == 64 and lay.max_blocks_per_row == 1
     # default T = round(mean + std) = round(1.5 + 1.118) = 3
-    assert brcp.layout(np.array([2, 0, 3, 1])).T == analytic.brcp_T(1.5, math.sqrt(1.25)) == 3
+    assert brcp.layout(np.array([2, 0, 3, 1])).T == spmv_model.brcp_T(1.5, math.sqrt(1.25)) == 3
 
 
 def _reference_arrays(lengths, lay):
@@ -222,8 +223,8 @@ def test_brcp_spmv_emulation_empty_rows_and_long_row(rng):
     indices = rng.integers(0, n, indptr[-1]).astype(np.int32)
     A = sp.csr_matrix((rng.random(indptr[-1]) - 0.5, indices, indptr), shape=(m, n))
     lay = _check_spmv(A, rng)
-    assert L[123] > analytic.BRCP_LONG_FACTOR * lay.T
-    assert lay.block_width[0] == math.ceil(8000 / analytic.BRCP_LONG_FACTOR)
+    assert L[123] > spmv_model.BRCP_LONG_FACTOR * lay.T
+    assert lay.block_width[0] == math.ceil(8000 / spmv_model.BRCP_LONG_FACTOR)
     assert lay.row_perm[0] == 123 and lay.row_seg_len[0] == lay.H   # the long row fills block 0
 
 
@@ -358,7 +359,7 @@ def test_tsm2_rejects_bad_input():
 def test_planning_bandwidth_snaps_near_the_recorded_copy_bandwidth():
     """Every process plans an H100 with one bandwidth: measurements within COPY_BW_SNAP of the
     recorded copy bandwidth give that figure; a GPU far off (another SKU, a MIG slice) keeps its own."""
-    from matplan.models.device import COPY_BW_SNAP, planning_bandwidth
+    from matplan.core.device import COPY_BW_SNAP, planning_bandwidth
     nominal = known("H100").copy_bandwidth
     assert nominal > 0
     for f in (0.97, 0.99, 1.0, 1.02, 1 + 0.99 * COPY_BW_SNAP):

@@ -90,7 +90,7 @@ def test_plan_rejects_other_inputs(problems, rng):
 def test_run_skips_validation_only_for_the_planned_inputs(problems, op, monkeypatch):
     """Plan.run takes operands of exactly the planned types, dtype and shapes without the general
     validation (normalize); anything else still goes through it."""
-    import matplan.validation as validation
+    import matplan.core.validation as validation
     A, B = problems[op]
     p = planner.plan(sp.csr_matrix(A) if sp.issparse(A) else A, sp.csr_matrix(B) if sp.issparse(B) else B)
     A = sp.csr_matrix(A) if sp.issparse(A) else A
@@ -140,7 +140,7 @@ def test_ties_go_by_kernel_name_then_parameter_values():
     """Candidates within TIE_MARGIN of the cheapest are a tie: the first by kernel name wins, then by
     parameter values as numbers (W=8 before W=16), whatever the order they come in."""
     from matplan.planner.choose import TIE_MARGIN, pick
-    from matplan.planner.plan import Candidate
+    from matplan.core.types import Candidate
 
     def cand(kernel, params, total):
         return Candidate(kernel, params, 0.0, total, total, "analytic")

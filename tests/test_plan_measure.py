@@ -7,9 +7,10 @@ import pytest
 
 from matplan import planner
 from matplan.kernels import registry
-from matplan.kernels.base import Cost, Kernel, Prepared
+from matplan.core.types import Cost
+from matplan.kernels.base import Kernel, Prepared
 from matplan.planner import measure
-from matplan.planner.plan import Candidate
+from matplan.core.types import Candidate
 from conftest import random_csr
 
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def hs(cp):
-    from matplan.kernels import spgemm
+    from matplan.kernels.spgemm import gpu as spgemm
     spgemm.forget_guesses()
     yield spgemm
     spgemm.forget_guesses()

@@ -1,7 +1,9 @@
 """spgemm.merge's host side on the CPU: its rounds, buffers, registration and kernel names."""
 import re
 
-from matplan.kernels import _cuda, get, spgemm_merge, sptrans
+from matplan.kernels import _cuda, get
+from matplan.kernels.spgemm import merge as spgemm_merge
+from matplan.kernels.sptrans import gpu as sptrans
 
 
 def test_rounds_and_buffers():

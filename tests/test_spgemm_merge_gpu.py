@@ -10,7 +10,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def sm(cp):
-    from matplan.kernels import spgemm_merge
+    from matplan.kernels.spgemm import merge as spgemm_merge
     return spgemm_merge
 
 

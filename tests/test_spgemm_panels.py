@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.kernels import spgemm as hs
-from matplan.models import device as device_mod
-from matplan.planner import stats
-from matplan.validation import normalize
+from matplan.kernels.spgemm import gpu as hs
+from matplan.core import device as device_mod
+from matplan.core import features as stats
+from matplan.core.validation import normalize
 
 INT32_MAX = 2 ** 31 - 1
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.kernels import spgemm as hs
-from matplan.models import analytic
-from matplan.models import device as device_mod
-from matplan.planner import stats
-from matplan.validation import normalize
+from matplan.kernels.spgemm import gpu as hs
+from matplan.models import spgemm as spgemm_model
+from matplan.core import device as device_mod
+from matplan.core import features as stats
+from matplan.core.validation import normalize
 
 from conftest import random_csr
 
@@ -96,7 +96,7 @@ def test_cost_explains_balanced_and_grouped(rng):
     kernel = hs.HashSpGEMM()
     A = sp.eye(1000, format="csr") * 2.0                         # every row: 1 product -> balanced
     f = _features(A, A)
-    assert analytic.rbsparse_balanced(f.rowct_var_over_mean)
+    assert spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
     c = kernel.cost(f, {"sort": True}, h100)
     assert "balanced" in c.why and "every row fits" in c.why and c.run_s > 0
     lengths = np.ones(2000, dtype=int)
@@ -105,7 +105,7 @@ def test_cost_explains_balanced_and_grouped(rng):
     cols = np.concatenate([rng.choice(2000, n, replace=False) for n in lengths])
     S = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(2000, 2000))
     f = _features(S, S)
-    assert not analytic.rbsparse_balanced(f.rowct_var_over_mean)
+    assert not spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
     c = kernel.cost(f, {"sort": True}, h100)
     assert "grouped" in c.why and "alpha in" in c.why
 
@@ -129,7 +129,7 @@ def test_hash_path_follows_spgemm_rule():
     cols = (rows + np.concatenate([np.arange(c) for c in lengths])) % n
     G = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
     f = _features(G, G)
-    assert f.rowct_max <= hs.ONE_PASS_MAX_TABLE and not analytic.rbsparse_balanced(f.rowct_var_over_mean)
+    assert f.rowct_max <= hs.ONE_PASS_MAX_TABLE and not spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
     assert hs.hash_path(f, h100.smem_per_block) == "one pass, grouped"
     hub = sp.csr_matrix((np.ones(n), (np.zeros(n, int), np.arange(n))), shape=(n, n)) + sp.eye(n)
     f = _features(hub.tocsr(), hub.tocsr())
@@ -218,7 +218,7 @@ def test_one_pass_long_rows_rule():
 def test_one_pass_table_rule():
     """The one-pass path needs every row's bound within ONE_PASS_MAX_TABLE and the largest table,
     and its upper-bound buffer within ONE_PASS_MEM_FRACTION of the device and 2^31 entries."""
-    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import gpu as hs
     big = 80 * 2**30
     assert hs.one_pass_table(49, 10**6, 16384, 12_527_104, 8, big)
     assert hs.one_pass_table(10**6, 100, 16384, 10**7, 8, big)          # bound min(peak, k) = 100
@@ -290,7 +290,7 @@ def test_bitmap_words_only_where_it_fits_and_pays():
 
 def test_rank_sort_max_matches_the_kernel():
     from matplan.kernels import _cuda
-    assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm.cu")
+    assert f"#define RANK_SORT_MAX {hs.RANK_SORT_MAX}\n" in _cuda.source("spgemm/spgemm.cu")
 
 
 def test_compact_names_its_copier():
@@ -315,7 +315,7 @@ def test_global_segment_columns_fit_shared_memory():
         cols = hs.global_seg_cols(k, item, limit)
         assert cols % 32 == 0 and cols * item + cols // 8 + hs.STATIC_SMEM <= max(limit, 32 * item + 4 + hs.STATIC_SMEM)
         assert -(-k // cols) == -(-k // ((8 * (limit - hs.STATIC_SMEM)) // (8 * item + 1) // 32 * 32 or 32))
-    assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm.cu")
+    assert f"#define SEG_THREADS {hs.GLOBAL_SEG_THREADS}\n" in _cuda.source("spgemm/spgemm.cu")
 
 
 def test_symbolic_bitmap_takes_big_tables(monkeypatch):
@@ -345,7 +345,7 @@ def test_global_segments_or_slabs():
 def test_cusparse_cost_charges_rows_of_many_products(rng):
     """cuSPARSE's SpGEMM cost adds CUSPARSE_SPGEMM_LONG_ROW_BYTES per expected nonzero of C in rows
     of alpha >= 512 (traffic.spgemm_long_row_nnz), and says so; rows below it add nothing."""
-    from matplan.kernels import vendor
+    from matplan.kernels.spgemm import vendor
     from matplan.models import traffic
     h100 = device_mod.known("H100")
     short = _features(random_csr(rng, 300, 300, 0.02), random_csr(rng, 300, 300, 0.02))

@@ -11,10 +11,13 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import messy_csr, random_csr
-from matplan.kernels import get, spmv_formats as fmt
-from matplan.models import analytic, device, traffic
-from matplan.planner import plan, stats
-from matplan.validation import normalize
+from matplan.kernels import get
+from matplan.kernels.spmv import formats as fmt
+from matplan.models import spmv as spmv_model, traffic
+from matplan.core import device
+from matplan.planner import plan
+from matplan.core import features as stats
+from matplan.core.validation import normalize
 
 H = fmt.H
 
@@ -112,7 +115,7 @@ def test_brcp_layout_and_emulation(rng, long_factor):
     for name, A in matrices(rng):
         m = A.shape[0]
         L = np.diff(A.indptr)
-        T = analytic.brcp_T(L.mean(), L.std()) if m else 1
+        T = spmv_model.brcp_T(L.mean(), L.std()) if m else 1
         b = fmt.brcp(A.indptr, A.indices, A.data, T, long_factor)
         bp = b["block_ptr"]
         assert bp[0] == 0 and np.all(np.diff(bp) % H == 0) and bp[-1] == b["total"], name
@@ -223,9 +226,9 @@ def test_ellr_rule_and_padding_rejection(rng):
     f = _features(A)
     ellr = get("spmv.ellr")
     (params,) = ellr.candidates(f, device.known("H100"))
-    assert params["sorted"] == analytic.ellr_should_sort(f.warp_len_before, f.warp_len_after)
+    assert params["sorted"] == spmv_model.ellr_should_sort(f.warp_len_before, f.warp_len_after)
     why = ellr.cost(f, params, device.known("H100")).why
-    assert f"{f.warp_len_before:.2f} -> {f.warp_len_after:.2f}" in why and str(analytic.ELLR_SORT_RATIO) in why
+    assert f"{f.warp_len_before:.2f} -> {f.warp_len_after:.2f}" in why and str(spmv_model.ELLR_SORT_RATIO) in why
     # a matrix with one dense row among many short ones: ELL-R refuses with the figures
     L2 = np.r_[np.full(5000, 1), 5000]
     indptr = np.concatenate([[0], np.cumsum(L2)])
@@ -272,7 +275,7 @@ def test_deterministic_plan_never_picks_brc_or_cusparse(rng):
 
 
 def test_split_chunks_cover_exactly_the_long_rows():
-    from matplan.kernels import spmv_formats as fmt
+    from matplan.kernels.spmv import formats as fmt
     lengths = np.array([0, 3, 129, 128, fmt.SPLIT_CHUNK, fmt.SPLIT_CHUNK + 1, 0, 5 * fmt.SPLIT_CHUNK])
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     sc = fmt.split_chunks(indptr, 128)
@@ -316,15 +319,15 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     paths of spmv, sptrans and tsm2 now read theirs the same way; the letters below are the ones
     they wrote by hand before.)"""
     from matplan.kernels import _cuda
-    assert _cuda.signature("spgemm.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: spgemm._guessed
-    assert _cuda.signature("spgemm.cu", "numeric_esc") == "ppppppppipqpppip"
-    assert _cuda.signature("spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
-    assert _cuda.signature("tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
-    assert _cuda.signature("tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
-    assert _cuda.signature("tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
-    assert _cuda.signature("spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
-    assert _cuda.signature("sptrans.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
+    assert _cuda.signature("spgemm/spgemm.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: spgemm._guessed
+    assert _cuda.signature("spgemm/spgemm.cu", "numeric_esc") == "ppppppppipqpppip"
+    assert _cuda.signature("spgemm/spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
+    assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
+    assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
+    assert _cuda.signature("tsgemm/tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
+    assert _cuda.signature("spmv/spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
+    assert _cuda.signature("sptrans/sptrans.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
     with pytest.raises(ValueError, match="declared 0 times"):
-        _cuda.signature("spgemm.cu", "no_such_kernel")
+        _cuda.signature("spgemm/spgemm.cu", "no_such_kernel")
     with pytest.raises(ValueError, match="type 'I' has no letter"):
-        _cuda.signature("spmv.cu", "csr_split")
+        _cuda.signature("spmv/spmv.cu", "csr_split")

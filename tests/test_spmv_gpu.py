@@ -86,7 +86,7 @@ def test_kernel_matches_scipy(cp, rng, name, params, dtype, index_dtype):
 @pytest.mark.parametrize("blocks_per_sm", [0, 16])
 def test_merge_spmm_columns_per_block(cp, rng, monkeypatch, blocks_per_sm):
     """csr_merge blocks computing several columns (kc = k, and kc not dividing k), deterministic."""
-    from matplan.kernels import spmv
+    from matplan.kernels.spmv import gpu as spmv
     monkeypatch.setattr(spmv, "MERGE_BLOCKS_PER_SM", blocks_per_sm)
     kernel = get("spmv.csr_merge")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
@@ -109,7 +109,7 @@ def test_split_long_rows_at_the_limit_and_bitwise_reproducible(cp, rng):
     """csr_split: rows of exactly limit and limit + 1 nonzeros (group vs chunks), a row of many
     chunks and one of exactly SPLIT_CHUNK; 20 runs give bitwise-identical y (the row tickets only
     grow), and so do runs on two streams at once."""
-    from matplan.kernels import spmv_formats as fmt
+    from matplan.kernels.spmv import formats as fmt
     kernel = get("spmv.csr_split")
     w = 4
     limit = fmt.split_limit(w)

@@ -107,7 +107,7 @@ def test_out_of_range_column_flagged(rng):
 
 
 def test_module_imports_without_cupy():
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     assert callable(sptrans.transpose)
 
 
@@ -230,7 +230,7 @@ def test_segsort_out_of_range(rng):
 
 
 def test_segsort_bins_validated():
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     assert sptrans._check_bins(sptrans.BINS) == sptrans.BINS
     for bad in ((0, 8, 32), (33, 64, 64), (8, 4, 32), (4, 513, 64), (4, 8, 48), (4, 8, 8192)):
         with pytest.raises(ValueError, match="bins"):
@@ -243,7 +243,7 @@ def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
     """One scratch allocation a call: the front (keys or radix buffers) 16-byte aligned, then the
     zeroed workspace, whose parts (control words, 8-byte status words, lists or radix words, the
     n + 1 column counts last) follow one another without overlap."""
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     layout = sptrans._layout(n, nnz, method, 8, sptrans.BINS, sptrans.RADIX_TILE)
     front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
     status, lists, huge, hist, ticket, look, counts = offs
@@ -279,7 +279,7 @@ def test_segsort_scatter_matches_phase_scatter(rng):
 def test_radix_passes_and_auto_method():
     """Digit passes cover column n - 1 in as few passes of at most 8 bits as can; 'auto' takes the
     radix method for at most two passes or long mean columns, the segsort otherwise."""
-    from matplan.kernels import sptrans as st
+    from matplan.kernels.sptrans import gpu as st
     assert st.radix_passes(1) == (1, 1) and st.radix_passes(256) == (1, 8) and st.radix_passes(257) == (2, 5)
     assert st.radix_passes(65536) == (2, 8) and st.radix_passes(65537) == (3, 6)
     assert st.radix_passes(1 << 24) == (3, 8) and st.radix_passes((1 << 24) + 1) == (4, 7)
@@ -318,7 +318,7 @@ def test_radix_packed_keys_fit_and_their_buffers_align():
     """radix_rowbits: the row's bits where they and the column's bits left after the first digit
     fit 31 (none for one pass or RADIX_PACK off); the packed keys' buffers keep the values
     aligned to their element whatever nnz."""
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     assert sptrans.radix_rowbits(262144, 262144) == 18         # 3 passes of 6: 18 + 12 bits
     assert sptrans.radix_rowbits(1 << 20, 65536) == 20         # 2 passes of 8: 20 + 8
     assert sptrans.radix_rowbits(1 << 24, 262144) == 0         # 24 + 12 > 31
@@ -374,7 +374,8 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
     run (transpose), its second records a graph, later calls replay it; int64 A never records;
     at most GRAPH_CACHE_SIZE graphs are kept and the keys remembered stay bounded."""
     import types
-    from matplan.kernels import _graph, sptrans
+    from matplan.kernels import _graph
+    from matplan.kernels.sptrans import gpu as sptrans
     ns = types.SimpleNamespace
     monkeypatch.setattr(sptrans, "cupy_module", lambda: ns(cuda=ns(runtime=ns(getDevice=lambda: 0),
                                                                  get_current_stream=lambda: ns(ptr=7))))

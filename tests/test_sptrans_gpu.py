@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def st(cp):
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     junk = cp.full(1 << 26, np.nan)   # poison the pool: slots the kernels miss show as NaN / garbage
     junk2 = cp.full(1 << 25, -1, dtype=cp.int32)
     del junk, junk2

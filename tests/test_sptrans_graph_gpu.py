@@ -15,7 +15,8 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def runner(cp):
-    from matplan.kernels import _graph, sptrans
+    from matplan.kernels import _graph
+    from matplan.kernels.sptrans import gpu as sptrans
     if not _graph.available():
         pytest.fail("the driver's graph API did not load on a GPU machine")
 
@@ -95,7 +96,7 @@ def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
 def test_matrices_and_streams_get_graphs_of_their_own(cp, runner, rng):
     """Each A (its arrays) and stream is a graph of its own, at most GRAPH_CACHE_SIZE kept: three
     matrices in turn and a second stream all give SciPy's A.T."""
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     run = runner("radix")
     mats = [random_csr(rng, 4000, 3000, 0.005) for _ in range(3)]
     devs = [_dev(cp, M) for M in mats]
@@ -158,7 +159,7 @@ def test_plan_run_replays(cp, rng):
 def test_first_call_of_each_matrix_keeps_no_graph(cp, runner, rng):
     """A plan applied once to each of many matrices records nothing: a matrix's first call goes
     through transpose, its second records; the matrices remembered stay bounded."""
-    from matplan.kernels import sptrans
+    from matplan.kernels.sptrans import gpu as sptrans
     run = runner("segsort")
     mats = [random_csr(rng, 500, 400, 0.01) for _ in range(4 * sptrans.GRAPH_CACHE_SIZE + 3)]
     devs = [_dev(cp, M) for M in mats]

@@ -8,10 +8,10 @@ from conftest import messy_csr, random_csr
 from test_sptrans import _same_as_scipy
 
 from matplan import planner
-from matplan.kernels import sptrans
-from matplan.kernels.vendor import CusparseTranspose
-from matplan.models import device as device_mod
-from matplan.planner import stats
+from matplan.kernels.sptrans import gpu as sptrans
+from matplan.kernels.sptrans.vendor import CusparseTranspose
+from matplan.core import device as device_mod
+from matplan.core import features as stats
 
 
 @pytest.mark.parametrize("make", ["random", "messy", "empty"])

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.models import analytic, device
-from matplan.planner import stats
-from matplan.validation import normalize
+from matplan.models import spmv as spmv_model
+from matplan.core import device
+from matplan.core import features as stats
+from matplan.core.validation import normalize
 
 
 def csr_from_lengths(lengths, n=None, rng=None):
@@ -41,7 +42,7 @@ def test_warp_lengths_hand_built():
     assert (f.warp_len_before, f.warp_len_after) == (21.0, 21.0)
     # 64 rows alternating 30 / 1: before 30 + 30, after 30 + 1.
     L = np.array([30, 1] * 32)
-    before, after = analytic.warp_lengths(L)
+    before, after = spmv_model.warp_lengths(L)
     assert (before, after) == (30.0, 15.5)
 
 

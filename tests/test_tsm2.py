@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from matplan.kernels import get
-from matplan.kernels import tsm2
-from matplan.models import device as device_mod
-from matplan.planner.stats import Features
+from matplan.kernels.tsgemm import tsm2
+from matplan.core import device as device_mod
+from matplan.core.features import Features
 
 H100 = device_mod.known("H100")
 
@@ -279,7 +279,7 @@ def test_async_presets_take_minb_one_only_where_minb_two_spills():
     """float64 k = 32 (64 accumulators of 8 bytes a thread) takes minb = 1 in its preset, so the
     online timing's ``minb1`` variant repeats it and is not tried there; every other preset keeps
     the default register cap."""
-    from matplan.kernels import tsm2_async
+    from matplan.kernels.tsgemm import tsm2_async
     for dtype in (np.float32, np.float64):
         for k in (4, 8, 16, 32, 64):
             for col in (False, True):
@@ -292,7 +292,7 @@ def test_async_presets_take_minb_one_only_where_minb_two_spills():
 def test_tc_winner_is_stored_and_tc_is_opt_in(monkeypatch):
     """The store keeps a tensor-core winner's variant and labels it; the planner tries tsm2_tc only
     when enabled (the default), for float32 and k in TC_K with aligned rows or columns."""
-    from matplan.kernels import tsm2_tc
+    from matplan.kernels.tsgemm import tsm2_tc
     store = tsm2.InProcessT1Store()
     key = ("dev", "float32", "col", 32, 16384)
     store.put(key, {"t1": 256, "t3": 4, "depth": 1, "tc": "d1"}, {(256, 4): 2.0, ("tc", "d1"): 1.0}, 0.9)
@@ -312,7 +312,8 @@ def test_tc_names_match_the_cu_instantiations():
     """Every kernel name tsm2_tc compiles (name expressions) is instantiated in tsm2_tc.cu, and every
     instantiation there is one tsm2_tc names: the two lists are kept by hand in two languages."""
     import re
-    from matplan.kernels import _cuda, tsm2_tc
+    from matplan.kernels import _cuda
+    from matplan.kernels.tsgemm import tsm2_tc
     text = re.sub(r"//[^\n]*", "", _cuda.source(tsm2_tc.SOURCE))
     body = text[text.index("#define INSTANTIATE_TF32X3_NT"):]
     inst = set()
@@ -372,7 +373,7 @@ def test_async_config_rules_and_unpadded_stage():
     """check_config names the knob it rejects; a row-major tile of any whole number of 16-byte
     chunks a warp is accepted (the stage is swizzled, not padded), and shape_of's shared memory
     is stages x (R x tj of A + tj x KP of B), unpadded, in both layouts."""
-    from matplan.kernels import tsm2_async
+    from matplan.kernels.tsgemm import tsm2_async
     for dtype, v in ((np.float32, 4), (np.float64, 2)):
         item = np.dtype(dtype).itemsize
         cfg = tsm2_async.default_config(dtype, 16)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from conftest import check_dense_product, nonzero_random as _random
 
-from matplan.kernels import tsm2_async
+from matplan.kernels.tsgemm import tsm2_async
 
 pytestmark = pytest.mark.gpu
 

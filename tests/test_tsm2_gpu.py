@@ -7,8 +7,8 @@ from conftest import check_dense_product, nonzero_random as _random
 
 from matplan import planner
 from matplan.kernels import get
-from matplan.kernels import tsm2
-from matplan.models import device as device_mod
+from matplan.kernels.tsgemm import tsm2
+from matplan.core import device as device_mod
 
 pytestmark = pytest.mark.gpu
 

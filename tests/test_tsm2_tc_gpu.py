@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import check_dense_product, nonzero_random as _random
 
-from matplan.kernels import tsm2_tc
+from matplan.kernels.tsgemm import tsm2_tc
 
 pytestmark = pytest.mark.gpu
 
@@ -138,7 +138,7 @@ def test_tc_rejects_bad_inputs(cp, rng):
 
 
 def _fresh_tuning(monkeypatch, enabled):
-    from matplan.kernels import tsm2
+    from matplan.kernels.tsgemm import tsm2
     monkeypatch.setattr(tsm2_tc, "ENABLED", enabled)
     monkeypatch.setattr(tsm2, "T1_STORE", tsm2.InProcessT1Store())
     monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})

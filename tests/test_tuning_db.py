@@ -322,8 +322,8 @@ def test_unbuildable_unit_is_reported_not_fatal(tmp_path):
 def test_spgemm_whose_reference_cannot_fit_the_host_is_reported_not_fatal(tmp_path, monkeypatch):
     """A product whose SciPy reference would exhaust host memory is reported and not timed (it
     killed a whole tuning run before); the other units still run."""
-    from matplan.kernels import spgemm as spgemm_mod
-    from matplan.planner import stats
+    from matplan.kernels.spgemm import gpu as spgemm_mod
+    from matplan.core import features as stats
     units = tune_mod.corpus_units(["small"], families=["banded"], ops=("spmv", "spgemm"), dtypes=("float64",))
     monkeypatch.setattr(spgemm_mod, "host_available_bytes", lambda: 1 << 20)
     s = tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="cpu", **FAST)
@@ -481,7 +481,7 @@ def test_gpu_tune_times_every_registered_kernel(tmp_path, cp):
                                   dtypes=("float64", "float32"))
     s = tune_mod.tune(units, db=tmp_path / "g.sqlite", backend="gpu", progress=False, repeats=5)
     assert s.units == len(units) and not s.unit_errors and s.restarts == 0
-    from matplan.planner.stats import Features
+    from matplan.core.features import Features
     with TuningDB(tmp_path / "g.sqlite") as db:
         rows = db.timings()
         (dev,) = db.devices()

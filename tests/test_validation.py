@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.validation import normalize
+from matplan.core.validation import normalize
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from matplan.kernels import registry
-from matplan.kernels.base import Cost, Kernel, Prepared
+from matplan.core.types import Cost
+from matplan.kernels.base import Kernel, Prepared
 from matplan.models import traffic
 
 

@@ -4,7 +4,7 @@ It registers the row-chunk kernel and ``test.lost``, which on R-MAT matrices
 behaves like a kernel that breaks its CUDA context (raises DeviceContextLost).
 """
 from matplan.kernels import register
-from matplan.kernels.base import Cost
+from matplan.core.types import Cost
 from matplan.tuning_db.tune import DeviceContextLost
 from tuning_helpers import RowChunk, _Host
 

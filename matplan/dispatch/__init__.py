@@ -15,7 +15,7 @@ count and bytes), auto (matmul), linop
 from .auto import REPLAN_FACTOR, matmul
 from .cache import DEFAULT_MEMSIZE, DEFAULT_SIZE, PlanCache, get_plan_cache, show_plan_cache_info
 from .fingerprint import Fingerprint
-from .linop import linear_operator
+from ..planner.linop import linear_operator
 from .routing import is_routing, route_sparse_matmul, skip_routing
 
 __all__ = ["matmul", "get_plan_cache", "show_plan_cache_info", "PlanCache", "Fingerprint",

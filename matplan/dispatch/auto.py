@@ -43,9 +43,9 @@ from __future__ import annotations
 import threading
 
 from .. import planner
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 from ..planner import BoundPlan
-from ..validation import normalize
+from ..core.validation import normalize
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
 from .identity import (aliases, aliasing_kernel, hit_check, identity_key, pins, product_limit,

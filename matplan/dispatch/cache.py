@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 from ..kernels import get
 
 #: Entries per cache (count bound); 0 disables caching.

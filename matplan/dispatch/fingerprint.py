@@ -75,8 +75,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._xp import cupy_module
-from ..planner.stats import dense_layout
+from ..core.xp import cupy_module
+from ..core.features import dense_layout
 
 SPARSE_OPS = ("spmv", "spmm", "spgemm")
 #: Host keys digest this many evenly spaced elements of each array (the rest is compared on a hit).

@@ -45,7 +45,7 @@ import threading
 
 import numpy as np
 
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 from . import fingerprint as fp_mod
 from .fingerprint import GPU_BLOCK, _CU_FILE, _max_blocks
 
@@ -93,7 +93,7 @@ def pins(A, B=None) -> tuple:
 @functools.lru_cache(maxsize=None)
 def product_limit(name: str):
     """The most products kernel ``name`` is known to compute correctly (None: no limit)."""
-    from ..kernels.vendor import VENDOR_LIMITS
+    from ..models.spgemm import VENDOR_LIMITS
     return VENDOR_LIMITS.get(name, {}).get("max_products")
 
 

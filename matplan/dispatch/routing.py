@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._xp import cupy_module
-from ..validation import normalize
+from ..core.xp import cupy_module
+from ..core.validation import normalize
 from . import auto
 
 #: Methods replaced on each target class.

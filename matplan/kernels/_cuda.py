@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Options passed to NVRTC for every module.
@@ -45,7 +45,9 @@ def source(filename: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, name_expressions: tuple, options: tuple, device_id: int):
     cp = cupy_module()
-    mod = cp.RawModule(code=source(filename), options=NVRTC_OPTIONS + options,
+    # -I: a family's .cu includes its .cuh headers by name (NVRTC has no file path of its own)
+    include = ("-I" + os.path.dirname(os.path.join(_HERE, filename)),)
+    mod = cp.RawModule(code=source(filename), options=NVRTC_OPTIONS + include + options,
                        name_expressions=name_expressions)
     mod.compile()
     return mod

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 from . import _cuda
 
 

@@ -19,23 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
+from ..core.types import Cost
+
 OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
 BACKENDS = ("cpu", "gpu")
-
-
-@dataclasses.dataclass(frozen=True)
-class Cost:
-    """Predicted seconds: one-off format conversion, and one application."""
-    prepare_s: float
-    run_s: float
-    why: str = ""
-    #: True when run_s is scaled by a timing of this kernel on the device for this problem class
-    #: (TSM2's online calibration): the learned model does not override such a cost.
-    calibrated: bool = False
-
-    def total(self, reuse: int) -> float:
-        """Cost per application when the conversion is amortised over ``reuse`` applications."""
-        return self.prepare_s / max(reuse, 1) + self.run_s
 
 
 @dataclasses.dataclass
@@ -74,7 +61,7 @@ class Kernel:
     def available(self) -> bool:
         """Whether the kernel can run in this process (CuPy present for GPU kernels)."""
         if self.backend == "gpu":
-            from .._xp import gpu_available
+            from ..core.xp import gpu_available
             return gpu_available()
         return True
 
@@ -110,3 +97,16 @@ class KeepsA(Kernel):
 
     def prepare(self, A, params: dict) -> Prepared:
         return Prepared(self.name, dict(params), {"A": A}, A.shape, A.dtype)
+
+
+class VendorKernel(KeepsA):
+    """cuSPARSE / cuBLAS through CuPy: runs ``A @ B`` on A as it is."""
+    backend = "gpu"
+    vendor = True
+
+    def run(self, prepared, B, out=None):
+        C = prepared.arrays["A"] @ B
+        if out is not None:
+            out[...] = C
+            return out
+        return C

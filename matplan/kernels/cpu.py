@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import scipy.sparse as sp
 
-from ..models import device as device_mod
+from ..core import device as device_mod
 from ..models import traffic
-from .base import Cost, KeepsA
+from ..core.types import Cost
+from .base import KeepsA
 from .registry import register
 
 #: Rough sustained FLOP/s of NumPy's BLAS on a small host, for costing dense products.

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._paths import user_folder
-from ..kernels.base import Cost
+from ..core.paths import user_folder
+from ..core.types import Cost
 
 #: Bumped when the feature vector changes; a model with another schema version is refused.
 FEATURE_SCHEMA_VERSION = 3
@@ -87,7 +87,7 @@ def device_class(device_name: str, backend: str) -> str:
     """The model family a device belongs to: 'cpu', a known GPU key ('H100'), or its cleaned name."""
     if backend == "cpu":
         return "cpu"
-    from . import device as device_mod
+    from ..core import device as device_mod
     upper = str(device_name).upper()
     for key in device_mod.KNOWN_GPUS:
         if key.upper() in upper:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .analytic import RBS_COMPRESSION, RBS_GROUP_BOUNDS
+from ..core.features import RBS_COMPRESSION, RBS_GROUP_BOUNDS
 
 
 def itemsize(f) -> int:

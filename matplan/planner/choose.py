@@ -5,13 +5,14 @@ import dataclasses
 
 from .. import __version__
 from ..kernels import kernels_for
-from ..models import analytic
-from ..models import device as device_mod
+from ..models import spgemm as spgemm_model, spmv as spmv_model
+from ..core import device as device_mod
 from ..models import learned
-from ..validation import normalize, normalize_transpose
+from ..core.validation import normalize, normalize_transpose
 from . import measure as measure_mod
-from . import stats
-from .plan import Candidate, Plan, timer
+from ..core import features as stats
+from ..core.types import Candidate
+from .plan import Plan, timer
 
 #: Candidates predicted within this fraction of the best are a tie; ties go to the
 #: first in (kernel name, params) order, so near-equal predictions never flip plans.
@@ -162,12 +163,12 @@ def _how(c) -> str:
 def _rules(f) -> list:
     """The papers' rules applied to these statistics, whichever kernel wins."""
     if f.op in ("spmv", "spmm") and f.nnz:
-        sort = analytic.ellr_should_sort(f.warp_len_before, f.warp_len_after)
+        sort = spmv_model.ellr_should_sort(f.warp_len_before, f.warp_len_after)
         return [f"ELL-R rule: warp length ratio {f.warp_ratio:.3f} "
-                f"{'<=' if sort else '>'} {analytic.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
+                f"{'<=' if sort else '>'} {spmv_model.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
                 "worth sorting by length"]
     if f.op == "sptrans" and f.nnz:
-        from ..kernels import sptrans
+        from ..kernels.sptrans import gpu as sptrans
         passes, bits = sptrans.radix_passes(f.n)
         short = f.col_max <= sptrans.BINS[0]
         return [f"SpTRANS rule: the longest column has {f.col_max:,} entries "
@@ -176,9 +177,9 @@ def _rules(f) -> list:
                    "blocks or merge rounds")
                 + f"; the radix method takes {passes} pass(es) of {bits} bits for {f.n:,} columns"]
     if f.op == "spgemm" and f.products:
-        balanced = analytic.rbsparse_balanced(f.rowct_var_over_mean)
+        balanced = spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
         return [f"RBSparse rule: var/mean of nnz_RowCt {f.rowct_var_over_mean:.2f} "
-                f"{'<=' if balanced else '>'} {analytic.RBS_BALANCED_RATIO} -> "
+                f"{'<=' if balanced else '>'} {spgemm_model.RBS_BALANCED_RATIO} -> "
                 f"{'balanced: one hash-table size' if balanced else 'unbalanced: rows grouped by nnz_RowCt/pi'}"]
     return []
 

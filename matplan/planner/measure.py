@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .._timing import cuda_queued_s
+from ..core.timing import cuda_queued_s
 
 #: Candidates predicted within this fraction of the best are finalists (the H100 model's run
 #: error is x1.15 at the median, x1.7 at the 90th percentile; at 0.15 ice40 float32 kept CSR

@@ -10,27 +10,10 @@ import dataclasses
 import json
 import time
 
-from .stats import Features
+from ..core.features import Features
+from ..core.types import Candidate
 
 PLAN_FORMAT = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One (kernel, params) the planner considered, with its predicted cost."""
-    kernel: str
-    params: dict
-    prepare_s: float
-    run_s: float
-    total_s: float               # run_s + prepare_s / reuse
-    source: str                  # "analytic" | "learned" | "measured" | "rejected"
-    why: str = ""
-
-    def label(self) -> str:
-        if not self.params:
-            return self.kernel
-        inner = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        return f"{self.kernel}[{inner}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +49,7 @@ class Plan:
 
     def prepare(self, A):
         """Convert A to the chosen kernel's format (the cost ``reuse`` amortises)."""
-        from ..validation import normalize_matrix
+        from ..core.validation import normalize_matrix
         A = normalize_matrix(A, self)
         return self._kernel().prepare(A, dict(self.params))
 
@@ -79,7 +62,7 @@ class Plan:
 
         See :mod:`matplan.dispatch.linop` for how matvec, matmat and rmatvec run.
         """
-        from ..dispatch.linop import linear_operator
+        from .linop import linear_operator
         return linear_operator(self.bind(A), A)
 
     def run(self, A, B=None, out=None):
@@ -105,7 +88,7 @@ class Plan:
 
     def _problem(self, A, B):
         """(A, B) validated as a Problem of this plan's kind of operation."""
-        from ..validation import normalize, normalize_operand, normalize_transpose
+        from ..core.validation import normalize, normalize_operand, normalize_transpose
         if self.op == "sptrans":
             normalize_operand(B, self)   # TypeError unless B is None
             return normalize_transpose(A)
@@ -172,7 +155,7 @@ class BoundPlan:
         # further checking (it keeps a small GPU SpMV close to one kernel launch).
         array_type, dtype, shape = self._fast
         if array_type is None or type(B) is not array_type or B.dtype != dtype or B.shape != shape:
-            from ..validation import normalize_operand
+            from ..core.validation import normalize_operand
             B = normalize_operand(B, self.plan)
         return self._kernel.run(self.prepared, B, out=out)
 
@@ -180,7 +163,7 @@ class BoundPlan:
 
     def as_linear_operator(self):
         """SciPy (host) / cupyx (GPU) LinearOperator running this bound plan (no rmatvec: A is not kept)."""
-        from ..dispatch.linop import linear_operator
+        from .linop import linear_operator
         return linear_operator(self)
 
     @property
@@ -198,7 +181,7 @@ def _fast_inputs(plan: Plan) -> tuple:
     import scipy.sparse as sp
     f = plan.features
     if plan.backend == "gpu":
-        from .._xp import cupy_module, cupyx_sparse
+        from ..core.xp import cupy_module, cupyx_sparse
         if cupy_module() is None:   # a GPU plan loaded where there is none: validation says so
             return None, None, None, None, None
         array_type, csr_type = cupy_module().ndarray, cupyx_sparse().csr_matrix

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 
-from ..kernels import tsm2
+from ..kernels.tsgemm import tsm2
 from .store import CalibrationRecord
 
 #: The kernel whose online calibration is recorded.

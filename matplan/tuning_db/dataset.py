@@ -15,9 +15,9 @@ import json
 import numpy as np
 
 from ..kernels import all_kernels
-from ..models import device as device_mod
+from ..core import device as device_mod
 from ..models.learned import Query
-from ..planner.stats import Features
+from ..core.features import Features
 from .store import TuningDB
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from .._xp import cupy_module, to_host
-from ..models import device as device_mod
+from ..core.xp import cupy_module, to_host
+from ..core import device as device_mod
 from ..models.learned import device_class
 from .store import DeviceRecord
 

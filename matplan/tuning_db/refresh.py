@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..planner.stats import Features
+from ..core.features import Features
 from .store import TuningDB
 
 
@@ -36,9 +36,9 @@ def refresh_features(store: TuningDB, matrices_dir=None, progress=print) -> dict
     ``{'updated', 'current', 'skipped'}`` (skipped: operands not rebuildable or fingerprint
     differs; each is reported through ``progress``)."""
     from ..corpus.io import matrices_dir as default_matrices
-    from ..models import device as device_mod
-    from ..planner import stats
-    from ..validation import normalize
+    from ..core import device as device_mod
+    from ..core import features as stats
+    from ..core.validation import normalize
     from .identity import problem_fingerprint
     matrices_dir = matrices_dir if matrices_dir is not None else default_matrices()
     counts = {"updated": 0, "current": 0, "skipped": 0}

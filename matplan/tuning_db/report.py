@@ -29,7 +29,7 @@ from .. import __version__
 from ..kernels import get
 from ..models import learned
 from ..planner.choose import TIE_MARGIN, _param_key, pick
-from ..planner.plan import Candidate
+from ..core.types import Candidate
 from .dataset import load_dataset
 from .store import open_db
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .._paths import user_folder
+from ..core.paths import user_folder
 
 #: Environment variable naming the database file.
 DB_ENV = "MATPLAN_TUNING_DB"

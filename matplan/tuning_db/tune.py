@@ -138,7 +138,7 @@ def corpus_units(sizes=("small",), families=None, ops=DEFAULT_OPS, spmm_ks=SPMM_
     """Work units of the built-in corpus: every family of every size, for every op, k and dtype
     (and for the tall-and-skinny products, both memory orders)."""
     from .. import corpus
-    from ..validation import TSGEMM_MAX_K, TSGEMM_MIN_ASPECT
+    from ..core.validation import TSGEMM_MAX_K, TSGEMM_MIN_ASPECT
     units = []
     for size in sizes:
         if size not in corpus.SIZES:
@@ -270,7 +270,7 @@ def check_reference_fits(features, available=None) -> None:
     """MemoryError naming the sizes when the host cannot hold the reference of this problem."""
     if features.op != "spgemm":
         return
-    from ..kernels.spgemm import host_available_bytes
+    from ..kernels.spgemm.gpu import host_available_bytes
     from ..models.traffic import spgemm_nnz_c
     nnz_c = spgemm_nnz_c(features)
     need = nnz_c * REFERENCE_BYTES_PER_NONZERO
@@ -310,7 +310,7 @@ def tolerance(features) -> float:
 
 def max_error(C, ref, bound) -> float:
     """max |C - ref| / (|A||B|) elementwise; inf for NaN, a wrong shape or an entry outside |A||B|'s pattern."""
-    from .._xp import to_host
+    from ..core.xp import to_host
     C = to_host(C)
     if tuple(C.shape) != tuple(ref.shape):
         return float("inf")
@@ -446,7 +446,7 @@ def run_unit(unit: WorkUnit, done: dict, settings: TuneSettings, gpu_pool=None) 
     _import_plugins(settings.imports)
     if settings.backend != "gpu" or gpu_pool is None:
         return _run_unit(unit, done, settings)
-    from .._xp import cupy_module
+    from ..core.xp import cupy_module
     gpu = gpu_pool.get()
     try:
         with cupy_module().cuda.Device(gpu):
@@ -467,11 +467,11 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
     global _BROKEN
     import socket
 
-    from .._xp import cupy_module
+    from ..core.xp import cupy_module
     from ..kernels import kernels_for
-    from ..models import device as device_mod
-    from ..planner import stats
-    from ..validation import normalize
+    from ..core import device as device_mod
+    from ..core import features as stats
+    from ..core.validation import normalize
     from . import identity
     t0 = time.perf_counter()
     res = UnitResult(unit, device=identity.device_record(s.backend),
@@ -570,7 +570,7 @@ class TuneSummary:
 
 
 def _gpu_count() -> int:
-    from .._xp import cupy_module
+    from ..core.xp import cupy_module
     cp = cupy_module()
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
 
@@ -593,7 +593,7 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     its CUDA context costs only that worker: it is recorded as failed and a fresh worker
     runs the rest (at most MAX_RESTARTS times per run).
     """
-    from .._xp import gpu_available
+    from ..core.xp import gpu_available
     units = list(dict.fromkeys(units))
     for u in units:
         if not isinstance(u, WorkUnit):

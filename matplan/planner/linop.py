@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._xp import cupy_module
+from ..core.xp import cupy_module
 
 VECTOR_OPS = ("spmv", "spmm", "tsgemm", "gemm")
 
@@ -97,12 +97,12 @@ class _Transposed:
     def _get(self, x):
         if self._apply is None:
             from .. import planner
-            from ..validation import normalize_matrix
+            from ..core.validation import normalize_matrix
             A = normalize_matrix(self.A, self.plan)
             if not hasattr(A, "indptr"):
                 AT = self.xp.ascontiguousarray(A.T)
             elif self.plan.backend == "gpu":   # matplan's SpTRANS: stable, ~1.3x cuSPARSE's csr2csc
-                from ..kernels import sptrans
+                from ..kernels.sptrans import gpu as sptrans
                 AT = sptrans.transpose(A)
             else:
                 AT = A.T.tocsr()

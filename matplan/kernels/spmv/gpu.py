@@ -17,13 +17,15 @@ import functools
 
 import numpy as np
 
-from .._xp import cupy_module
-from ..models import analytic, traffic
-from . import _cuda, spmv_formats as fmt
-from .base import Cost, Kernel, Prepared
-from .registry import register
+from ...core.xp import cupy_module
+from ...models import spmv as spmv_model, traffic
+from .. import _cuda
+from . import formats as fmt
+from ...core.types import Cost
+from ..base import Kernel, Prepared
+from ..registry import register
 
-CU = "spmv.cu"
+CU = "spmv/spmv.cu"
 THREADS = 256
 #: Fraction of the copy bandwidth each kernel sustains on the bytes it streams (first H100
 #: run: CSR scalar 0.72, CSR vector 0.69, ELL-R 0.68, BRCP 0.68 of copy bandwidth on 3-D Poisson).
@@ -335,14 +337,14 @@ class Ellr(_SpMV):
         return None
 
     def candidates(self, f, device):
-        yield {"sorted": analytic.ellr_should_sort(f.warp_len_before, f.warp_len_after)}
+        yield {"sorted": spmv_model.ellr_should_sort(f.warp_len_before, f.warp_len_after)}
 
     @staticmethod
     def rule_text(f, sort):
         ratio = f.warp_len_after / f.warp_len_before if f.warp_len_before else 1.0
-        op = "<=" if ratio <= analytic.ELLR_SORT_RATIO else ">"
+        op = "<=" if ratio <= spmv_model.ELLR_SORT_RATIO else ">"
         return (f"ELL-R {'sorted' if sort else 'unsorted'}: warp length {f.warp_len_before:.2f} -> "
-                f"{f.warp_len_after:.2f} ({ratio:.2f} {op} {analytic.ELLR_SORT_RATIO})")
+                f"{f.warp_len_after:.2f} ({ratio:.2f} {op} {spmv_model.ELLR_SORT_RATIO})")
 
     def cost(self, f, params, device):
         v, i = self._sizes(f)
@@ -414,7 +416,7 @@ class _Blocked(_SpMV):
         T = params.get("T")
         if T is None:
             lf = cp.diff(indptr).astype(cp.float64)
-            T = analytic.brcp_T(float(lf.mean()), float(lf.std())) if lf.size else 1
+            T = spmv_model.brcp_T(float(lf.mean()), float(lf.std())) if lf.size else 1
         lf = int(params.get("long_factor", fmt.LONG_FACTORS[0]))
         params = dict(params, T=int(T), long_factor=lf)
         b = fmt.brcp(indptr, indices, data, int(T), lf, xp=cp)

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._xp import cupy_module, cupyx_sparse
-from . import _cuda, spgemm, sptrans
-from .base import Cost
-from .registry import register
+from ...core.xp import cupy_module, cupyx_sparse
+from .. import _cuda
+from . import gpu as spgemm
+from ..sptrans import gpu as sptrans
+from ...core.types import Cost
+from ..registry import register
 
-SOURCE = "spgemm_merge.cu"
+SOURCE = "spgemm/spgemm_merge.cu"
 _NAMES = ("merge_rows", "merge_starts", "merge_heads", "merge_expand<float>", "merge_expand<double>",
           "merge_write<float>", "merge_write<double>")
 #: Threads a block of the launches (merge_expand: a warp takes 32 nonzeros of A).

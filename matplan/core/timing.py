@@ -2,7 +2,7 @@
 events around each call (what one call costs) or around calls queued back to back (throughput)."""
 from __future__ import annotations
 
-from ._xp import cupy_module
+from .xp import cupy_module
 
 
 def cuda_times_s(fn, repeats: int, warmup: int = 2) -> list:

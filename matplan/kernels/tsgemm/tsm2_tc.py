@@ -47,10 +47,10 @@ import os
 
 import numpy as np
 
-from .._xp import cupy_module
-from . import _cuda
+from ...core.xp import cupy_module
+from .. import _cuda
 
-SOURCE = "tsm2_tc.cu"
+SOURCE = "tsgemm/tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it, FL: 1 adds
 #: each tile's mma sums into float32 sums); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ._xp import cupy_module
+from .xp import cupy_module
 
 
 @contextlib.contextmanager

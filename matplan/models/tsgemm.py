@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .device import DeviceSpec
+from ..core.device import DeviceSpec
 
 # --- constants ---------------------------------------------------------------
 #: c: registers a thread uses besides the B, C and A values (indices, pointers,
@@ -393,3 +393,13 @@ def choose_params(device: DeviceSpec, m: int, n: int, k: int, dtype) -> dict:
                          f"t3={res['t3']} on {device.name}")
     per_t1 = {t1: predict_time(device, m, n, k, dtype, t1, res["t2"], res["t3"]) for t1 in t1s}
     return dict(res, t1=t1s, t1_predicted_s=per_t1, t2threshold=device.t2threshold(dtype))
+
+
+# --- cuBLAS ---------------------------------------------------------------------
+#: cuBLAS tall-and-skinny GEMM: fraction of copy bandwidth. Measured on an H100 (CuPy 14.2, CUDA 13,
+#: benchmarks/results/tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-22.json, n = 8192..32768, k = 1..32, both
+#: layouts): fp64 0.85-1.03 (median 0.98), fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64,
+#: k >= 4: 0.54-0.80; median 0.70). One figure per dtype: a little under the median.
+CUBLAS_TS_EFFICIENCY = {"float64": 0.95, "float32": 0.65}
+CUBLAS_GEMM_EFFICIENCY = 0.7
+LAUNCH_S = 6e-6

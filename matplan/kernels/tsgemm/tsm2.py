@@ -34,14 +34,15 @@ import warnings
 
 import numpy as np
 
-from .._timing import cuda_median_s, cuda_queued_s, warm_up
-from .._xp import cupy_module
-from . import _cuda
-from .base import Cost, Kernel, Prepared
-from .registry import register
-from .vendor import LAUNCH_S
+from ...core.timing import cuda_median_s, cuda_queued_s, warm_up
+from ...core.xp import cupy_module
+from .. import _cuda
+from ...core.types import Cost
+from ..base import Kernel, Prepared
+from ..registry import register
+from ...models.tsgemm import LAUNCH_S
 
-SOURCE = "tsm2.cu"
+SOURCE = "tsgemm/tsm2.cu"
 #: Block sizes the online choice times (the model's candidate list is intersected with these).
 #: 384: 12 warps of up to 168 registers, where the row kernel with depth > 1 compiles with fewer
 #: spills than at 512 threads (128 registers; nvcc 13, sm_90: fp32 k = 16, depth 2: none).
@@ -584,7 +585,7 @@ def vendor_ratio(device, f):
 
 def _vendor_model_s(device, m, n, k, dtype) -> float:
     """cuBLAS's analytic time (vendor.Cublas.cost without the launch) for an m x n A."""
-    from .vendor import CUBLAS_TS_EFFICIENCY
+    from ...models.tsgemm import CUBLAS_TS_EFFICIENCY
     item = np.dtype(dtype).itemsize
     eff = CUBLAS_TS_EFFICIENCY.get(str(np.dtype(dtype)), 0.5)
     return (m * n + n * k + m * k) * item / (device.mem_bandwidth * eff)
@@ -784,7 +785,7 @@ def _depths(layout: str, A, lda: int, t2: int, t3: int) -> list[int]:
 
 # --- the kernel ---------------------------------------------------------------------------------
 def _model():
-    from ..models import tsm2 as model  # written alongside; imported lazily
+    from ...models import tsgemm as model  # written alongside; imported lazily
     return model
 
 

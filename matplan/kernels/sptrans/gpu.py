@@ -75,14 +75,15 @@ import threading
 
 import numpy as np
 
-from .._xp import cupy_module, cupyx_sparse
-from ..validation import check_transpose_call
-from . import _cuda, _graph
-from .base import Cost, KeepsA
-from .registry import register
-from .spgemm import check_csr, csr_from_parts
+from ...core.xp import cupy_module, cupyx_sparse
+from ...core.validation import check_transpose_call
+from .. import _cuda, _graph
+from ...core.types import Cost
+from ..base import KeepsA
+from ..registry import register
+from ..spgemm.gpu import check_csr, csr_from_parts
 
-_CU = "sptrans.cu"
+_CU = "sptrans/sptrans.cu"
 _NAMES = ("spt_place", "spt_sort<float>", "spt_sort<double>", "spt_count<true>", "spt_count<false>",
           "spt_scan", "spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
           "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>", "spt_merge_long<double>",

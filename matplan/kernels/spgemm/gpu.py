@@ -106,13 +106,14 @@ import time
 
 import numpy as np
 
-from .._xp import array_module, cupy_module, cupyx_sparse
-from ..models import analytic, traffic
-from . import _cuda, _graph
-from .base import Cost, KeepsA
-from .registry import register
+from ...core.xp import array_module, cupy_module, cupyx_sparse
+from ...models import spgemm as spgemm_model, traffic
+from .. import _cuda, _graph
+from ...core.types import Cost
+from ..base import KeepsA
+from ..registry import register
 
-_CU = "spgemm.cu"
+_CU = "spgemm/spgemm.cu"
 #: a null device pointer argument (kernels take it for an absent array)
 NULL_PTR = _NULL = np.uintp(0)
 #: Lanes of a row's group in the shared-table kernels (template argument W): 8 or 16 lanes of a
@@ -311,7 +312,7 @@ def symbolic_index(row_ct, k: int, ladder: tuple):
     xp = array_module(row_ct)
     bound = xp.minimum(row_ct, k)
     idx = table_index(bound, ladder)
-    alpha = xp.minimum(row_ct.astype(xp.float64) / analytic.RBS_COMPRESSION, k)
+    alpha = xp.minimum(row_ct.astype(xp.float64) / spgemm_model.RBS_COMPRESSION, k)
     risky = (idx == len(ladder)) & (alpha <= ladder[-1])
     return xp.where(risky, len(ladder) - 1, idx)
 
@@ -1036,7 +1037,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True, gu
                     acc=zeros.take(_classify_words(len(sym_ladder)) + _classify_words(len(classes))), meanwhile=offsets,
                     guess=guess)
     s.words = sym.words
-    bal = (sym.var <= analytic.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
+    bal = (sym.var <= spgemm_model.RBS_BALANCED_RATIO * sym.mean) if grouping == "auto" else (grouping == "balanced")
     s.rowct_max = sym.peak
     info.update(products=sym.total, rowct_max=sym.peak,
                 rowct_var_over_mean=sym.var / sym.mean if sym.mean > 0 else 0.0, balanced=bal)
@@ -1096,7 +1097,7 @@ def _symbolic(A, B, sort, smem_limit, grouping, info, passes="two", esc=True, gu
         rows = sym_order[starts[t + 1]:starts[t + 2]]
         with fork.stream(t):
             if size >= bitmap_from:   # rows of a table hold alpha = products / pi <= size
-                _symbolic_global(s, rows, n, row_nnz, min(s.rowct_max, math.ceil(size * analytic.RBS_COMPRESSION)))
+                _symbolic_global(s, rows, n, row_nnz, min(s.rowct_max, math.ceil(size * spgemm_model.RBS_COMPRESSION)))
                 continue
             _launch(f"symbolic_shared<{group_width(tpr)}>", (n + rpb - 1) // rpb, tpr * rpb,
                     (A.indptr, A.indices, B.indptr, B.indices, csum, rows, np.int32(n),
@@ -1827,17 +1828,17 @@ def describe_groups(f, smem_bytes: int) -> tuple:
     """(balanced, text, predicted global rows) from the planner's features, for cost() and why."""
     itemsize = np.dtype(f.dtype).itemsize
     ladder = table_ladder(smem_bytes, KEY_BYTES + itemsize)
-    balanced = analytic.rbsparse_balanced(f.rowct_var_over_mean)
-    alpha_max = f.rowct_max / analytic.RBS_COMPRESSION
+    balanced = spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
+    alpha_max = f.rowct_max / spgemm_model.RBS_COMPRESSION
     n_global = 0
     if min(alpha_max, f.k) > ladder[-1]:
         n_global = max(1, f.rbs_groups[-1] if f.rbs_groups else 1) if alpha_max > 4 * ladder[-1] else 1
     groups = ", ".join(f"{c:,} rows alpha in [{lo},{hi})" for lo, hi, c in
-                       zip(analytic.RBS_GROUP_BOUNDS, analytic.RBS_GROUP_BOUNDS[1:] + ("inf",),
+                       zip(spgemm_model.RBS_GROUP_BOUNDS, spgemm_model.RBS_GROUP_BOUNDS[1:] + ("inf",),
                            f.rbs_groups) if c)
     mode = (f"balanced (var/mean of nnz_RowCt {f.rowct_var_over_mean:.2f} <= "
-            f"{analytic.RBS_BALANCED_RATIO}): one table size" if balanced else
-            f"grouped (var/mean {f.rowct_var_over_mean:.2f} > {analytic.RBS_BALANCED_RATIO}): {groups}")
+            f"{spgemm_model.RBS_BALANCED_RATIO}): one table size" if balanced else
+            f"grouped (var/mean {f.rowct_var_over_mean:.2f} > {spgemm_model.RBS_BALANCED_RATIO}): {groups}")
     glob = (f"largest row alpha = {alpha_max:,.0f} exceeds the {ladder[-1]}-slot shared table, so about "
             f"{n_global} row(s) go to the global-memory path" if n_global else
             f"every row fits a shared table (largest {ladder[-1]} slots, alpha max {alpha_max:,.0f})")
@@ -1858,11 +1859,11 @@ def hash_path(f, smem_bytes: int) -> str:
     caps = esc_caps(f.k)
     if one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf,
                       esc_cap=(caps or (0,))[-1]):
-        return "one pass, balanced" if analytic.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
+        return "one pass, balanced" if spgemm_model.rbsparse_balanced(f.rowct_var_over_mean) else "one pass, grouped"
     long_rows = sum(f.rbs_groups[4:]) if len(f.rbs_groups) > 4 else f.m
     if one_pass_long(long_rows, f.k, f.products, itemsize, total_bytes=math.inf):
         return "one pass, grouped"
-    if caps and long_rows <= HYBRID_LONG_ROWS * f.m and f.rowct_max / analytic.RBS_COMPRESSION <= top:
+    if caps and long_rows <= HYBRID_LONG_ROWS * f.m and f.rowct_max / spgemm_model.RBS_COMPRESSION <= top:
         return "hybrid"
     return "two passes"
 

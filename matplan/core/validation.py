@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ._xp import cupy_module, cupyx_sparse
+from .xp import cupy_module, cupyx_sparse
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: B counts as tall and skinny (op "tsgemm") when it has at most this many columns ...

@@ -35,7 +35,8 @@ import dataclasses
 
 import numpy as np
 
-from .analytic import BRCP_H, BRCP_LONG_FACTOR, brcp_T
+from matplan.core.xp import array_module
+from matplan.models.spmv import BRCP_H, BRCP_LONG_FACTOR, brcp_T
 
 #: First window (rows) of the speculative block scan in ``layout``; it doubles while widths repeat.
 _SCAN_WINDOW = 64
@@ -215,7 +216,6 @@ def layout(row_lengths, T: int | None = None, xp=None) -> Layout:
     from the sorted row lengths, a loop over changes of block width.
     """
     if xp is None:
-        from .._xp import array_module
         xp = array_module(row_lengths)
     lengths = xp.asarray(row_lengths)
     if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
@@ -332,5 +332,4 @@ def spmv_reference(lay: Layout, value, col, x, xp=None):
 
 
 def _module_of(a):
-    from .._xp import array_module
     return array_module(a)

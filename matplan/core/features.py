@@ -8,11 +8,11 @@ and moved to the host once.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from .._xp import array_module
-from ..models import analytic
+from .xp import array_module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,9 +77,9 @@ def sparse_features(A, xp=None) -> dict:
     lf = lengths.astype(xp.float64)
     moments = xp.stack([lf.mean(), lf.std(), lf.min(), lf.max(), (lengths == 0).sum().astype(xp.float64)])
     mean, std, lo, hi, empty = (float(v) for v in _host(moments))
-    before, after = analytic.warp_lengths(lengths)
+    before, after = warp_lengths(lengths)
     out.update(row_mean=mean, row_std=std, row_min=int(lo), row_max=int(hi), empty_rows=int(empty),
-               T=analytic.brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
+               T=brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
                warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp, nnz))
     return out
 
@@ -204,7 +204,7 @@ def spgemm_features(A, B) -> dict:
     mean, var, total, hi = (float(v) for v in _host(xp.stack([rf.mean(), rf.var(), rf.sum(), rf.max()])))
     out.update(products=int(round(total)), rowct_mean=mean, rowct_max=int(hi),
                rowct_var_over_mean=var / mean if mean > 0 else 0.0,
-               rbs_groups=analytic.rbsparse_histogram(rowct),
+               rbs_groups=rbsparse_histogram(rowct),
                compression=sampled_compression(A, B, rowct))
     return out
 
@@ -260,3 +260,58 @@ def _host(a):
 
 __all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row",
            "sampled_compression", "row_lengths", "transpose_features"]
+
+
+# --- statistics the papers' rules read (the rules themselves: matplan.models) -------------
+#: Warp size used by the warp-length statistic.
+WARP = 32
+
+
+def warp_lengths(row_lengths, warp: int = WARP):
+    """Average warp length (longest row in each group of ``warp`` consecutive rows) before and after sorting."""
+    xp = _xp(row_lengths)
+    m = int(row_lengths.shape[0])
+    if m == 0:
+        return 0.0, 0.0
+    pad = (-m) % warp
+    lengths = row_lengths.astype(xp.int64)
+    if pad:
+        lengths = xp.concatenate([lengths, xp.zeros(pad, dtype=xp.int64)])
+    before = lengths.reshape(-1, warp).max(axis=1).mean()
+    after = xp.sort(lengths)[::-1].reshape(-1, warp).max(axis=1).mean()
+    return float(before), float(after)
+
+
+#: The paper's compression estimate, products / nnz(C) of a row (nnz(C_i) ~ nnz_RowCt / pi).
+RBS_COMPRESSION = math.pi
+#: Group lower bounds of alpha = nnz_RowCt / pi, and the paper's table size for each group.
+RBS_GROUP_BOUNDS = (0, 32, 64, 128, 256, 512)
+
+
+def rbsparse_group_ids(row_ct):
+    """Group index (0..5) of each row: alpha = nnz_RowCt / pi binned by RBS_GROUP_BOUNDS."""
+    xp = _xp(row_ct)
+    alpha = row_ct.astype(xp.float64) / RBS_COMPRESSION
+    bounds = xp.asarray(RBS_GROUP_BOUNDS[1:], dtype=xp.float64)
+    return xp.searchsorted(bounds, alpha, side="right")
+
+
+def rbsparse_histogram(row_ct) -> tuple:
+    """Rows in each RBSparse group, as a tuple of six ints."""
+    xp = _xp(row_ct)
+    ids = rbsparse_group_ids(row_ct)
+    counts = xp.bincount(ids, minlength=len(RBS_GROUP_BOUNDS))
+    return tuple(int(c) for c in _host(counts))
+
+
+def brcp_T(row_mean: float, row_std: float) -> int:
+    """T = round(mu + sigma) of the nonzeros per row (at least 1)."""
+    return max(1, int(round(row_mean + row_std)))
+
+
+def _xp(a):
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        import cupy  # only for CuPy inputs
+        return cupy
+    return np

@@ -12,8 +12,8 @@ import dataclasses
 import functools
 import time
 
-from .._timing import cuda_times_s
-from .._xp import cupy_module
+from .timing import cuda_times_s
+from .xp import cupy_module
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,10 +38,10 @@ import math
 
 import numpy as np
 
-from .._xp import cupy_module
-from . import _cuda
+from ...core.xp import cupy_module
+from .. import _cuda
 
-SOURCE = "tsm2_async.cu"
+SOURCE = "tsgemm/tsm2_async.cu"
 #: The default knobs per (itemsize, largest k of the bucket): (wr, wj, tr, rr, cc, tj, stages).
 #: R = 64 rows per block everywhere (B tile traffic k / 64 of A's), 256 threads, 256 bytes of
 #: each row per tile, 4 stages: A stage 16 KB, 3 tiles (48 KB of A) in flight per block.

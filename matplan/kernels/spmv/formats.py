@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import analytic
+from ...models import spmv as spmv_model
 
-H = analytic.BRCP_H
+H = spmv_model.BRCP_H
 #: The paper cuts a row longer than 64*T into blocks of width ceil(nnz/64), so that it spans
 #: at most 64 block rows (two blocks when aligned). Our BRCP reduces spanning rows in a fixed
 #: order, so a larger factor (more lanes on a very long row) stays deterministic.
-LONG_FACTORS = (analytic.BRCP_LONG_FACTOR, 8192)
+LONG_FACTORS = (spmv_model.BRCP_LONG_FACTOR, 8192)
 #: Beyond the paper: the "spread" variant caps the block width T at this, because a warp's
 #: loop over a wide block is serial (on an H100 a lone warp takes ~0.4 us per iteration).
 WIDTH_CAP = 32
@@ -130,7 +130,7 @@ def piece_widths(sorted_lengths, T: int, long_factor: int, xp):
     return xp.where(L > long_factor * T, _cdiv(L, long_factor), xp.minimum(L, T))
 
 
-def blocked(indptr, T: int, long_factor: int = analytic.BRCP_LONG_FACTOR, xp=np):
+def blocked(indptr, T: int, long_factor: int = spmv_model.BRCP_LONG_FACTOR, xp=np):
     """The BRCP layout (row_perm, row_seg_len, block_ptr and the slot of every stored entry)."""
     m = indptr.shape[0] - 1
     nnz = int(indptr[-1]) if m else 0
@@ -214,7 +214,7 @@ def brcp_reduction(row_perm, row_seg_len, m: int, xp=np):
                 partials=npart)
 
 
-def brcp(indptr, indices, data, T: int, long_factor: int = analytic.BRCP_LONG_FACTOR, xp=np):
+def brcp(indptr, indices, data, T: int, long_factor: int = spmv_model.BRCP_LONG_FACTOR, xp=np):
     """Every array the BRCP and BRC kernels read, in the format's index type."""
     m = indptr.shape[0] - 1
     lay = blocked(indptr, T, long_factor, xp)

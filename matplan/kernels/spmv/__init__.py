@@ -1,0 +1,3 @@
+"""SpMV / SpMM: CSR scalar, vector and SpMM kernels, ELL-R, BRCP, split and merge-path formats,
+and cuSPARSE. ``formats`` builds the formats; ``gpu`` launches ``spmv.cu``."""
+from . import gpu, vendor  # noqa: F401  registers the kernels
