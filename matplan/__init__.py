@@ -8,7 +8,8 @@
 """
 __version__ = "0.1.0"
 
+from .core.cache import cache_info, clear_all as clear_caches  # noqa: E402
 from .planner import Plan, plan  # noqa: E402
 from .dispatch import get_plan_cache, matmul, show_plan_cache_info  # noqa: E402
 
-__all__ = ["plan", "Plan", "matmul", "get_plan_cache", "show_plan_cache_info", "__version__"]
+__all__ = ["plan", "Plan", "matmul", "cache_info", "clear_caches", "get_plan_cache", "show_plan_cache_info", "__version__"]

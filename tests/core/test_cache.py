@@ -1,0 +1,53 @@
+"""core.cache: the one bounded LRU cache and matplan.cache_info()."""
+import pytest
+
+import matplan
+from matplan.core.cache import BoundedCache, cache_info, clear_all
+
+
+def test_lru_bound_by_entries_counts_hits_misses_and_evictions():
+    evicted = []
+    c = BoundedCache("test.entries", 2, on_evict=lambda k, v: evicted.append(k))
+    c.put("a", 1)
+    c.put("b", 2)
+    assert c.get("a") == 1          # a is now the most recent
+    c.put("c", 3)                   # drops b
+    assert "b" not in c and c.get("b") is None
+    assert evicted == ["b"]
+    i = c.info()
+    assert (i.hits, i.misses, i.evictions, i.entries) == (1, 1, 1, 2)
+
+
+def test_bound_by_bytes_and_pop_and_get_or_create():
+    c = BoundedCache("test.bytes", 10, maxbytes=100, sizeof=len)
+    c.put(1, b"x" * 60)
+    c.put(2, b"y" * 30)
+    assert c.info().nbytes == 90
+    c.put(3, b"z" * 30)             # 120 > 100: the oldest goes
+    assert 1 not in c and c.info().nbytes == 60
+    assert c.pop(2) == b"y" * 30 and c.info().nbytes == 30
+    made = []
+    assert c.get_or_create(4, lambda: made.append(1) or b"w") == b"w"
+    assert c.get_or_create(4, lambda: made.append(1) or b"v") == b"w"
+    assert made == [1]
+
+
+def test_cache_info_lists_every_cache_and_clear_all_empties_them():
+    c = BoundedCache("test.listed", 4)
+    c.put("k", "v")
+    info = matplan.cache_info()
+    assert info["test.listed"].entries == 1
+    assert cache_info() == matplan.cache_info()
+    clear_all()
+    assert len(c) == 0 and matplan.cache_info()["test.listed"].entries == 0
+
+
+def test_same_name_is_listed_twice_under_distinct_names():
+    a, b = BoundedCache("test.twice", 1), BoundedCache("test.twice", 1)
+    assert a.name != b.name and {a.name, b.name} <= set(cache_info())
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "8"])
+def test_bad_bounds_are_refused_by_name(bad):
+    with pytest.raises(ValueError, match="maxsize"):
+        BoundedCache("test.bad", bad)
