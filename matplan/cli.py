@@ -6,22 +6,23 @@ import sys
 import time
 
 import numpy as np
+import scipy.sparse as sp
+
+from . import corpus, planner
+from .core.xp import cupy_module, cupyx_sparse, gpu_available, to_host
+from .corpus.io import read_mtx
+from .tuning_db import cli as tuning_cli
 
 
 def _to_device(x, gpu: bool):
     if not gpu:
         return x
-    from .core.xp import cupy_module
-    cp = cupy_module()
-    import scipy.sparse as sp
     if sp.issparse(x):
-        import cupyx.scipy.sparse as csp
-        return csp.csr_matrix(x)
-    return cp.asarray(x)
+        return cupyx_sparse().csr_matrix(x)
+    return cupy_module().asarray(x)
 
 
 def _use_gpu(args) -> bool:
-    from .core.xp import gpu_available
     if args.cpu:
         return False
     if args.gpu and not gpu_available():
@@ -30,8 +31,6 @@ def _use_gpu(args) -> bool:
 
 
 def cmd_plan(args) -> int:
-    from . import planner
-    from .corpus.io import read_mtx
     A = read_mtx(args.A)
     rng = np.random.default_rng(args.seed)
     if args.B and args.k:
@@ -51,7 +50,6 @@ def cmd_plan(args) -> int:
 
 def _demo_problems(rng):
     """(op label, matrix name, A, B) pairs from the small corpus: a few per op."""
-    from . import corpus
     for fam in ("poisson3d", "rmat", "skewed", "banded"):
         A = corpus.load(fam, "small", seed=0)
         yield "spmv", fam, A, rng.random(A.shape[1]) + 0.5
@@ -69,8 +67,6 @@ def _demo_problems(rng):
 
 def _check(C, ref) -> float:
     """Relative max error of C against the float64 SciPy/NumPy reference."""
-    import scipy.sparse as sp
-    from .core.xp import to_host
     C = to_host(C)
     if sp.issparse(ref):
         C, ref = sp.csr_matrix(C).toarray(), ref.toarray()
@@ -79,7 +75,6 @@ def _check(C, ref) -> float:
 
 
 def cmd_demo(args) -> int:
-    from . import planner
     gpu = _use_gpu(args)
     rng = np.random.default_rng(args.seed)
     rows, plans, failures = [], [], 0
@@ -92,7 +87,6 @@ def cmd_demo(args) -> int:
         t = time.perf_counter()
         C = p.run(Ad, Bd)
         if gpu:
-            from .core.xp import cupy_module
             cupy_module().cuda.Device().synchronize()
         ms = (time.perf_counter() - t) * 1e3
         err = _check(C, ref)
@@ -141,12 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     where(p)
     p.set_defaults(func=cmd_demo)
 
-    try:
-        from .tuning_db import cli as tuning_cli
-    except ImportError:
-        tuning_cli = None
-    if tuning_cli is not None and hasattr(tuning_cli, "add_subparsers"):
-        tuning_cli.add_subparsers(sub)
+    tuning_cli.add_subparsers(sub)
     return ap
 
 

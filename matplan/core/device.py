@@ -12,6 +12,8 @@ import dataclasses
 import functools
 import time
 
+import numpy as np
+
 from .timing import cuda_times_s
 from .xp import cupy_module
 
@@ -47,7 +49,6 @@ class DeviceSpec:
 
 
 def _itemsize(dtype) -> int:
-    import numpy as np
     return np.dtype(dtype).itemsize
 
 
@@ -55,7 +56,7 @@ KB = 1024
 MB = 1024 * KB
 # Datasheet figures. FLOP/s are CUDA-core peaks (an FMA counts two), the rates
 # TSM2 can use; bandwidths are the vendor's peak memory bandwidth. copy_bandwidth: the
-# device-to-device copy bandwidth our tuning runs measured (H100 SXM 2026-11-24, H200 2026-11-22).
+# device-to-device copy bandwidth our tuning runs measured on an H100 SXM and an H200.
 KNOWN_GPUS = {
     "H100": DeviceSpec("NVIDIA H100 SXM5", "9.0", 132, 227 * KB, 228 * KB, 65536, 2048,
                        66.9e12, 33.5e12, 3.35e12, 650, 4, 1.98e9, l2_bytes=50 * MB,
@@ -80,7 +81,7 @@ DEFAULT_GPU = "H100"
 #: A measured copy bandwidth within this fraction of the table's ``copy_bandwidth`` for the GPU
 #: model is taken as that figure, so that every process plans with the same number: a process's
 #: measurement moves by 1-3%, and the costs of two near-equal candidates with it (metis_copter2's
-#: SpGEMM plan flipped between hash and cuSPARSE between 2.79 and 2.85 TB/s, H100 2026-11-24).
+#: SpGEMM plan flipped between hash and cuSPARSE between 2.79 and 2.85 TB/s on an H100).
 #: Figures further off (another SKU, a MIG slice, a throttled GPU) are used as measured.
 COPY_BW_SNAP = 0.08
 
@@ -102,7 +103,7 @@ def _match_table(device_name: str):
 
 
 #: Untimed copies run at least this long before the timed ones, and the figure is the second
-#: fastest of the timed copies: on an H100 (2026-11-24) a process's first copies ran at about
+#: fastest of the timed copies: on an H100 a process's first copies ran at about
 #: 2.3 TB/s instead of 2.87, and the median of ten after the warm-up once at 1.93 (something else
 #: slowed a few milliseconds); a copy cannot beat the memory, so the fast end is the measurement.
 BANDWIDTH_WARMUP_S = 0.05
@@ -178,7 +179,6 @@ def host_bandwidth_estimate() -> float:
 
 @functools.lru_cache(maxsize=None)
 def _host_bw() -> float:
-    import numpy as np
     a = np.random.default_rng(0).random(1 << 22)
     b = np.empty_like(a)
     best = float("inf")

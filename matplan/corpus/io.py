@@ -22,7 +22,8 @@ from ._common import make_csr, make_rng, random_values
 #: Environment variable naming the folder of real matrices (overrides the search).
 MATRICES_ENV = "MATPLAN_MATRICES"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-_MATRIX_SUFFIXES = (".npz", ".mtx", ".mtx.gz")
+#: Suffixes of the matrix files read here.
+MATRIX_SUFFIXES = (".npz", ".mtx", ".mtx.gz")
 
 
 def _existing_file(path, what: str) -> Path:
@@ -150,8 +151,9 @@ def matrix_index(dir=None) -> list[dict]:
         raise ValueError(f"{d / 'index.json'} is not valid JSON: {e}") from e
 
 
-def _matrix_name(p: Path) -> str | None:
-    for suffix in _MATRIX_SUFFIXES:
+def matrix_name(p: Path) -> str | None:
+    """A matrix file's name without its suffix (one of MATRIX_SUFFIXES), None for other files."""
+    for suffix in MATRIX_SUFFIXES:
         if p.name.endswith(suffix):
             return p.name[: -len(suffix)]
     return None
@@ -168,7 +170,7 @@ def real_matrices(dir=None, seed=0):
     if d is None:
         return
     for p in sorted(d.iterdir()):
-        name = _matrix_name(p)
+        name = matrix_name(p)
         if name is None or not p.is_file():
             continue
         yield name, (load_npz_matrix(p, seed) if p.suffix == ".npz" else read_mtx(p, seed))

@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import threading
 
-from .. import planner
-from ..core.xp import cupy_module
-from ..planner import BoundPlan
 from ..core.validation import normalize
+from ..core.xp import cupy_module
+from ..kernels import all_kernels
+from ..planner import BoundPlan
+from ..planner import plan as make_plan
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
 from .identity import (aliases, aliasing_kernel, hit_check, identity_key, pins, product_limit,
@@ -215,7 +216,7 @@ def _run(problem, reuse, deterministic, key, assume_unchanged):
 def _plan(A, B, reuse, deterministic, trusted):
     """planner.plan, charging each format copied from A the comparison its GPU hits will make
     (unless the caller vouches for A), so such a format wins only if it still wins after it."""
-    return planner.plan(A, B, reuse=reuse, deterministic=deterministic,
+    return make_plan(A, B, reuse=reuse, deterministic=deterministic,
                         per_call=None if trusted else hit_check)
 
 
@@ -291,7 +292,6 @@ def _load_kernels_once() -> None:
     if not _ready:
         with _ready_lock:
             if not _ready:
-                from ..kernels import all_kernels
                 all_kernels()
                 _ready = True
 

@@ -2,8 +2,10 @@
 
 Modelled on ``cupy.fft``'s plan cache. Each thread has its own caches (a
 ``threading.local``), one per device: ``"cpu"`` for host matrices, the CUDA
-device id for GPU ones. Threads therefore never share an entry and need no
-lock; a thread's cache is only ever touched by that thread. An entry maps a
+device id for GPU ones. Threads therefore never share an entry; a thread's
+cache is only ever touched by that thread. The entries are kept in a
+``core.cache.BoundedCache``, so ``matplan.cache_info()`` reports them (and
+``matplan.clear_caches()`` empties them) with every other cache. An entry maps a
 :class:`~matplan.dispatch.fingerprint.Fingerprint` to a
 :class:`~matplan.planner.BoundPlan` (the plan and A in the chosen format), and
 is charged the bytes it keeps alive: its prepared format and, for a format made
@@ -11,8 +13,7 @@ from a private copy of A, that copy (kept to confirm hits bit for bit, see
 fingerprint.py); each buffer counts once. A format that is A's own arrays (SciPy,
 NumPy, the CSR kernels, cuSPARSE, cuBLAS, TSM2) keeps the caller's arrays alive
 instead of a copy. Entries are also found by identity key (``find``/``claim``).
-The cache also keeps a small
-history per matrix *structure* (calls, and how many value versions were
+The cache also keeps a small history per matrix *structure* (calls, and how many value versions were
 prepared), from which ``matmul(reuse=None)`` estimates the reuse of a new version.
 An entry registered under an identity key that keeps the key's objects alive
 (pins: a format that is A's own arrays, a SpGEMM's B, or a copied format the
@@ -25,9 +26,10 @@ caller vouches for with ``assume_unchanged``) is charged their bytes too.
 """
 from __future__ import annotations
 
-import collections
+import functools
 import threading
 
+from ..core.cache import BoundedCache
 from ..core.xp import cupy_module
 from ..kernels import get
 
@@ -98,19 +100,69 @@ class _Entry:
         return self.kernel.run(self.bound.prepared, B)
 
 
+class _Entries(BoundedCache):
+    """The plan cache's LRU store: a BoundedCache whose entries' charges change while they are
+    cached (they gain or lose the objects they pin) and whose bounds the user may change. It
+    works on BoundedCache's own fields (lock, sizes, shrink): keep it in step with core/cache.py."""
+
+    def recharge(self, key, nbytes: int) -> None:
+        """Charge ``key``'s entry ``nbytes`` from now on, keeping its place (:meth:`shrink` evicts)."""
+        with self._lock:
+            if key in self._data:
+                self._nbytes += nbytes - self._sizes[key]
+                self._sizes[key] = nbytes
+
+    def shrink(self) -> None:
+        """Evict least recently used entries until the bounds hold."""
+        with self._lock:
+            dropped = self._shrink()
+        self._evicted(dropped)
+
+    def resize(self, maxsize: int, maxbytes: int | None) -> None:
+        self.maxsize, self.maxbytes = maxsize, maxbytes
+        self.shrink()
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._hits = self._misses = self._evictions = 0
+
+
+def _unregister(by_key: dict, fp, entry) -> None:
+    """Drop an entry leaving the cache from the identity index (a plain function: no reference
+    cycle between a PlanCache and its store)."""
+    if entry.key is not None and by_key.get(entry.key) is entry:
+        del by_key[entry.key]
+    entry.key = entry.pins = None
+
+
 class PlanCache:
-    """LRU map fingerprint -> BoundPlan for one device of one thread (see the module docstring)."""
+    """LRU map fingerprint -> BoundPlan for one device of one thread (see the module docstring).
+
+    Entries live in a :class:`~matplan.core.cache.BoundedCache` (``matplan.cache_info()`` lists it
+    as ``dispatch.plans[<device>]``), the structure history in another."""
 
     def __init__(self, device, size: int = DEFAULT_SIZE, memsize: int = DEFAULT_MEMSIZE):
         self.device = device
         self._size = _check_size(size)
         self._memsize = _check_memsize(memsize)
-        self._entries: collections.OrderedDict = collections.OrderedDict()
         self._by_key: dict = {}          # identity key (see identity.py) -> entry
-        self._bytes = 0
-        self._history: collections.OrderedDict = collections.OrderedDict()
-        self.hits = self.misses = self.evictions = self.replans = self.too_large = 0
+        self._entries = _Entries(f"dispatch.plans[{device}]", self._size, maxbytes=_maxbytes(self._memsize),
+                                 sizeof=_charged, on_evict=functools.partial(_unregister, self._by_key))
+        self._history = BoundedCache(f"dispatch.plan_history[{device}]", HISTORY_SIZE)
+        self.replans = self.too_large = 0
         self.assume_unchanged = False    # matmul(assume_unchanged=None) takes this (see dispatch.auto)
+
+    @property
+    def hits(self) -> int:
+        return self._entries.info().hits
+
+    @property
+    def misses(self) -> int:
+        return self._entries.info().misses
+
+    @property
+    def evictions(self) -> int:
+        return self._entries.info().evictions
 
     # -- used by matmul ------------------------------------------------------
     def lookup(self, fp, confirm=None):
@@ -120,16 +172,16 @@ class PlanCache:
         caller's A equals it; otherwise the entry is an older version under the same
         key and is dropped (a miss).
         """
-        entry = self._entries.get(fp)
+        entry = self._entries.peek(fp)
         if entry is not None and entry.reference is not None and confirm is not None \
                 and not confirm(entry.reference):
             self._remove(fp)
-            entry = None
+        entry = self._entries.get(fp)    # counted: a hit (now the most recent) or a miss
         if entry is None:
             self._history_for(fp)[0] += 1
-            self.misses += 1
             return None
-        self.count_hit(entry)
+        entry.history[0] += 1
+        entry.calls += 1
         return entry
 
     def find(self, key):
@@ -140,8 +192,7 @@ class PlanCache:
         """Count a confirmed hit on ``entry`` and make it the most recently used."""
         entry.history[0] += 1
         entry.calls += 1
-        self.hits += 1
-        self._entries.move_to_end(entry.fp)
+        self._entries.get(entry.fp)
 
     def claim(self, entry, key, pins=None) -> None:
         """Register ``entry`` under identity ``key`` instead of its older key (None: under none), taking
@@ -149,7 +200,7 @@ class PlanCache:
         if entry.key is not None and self._by_key.get(entry.key) is entry:
             del self._by_key[entry.key]
         entry.key = entry.pins = None
-        if self._entries.get(entry.fp) is not entry:
+        if self._entries.peek(entry.fp) is not entry:
             return
         if key is None:
             self._charge(entry)
@@ -161,14 +212,14 @@ class PlanCache:
         self._by_key[key] = entry
         entry.key, entry.pins = key, pins
         if self._charge(entry):
-            self._shrink()
+            self._entries.shrink()
 
     def _charge(self, entry) -> bool:
         """Charge ``entry`` for its format, its copy of A and the objects it pins; whether it grew."""
         nbytes = held_nbytes(entry.bound.prepared, entry.reference, *(entry.pins or ()))
         grew = nbytes > entry.nbytes
-        self._bytes += nbytes - entry.nbytes
         entry.nbytes = nbytes
+        self._entries.recharge(entry.fp, nbytes)
         return grew
 
     def _history_for(self, fp) -> list:
@@ -176,11 +227,8 @@ class PlanCache:
         skey = fp.structure_key()
         hist = self._history.get(skey)
         if hist is None:
-            hist = self._history[skey] = [0, 0]
-            while len(self._history) > HISTORY_SIZE:
-                self._history.popitem(last=False)
-        else:
-            self._history.move_to_end(skey)
+            hist = [0, 0]
+            self._history.put(skey, hist)
         return hist
 
     def estimate_reuse(self, fp) -> int:
@@ -189,7 +237,7 @@ class PlanCache:
         ``calls / versions`` from the structure's history (the current call
         excluded); 1 for a structure never prepared before.
         """
-        calls, versions = self._history.get(fp.structure_key(), (1, 0))
+        calls, versions = self._history.peek(fp.structure_key(), (1, 0))
         return max(1, (calls - 1) // versions) if versions else 1
 
     def fits(self, nbytes: int) -> bool:
@@ -207,11 +255,11 @@ class PlanCache:
         hist[1] += 1
         if fp in self._entries:
             self._remove(fp)
-        entry = self._entries[fp] = _Entry(fp, bound, reference, nbytes, next_replan, hist)
-        self._bytes += nbytes
+        entry = _Entry(fp, bound, reference, nbytes, next_replan, hist)
+        self._entries.put(fp, entry)
         if key is not None:
             self.claim(entry, key, pins)
-        self._shrink()
+        self._entries.shrink()
         return entry
 
     def decline(self, fp) -> None:
@@ -229,14 +277,13 @@ class PlanCache:
         if not self.fits(entry.nbytes):
             self.too_large += 1
             self._remove(entry.fp)
-        self._shrink()
+        self._entries.shrink()
 
     def _remove(self, fp) -> None:
-        entry = self._entries.pop(fp)
-        self._bytes -= entry.nbytes
-        if entry.key is not None and self._by_key.get(entry.key) is entry:
-            del self._by_key[entry.key]
-        entry.key = entry.pins = None
+        """Drop ``fp``'s entry (not an eviction: it is stale or too large)."""
+        entry = self._entries.peek(fp)
+        self._entries.discard(fp)
+        _unregister(self._by_key, fp, entry)
 
     # -- cupy.fft-style controls ----------------------------------------------
     def get_size(self) -> int:
@@ -245,7 +292,7 @@ class PlanCache:
     def set_size(self, size: int) -> None:
         """Keep at most ``size`` entries (0 disables the cache), evicting now if needed."""
         self._size = _check_size(size)
-        self._shrink()
+        self._entries.resize(self._size, _maxbytes(self._memsize))
 
     def get_memsize(self) -> int:
         return self._memsize
@@ -253,7 +300,7 @@ class PlanCache:
     def set_memsize(self, memsize: int) -> None:
         """Keep at most ``memsize`` bytes of prepared formats (-1: unbounded), evicting now if needed."""
         self._memsize = _check_memsize(memsize)
-        self._shrink()
+        self._entries.resize(self._size, _maxbytes(self._memsize))
 
     def get_assume_unchanged(self) -> bool:
         return self.assume_unchanged
@@ -270,15 +317,15 @@ class PlanCache:
         return len(self._entries)
 
     def get_curr_memsize(self) -> int:
-        return self._bytes
+        return self._entries.info().nbytes
 
     def clear(self) -> None:
         """Drop every entry and the history, and zero the counters."""
         self._entries.clear()
         self._by_key.clear()
         self._history.clear()
-        self._bytes = 0
-        self.hits = self.misses = self.evictions = self.replans = self.too_large = 0
+        self._entries.reset_counters()
+        self.replans = self.too_large = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -292,7 +339,8 @@ class PlanCache:
 
     def __repr__(self) -> str:
         return (f"<matplan PlanCache device={self.device} entries={len(self)}/{self._size} "
-                f"bytes={self._bytes:,}/{_fmt_mem(self._memsize)} hits={self.hits} misses={self.misses}>")
+                f"bytes={self.get_curr_memsize():,}/{_fmt_mem(self._memsize)} hits={self.hits} "
+                f"misses={self.misses}>")
 
     def info(self) -> str:
         """The summary :meth:`show_info` prints."""
@@ -301,26 +349,29 @@ class PlanCache:
                  f"cache enabled? {self._size > 0}",
                  f"assume unchanged (copied formats trusted without comparison)? {self.assume_unchanged}",
                  f"current / max size   : {len(self)} / {self._size} (counts)",
-                 f"current / max memsize: {self._bytes:,} / {_fmt_mem(self._memsize)} (bytes)",
+                 f"current / max memsize: {self.get_curr_memsize():,} / {_fmt_mem(self._memsize)} (bytes)",
                  f"hits / misses: {self.hits} / {self.misses} (counts)",
                  f"evictions: {self.evictions}, re-plans: {self.replans}, too large to cache: {self.too_large}",
                  "", "cached plans (most recently used first):"]
-        for fp, e in reversed(self._entries.items()):
+        entries = self._entries.items()
+        for fp, e in reversed(entries):
             p = e.bound.plan
             lines.append(f"  {fp.describe()}: {p.candidates[0].label() if p.candidates else p.kernel} "
                          f"(reuse={p.reuse}), {e.nbytes:,} bytes, {e.calls} calls")
-        if not self._entries:
+        if not entries:
             lines.append("  (none)")
         return "\n".join(lines)
 
     def show_info(self) -> None:
         print(self.info())
 
-    def _shrink(self) -> None:
-        while self._entries and (len(self._entries) > self._size
-                                 or (self._memsize >= 0 and self._bytes > self._memsize)):
-            self._remove(next(iter(self._entries)))
-            self.evictions += 1
+
+def _charged(entry) -> int:
+    return entry.nbytes
+
+
+def _maxbytes(memsize: int) -> int | None:
+    return None if memsize < 0 else memsize
 
 
 def _check_size(size) -> int:

@@ -74,9 +74,13 @@ import threading
 from typing import NamedTuple
 
 import numpy as np
+import scipy
 
-from ..core.xp import cupy_module
+from ..core.cache import BoundedCache
 from ..core.features import dense_layout
+from ..core.version import __version__
+from ..core.xp import cupy_module
+from ..kernels import _cuda
 
 SPARSE_OPS = ("spmv", "spmm", "spgemm")
 #: Host keys digest this many evenly spaced elements of each array (the rest is compared on a hit).
@@ -181,9 +185,6 @@ def device_of(A) -> int:
 @functools.lru_cache(maxsize=None)
 def versions() -> tuple:
     """matplan, NumPy, SciPy and CuPy versions: a cached plan is never reused across upgrades."""
-    import scipy
-
-    from .. import __version__
     cp = cupy_module()
     return (__version__, np.__version__, scipy.__version__, cp.__version__ if cp is not None else "")
 
@@ -212,13 +213,16 @@ def _small_blake(arrays, person: bytes) -> bytes:
 def _sample(a):
     """Length and ``SAMPLE`` evenly spaced elements (first and last included) of 1-D ``a``, as arrays."""
     n = a.shape[0]
-    picked = a if n <= SAMPLE else a[_sample_positions(n)]
+    picked = a if n <= SAMPLE else a[_SAMPLE_POSITIONS.get_or_create(n, lambda: _sample_positions(n))]
     return _LENGTH.pack(n), np.ascontiguousarray(picked)
 
 
-@functools.lru_cache(maxsize=256)
 def _sample_positions(n: int) -> np.ndarray:
     return np.linspace(0, n - 1, SAMPLE).astype(np.intp)
+
+
+#: The sampled positions of the array lengths seen last (one matrix's arrays share a few lengths).
+_SAMPLE_POSITIONS = BoundedCache("dispatch.sample_positions", 256)
 
 
 _LENGTH = struct.Struct("<q")
@@ -296,7 +300,6 @@ _NULL, _NONE = np.uint64(0), np.int64(0)
 
 @functools.lru_cache(maxsize=None)
 def _kernel(device_id: int):
-    from ..kernels import _cuda
     return _cuda.function(_CU_FILE, "matplan_fingerprint", ())
 
 

@@ -22,7 +22,7 @@ What a call checks before it may skip validation and the fingerprint (see
 * SpGEMM (both operands CSR): the key names B's objects too (the plan was chosen
   for B's structure). Both SpGEMM kernels read A and B on every run, so an
   in-place change of either is computed correctly; but cuSPARSE is only planned
-  below a known products limit (``kernels.vendor.VENDOR_LIMITS``), and such a
+  below a known products limit (``models.spgemm.VENDOR_LIMITS``), and such a
   change can move the product past it. A hit with such a kernel therefore checks
   the products of the operands as they are now: free when
   ``len(A.indices) * len(B.indices)`` is within the limit (no valid CSR change
@@ -44,21 +44,23 @@ import itertools
 import threading
 
 import numpy as np
+import scipy.sparse as sp
 
-from ..core.xp import cupy_module
-from . import fingerprint as fp_mod
+from ..core.xp import cupy_module, cupyx_sparse
+from ..kernels import _cuda, get
+from ..models.spgemm import VENDOR_LIMITS
+import matplan.dispatch.fingerprint as fp_mod   # versions() read through the module: tests patch it
+from .cache import buffer_key, leaves
 from .fingerprint import GPU_BLOCK, _CU_FILE, _max_blocks
 
 
 @functools.lru_cache(maxsize=None)
 def _kinds() -> dict:
     """type -> (sparse?, backend) for the exact types the fast path takes."""
-    import scipy.sparse as sp
     kinds = {np.ndarray: (False, "cpu"), sp.csr_matrix: (True, "cpu"), sp.csr_array: (True, "cpu")}
     cp = cupy_module()
     if cp is not None:
-        import cupyx.scipy.sparse as csp
-        kinds.update({cp.ndarray: (False, "gpu"), csp.csr_matrix: (True, "gpu")})
+        kinds.update({cp.ndarray: (False, "gpu"), cupyx_sparse().csr_matrix: (True, "gpu")})
     return kinds
 
 
@@ -93,7 +95,6 @@ def pins(A, B=None) -> tuple:
 @functools.lru_cache(maxsize=None)
 def product_limit(name: str):
     """The most products kernel ``name`` is known to compute correctly (None: no limit)."""
-    from ..models.spgemm import VENDOR_LIMITS
     return VENDOR_LIMITS.get(name, {}).get("max_products")
 
 
@@ -164,7 +165,6 @@ def start_product_check(limit: int, A, B, device):
 def aliasing_kernel(name: str) -> bool:
     """Whether kernel ``name`` declares ``reads_a_at_run``: its prepared format is A's own arrays,
     read on every run (only A's shape, dtype and strides matter, which the identity key covers)."""
-    from ..kernels import get
     try:
         return bool(get(name).reads_a_at_run)
     except KeyError:
@@ -172,7 +172,7 @@ def aliasing_kernel(name: str) -> bool:
 
 
 #: A GPU hit on a format copied from A compares A with the entry's copy (reading both) before
-#: its result is returned: fitted on an H100 (dispatch.py at ecaae07, hit minus kernel time):
+#: its result is returned: fitted on an H100 (benchmarks/dispatch.py, hit minus kernel time):
 #: 62 / 58 / 170 us for 20 / 46 / 400 MB compared, i.e. ~45 us fixed (comparison launch, flag
 #: copy, event wait) plus the bytes at about the device's copy bandwidth (overlapped with the
 #: kernel behind it).
@@ -196,7 +196,6 @@ def aliases(prepared, A) -> bool:
     """Whether ``prepared`` is A's own arrays (a format that cannot go stale; see the module docstring)."""
     if not aliasing_kernel(prepared.kernel):
         return False
-    from .cache import buffer_key, leaves
     own = {buffer_key(a) for a in leaves(A)}
     held = [buffer_key(a) for a in leaves(prepared)]
     return bool(held) and all(k in own for k in held)
@@ -209,17 +208,17 @@ class _Probe:
 
     def __init__(self, cp):
         self.flag = cp.zeros(1, dtype=cp.int64)
-        import cupyx
+        import cupyx    # CuPy is optional: imported only where a GPU probe is made
         self.host = cupyx.empty_pinned(1, dtype=np.int64)       # the D2H copy below is truly async
         self.host_ptr = self.host.ctypes.data
         self.event = cp.cuda.Event(block=False, disable_timing=True)
-        self.fn = _compare_kernel(cp.cuda.runtime.getDevice())
+        self.fn = _cuda.function(_CU_FILE, "matplan_differs", ())
         self.grid_cap = _max_blocks(cp.cuda.runtime.getDevice())
         # within_product_limit: (products, out-of-range flag) on the GPU, their pinned mirror, an event
         self.count = cp.zeros(2, dtype=cp.uint64)
         self.count_host = cupyx.empty_pinned(2, dtype=np.uint64)
         self.count_event = cp.cuda.Event(block=False, disable_timing=True)
-        self.products_fn = _products_kernel(cp.cuda.runtime.getDevice())
+        self.products_fn = _cuda.function(_CU_FILE, "matplan_products", ())
 
 
 _probes = threading.local()
@@ -274,18 +273,6 @@ def start_compare(A, reference, device):
 
 
 _NULL, _NONE = np.uint64(0), np.int64(0)
-
-
-@functools.lru_cache(maxsize=None)
-def _compare_kernel(device_id: int):
-    from ..kernels import _cuda
-    return _cuda.function(_CU_FILE, "matplan_differs", ())
-
-
-@functools.lru_cache(maxsize=None)
-def _products_kernel(device_id: int):
-    from ..kernels import _cuda
-    return _cuda.function(_CU_FILE, "matplan_products", ())
 
 
 __all__ = ["identity_key", "pins", "aliases", "aliasing_kernel", "hit_check", "start_compare", "Pending", "product_limit",

@@ -45,10 +45,11 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
-from ..core.xp import cupy_module
 from ..core.validation import normalize
-from . import auto
+from ..core.xp import cupy_module, cupyx_sparse
+from .auto import busy, check_args, run
 
 #: Methods replaced on each target class.
 METHODS = ("__matmul__", "dot")
@@ -57,11 +58,9 @@ _MISSING = object()
 
 def targets() -> list:
     """The classes whose products are routed (cupyx's only when CuPy sees a GPU)."""
-    import scipy.sparse as sp
     classes = [sp.csr_matrix, sp.csr_array]
     if cupy_module() is not None:
-        import cupyx.scipy.sparse as csp
-        classes.append(csp.csr_matrix)
+        classes.append(cupyx_sparse().csr_matrix)
     return classes
 
 
@@ -96,7 +95,7 @@ def route_sparse_matmul(*, reuse=None, deterministic=False, only=False, assume_u
         through to the library's own product.
     See the module docstring for the full protocol.
     """
-    auto.check_args(reuse, deterministic, assume_unchanged)
+    check_args(reuse, deterministic, assume_unchanged)
     if not isinstance(only, bool):
         raise TypeError(f"only: expected True or False, got {only!r}")
     with _pushed(_Options(reuse, deterministic, only, assume_unchanged)):
@@ -171,7 +170,7 @@ def _router(original):
     def router(self, other):
         stack = getattr(_local, "stack", None)
         options = stack[-1] if stack else None
-        if options is not None and not auto.busy() and not _from_matplan(sys._getframe(1)):
+        if options is not None and not busy() and not _from_matplan(sys._getframe(1)):
             result = _route(self, other, options)
             if result is not NotImplemented:
                 return result
@@ -199,7 +198,7 @@ def _route(A, other, options):
         if options.only:
             raise
         return NotImplemented
-    return auto.run(problem, options.reuse, options.deterministic, options.assume_unchanged)
+    return run(problem, options.reuse, options.deterministic, options.assume_unchanged)
 
 
 __all__ = ["route_sparse_matmul", "skip_routing", "is_routing", "targets", "METHODS"]

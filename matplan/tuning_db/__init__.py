@@ -1,6 +1,7 @@
 """The tuning database and offline tuning runs (``matplan tune``, ``train``, ``report``, ``db``).
 
-    from matplan.tuning_db import TuningDB, tune, corpus_units
+    from matplan.tuning_db import TuningDB, corpus_units
+    from matplan.tuning_db.tune import tune
     with TuningDB() as db:                         # ~/.cache/matplan/tuning.sqlite
         tune(corpus_units(["small"]), db=db)       # times every registered candidate
 
@@ -11,18 +12,21 @@ The workflow on a GPU machine::
     matplan report                                 # leave-family-out regret -> benchmarks/results/
     matplan db export timings.jsonl                # pool with `matplan db import` elsewhere
 
-Submodules load lazily so that importing the planner never imports the tuner.
+Submodules load lazily so that importing the planner never imports the tuner. (``tune`` and
+``train`` name submodules here; their functions are ``tune.tune`` and ``train.train``.)
 """
-from .store import (DeviceRecord, ProblemRecord, TimingRecord, TuningDB, TuningDBError, default_path,
-                    open_db)
+import importlib
 
-_LAZY = {"tune": "tune", "corpus_units": "tune", "file_units": "tune", "WorkUnit": "tune",
-         "TuneSummary": "tune", "train": "train", "evaluate": "report"}
+from .records import DeviceRecord, ProblemRecord, TimingRecord
+from .store import TuningDB, TuningDBError, default_path, open_db
+
+#: Names loaded from their submodule on first use.
+_LAZY = {"corpus_units": "units", "file_units": "units", "WorkUnit": "units", "TuneSummary": "tune",
+         "evaluate": "report"}
 
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -4,6 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import corpus
+from ..models import learned
+from .refresh import refresh_features
+from .report import evaluate, format_report
+from .store import TuningDB, TuningDBError
+from .train import train
+from .tune import tune
+from .units import DEFAULT_OPS, SPMM_KS, TSGEMM_KS, corpus_units, file_units
+
 
 def _db_arg(p):
     p.add_argument("--db", help="tuning database file (default $MATPLAN_TUNING_DB or ~/.cache/matplan/tuning.sqlite)")
@@ -23,9 +32,6 @@ def _csv(kind):
 
 
 def cmd_tune(args) -> int:
-    from .. import corpus
-    from .store import TuningDBError
-    from .tune import corpus_units, file_units, tune
     units = []
     if not args.no_corpus:
         units += corpus_units(args.size, families=args.family, ops=args.ops, spmm_ks=args.spmm_k,
@@ -58,9 +64,6 @@ def cmd_tune(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from ..models import learned
-    from .store import TuningDBError
-    from .train import train
     out_dir = learned.PACKAGE_DIR if args.package else args.out_dir
     try:
         path, model = train(args.db, args.device_class, kind=args.kind, name=args.name, dir=out_dir, cv=args.cv,
@@ -73,8 +76,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import evaluate, format_report
-    from .store import TuningDBError
     try:
         rep = evaluate(args.db, args.device_class, reuses=args.reuse, out=args.out, plots=not args.no_plots,
                        model_params={"max_iter": args.max_iter, "per_op": args.per_op})
@@ -85,7 +86,6 @@ def cmd_report(args) -> int:
 
 
 def cmd_db(args) -> int:
-    from .store import TuningDB, TuningDBError
     if args.action in ("export", "import") and not args.file:
         raise SystemExit(f"matplan db {args.action}: give the FILE to {args.action}")
     try:
@@ -100,7 +100,6 @@ def cmd_db(args) -> int:
             elif args.action == "import":
                 print(f"merged {args.file}: {db.merge(args.file)}")
             elif args.action == "refresh-features":
-                from .refresh import refresh_features
                 print(f"{db.path}: features {refresh_features(db, args.matrices)}")
     except TuningDBError as e:
         raise _fail(e) from e
@@ -109,9 +108,6 @@ def cmd_db(args) -> int:
 
 def add_subparsers(sub) -> None:
     """Add tune, train, report and db to the ``matplan`` command's subparsers."""
-    from .. import corpus
-    from .tune import DEFAULT_OPS, SPMM_KS, TSGEMM_KS
-
     p = sub.add_parser("tune", help="time every registered candidate on a corpus and record it in the tuning database",
                        description="Resumable: candidates already recorded for this device and matplan version are skipped.")
     _db_arg(p)

@@ -14,10 +14,11 @@ import json
 
 import numpy as np
 
-from ..kernels import all_kernels
+from ..kernels import all_kernels, get
 from ..core import device as device_mod
 from ..models.learned import Query
 from ..core.features import Features
+from . import calibration
 from .store import TuningDB
 
 
@@ -44,7 +45,6 @@ class Dataset:
     def calibrated(self):
         """Context manager: the planner's online calibrations of these timings installed (see
         :mod:`.calibration`), so kernels' analytic costs are the ones the live planner used."""
-        from . import calibration
         return calibration.installed(self.calibrations)
 
     def __len__(self):
@@ -58,7 +58,18 @@ class Dataset:
 
     def queries(self, idx=None) -> list:
         rows = self.rows if idx is None else [self.rows[i] for i in idx]
-        return [Query(self.features(r.problem), r.kernel, r.params, self.device) for r in rows]
+        return [self.query(r.problem, r.kernel, r.params) for r in rows]
+
+    def query(self, fp, kernel: str, params: dict) -> Query:
+        """The learned model's Query of ``kernel`` with ``params`` on problem ``fp``: with the
+        kernel's analytic Cost (as calibrated where :meth:`calibrated` is in force; None where its
+        cost() rejects the row) and its ``reads_a_at_run``."""
+        f, k = self.features(fp), get(kernel)
+        try:
+            analytic = k.cost(f, params, self.device)
+        except Exception:  # noqa: BLE001  only the combined model reads it, and says so when it is missing
+            analytic = None
+        return Query(f, kernel, params, self.device, analytic, k.reads_a_at_run)
 
     def y(self, idx=None) -> np.ndarray:
         rows = self.rows if idx is None else [self.rows[i] for i in idx]

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from ..core.xp import cupy_module, to_host
 from ..core import device as device_mod
 from ..models.learned import device_class
-from .store import DeviceRecord
+from .records import DeviceRecord
 
 
 def _hash(*parts) -> str:

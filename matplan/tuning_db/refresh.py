@@ -13,8 +13,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..core import device as device_mod
+from ..core import features as stats
 from ..core.features import Features
+from ..core.validation import normalize
+from ..corpus.io import matrices_dir as default_matrices
+from .identity import problem_fingerprint
 from .store import TuningDB
+from .units import WorkUnit
 
 
 def _missing(stored: dict) -> list:
@@ -22,7 +28,6 @@ def _missing(stored: dict) -> list:
 
 
 def _unit(problem, matrices_dir):
-    from .tune import WorkUnit
     unit = WorkUnit.from_key(problem.source, family=problem.family, matrix=problem.matrix)
     if unit.origin == "file" and not Path(unit.path).is_file() and matrices_dir is not None:
         found = sorted(Path(matrices_dir).glob(Path(unit.path).name))
@@ -35,11 +40,6 @@ def refresh_features(store: TuningDB, matrices_dir=None, progress=print) -> dict
     """Add missing feature keys to every stored problem that lacks some; returns counts
     ``{'updated', 'current', 'skipped'}`` (skipped: operands not rebuildable or fingerprint
     differs; each is reported through ``progress``)."""
-    from ..corpus.io import matrices_dir as default_matrices
-    from ..core import device as device_mod
-    from ..core import features as stats
-    from ..core.validation import normalize
-    from .identity import problem_fingerprint
     matrices_dir = matrices_dir if matrices_dir is not None else default_matrices()
     counts = {"updated": 0, "current": 0, "skipped": 0}
     updates = {}

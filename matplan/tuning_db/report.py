@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..core.version import __version__
 from ..kernels import get
 from ..models import learned
 from ..planner.choose import TIE_MARGIN, _param_key, pick

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..core.paths import user_folder
+from .records import (RECORD_TYPES, CalibrationRecord, DeviceRecord, ProblemRecord, TimingRecord,
+                      record_from_dict)
 
 #: Environment variable naming the database file.
 DB_ENV = "MATPLAN_TUNING_DB"
@@ -51,105 +53,11 @@ EXPORT_FORMAT = "matplan-tuning-export"
 EXPORT_VERSION = 2
 #: Export versions this matplan reads (1 has no calibration records).
 EXPORT_VERSIONS_READ = (1, 2)
-STATUSES = ("ok", "failed")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class TuningDBError(Exception):
     """The database file cannot be used (corrupt, foreign, newer schema, unreadable export)."""
-
-
-# --- records -------------------------------------------------------------------------------
-def canonical_params(params: dict) -> str:
-    """The params dict as canonical JSON (sorted keys): the form stored and compared."""
-    if not isinstance(params, dict):
-        raise TypeError(f"params: expected a dict, got {type(params).__name__}")
-    return json.dumps(params, sort_keys=True, separators=(",", ":"))
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceRecord:
-    key: str                     # hash of the identity fields (see identity.device_record)
-    device_class: str            # "H100", "A100", ..., or "cpu": which learned model applies
-    backend: str                 # "gpu" | "cpu"
-    name: str
-    compute_capability: str = ""
-    sms: int = 0
-    memory_bytes: int = 0
-    driver: str = ""
-    cuda: str = ""
-    cupy: str = ""
-    spec: dict = dataclasses.field(default_factory=dict)   # DeviceSpec.to_dict() the planner used
-
-
-@dataclasses.dataclass(frozen=True)
-class ProblemRecord:
-    fingerprint: str             # content hash of (op, dtype, A, B)
-    op: str
-    dtype: str
-    source: str                  # work-unit key, e.g. "corpus:poisson3d:small:0|spmm|k=16|float64"
-    family: str                  # matrix family, the unit of leave-family-out evaluation
-    matrix: str                  # matrix name, e.g. "poisson3d-small"
-    features: dict = dataclasses.field(default_factory=dict)  # planner Features.to_dict()
-
-
-@dataclasses.dataclass(frozen=True)
-class TimingRecord:
-    device_key: str
-    problem: str                 # ProblemRecord.fingerprint
-    kernel: str
-    params: str                  # canonical_params(...)
-    matplan_version: str
-    status: str                  # "ok" | "failed"
-    prepare_ms: float | None = None
-    run_ms_median: float | None = None
-    run_ms_min: float | None = None
-    run_ms_max: float | None = None
-    repeats: int = 0
-    matched: bool | None = None  # result equal to the SciPy float64 reference within tolerance
-    max_error: float | None = None  # max |C - ref| / (|A||B|) elementwise
-    error: str = ""
-    created_at: str = ""
-    host: str = ""
-
-    def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
-        if self.status == "ok" and (self.run_ms_median is None or self.repeats < 1):
-            raise ValueError("an 'ok' timing needs run_ms_median and repeats >= 1")
-
-    @property
-    def key(self) -> tuple:
-        return (self.device_key, self.problem, self.kernel, self.params, self.matplan_version)
-
-
-@dataclasses.dataclass(frozen=True)
-class CalibrationRecord:
-    device_key: str
-    kernel: str                  # "tsgemm.tsm2"
-    key: str                     # canonical JSON of the kernel's own key (e.g. dtype, layout, k, n and m buckets)
-    value: dict                  # what the kernel measured (e.g. best t1/t3, per-candidate seconds, ratio)
-    matplan_version: str
-    created_at: str = ""
-
-    @property
-    def natural_key(self) -> tuple:
-        return (self.device_key, self.kernel, self.key, self.matplan_version)
-
-
-_RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": TimingRecord,
-                 "calibration": CalibrationRecord}
-
-
-def _record_from_dict(kind: str, d: dict):
-    cls = _RECORD_TYPES[kind]
-    names = {f.name for f in dataclasses.fields(cls)}
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-               and f.name not in d]
-    if missing:
-        raise ValueError(f"{kind} record lacks {missing}")
-    return cls(**{k: v for k, v in d.items() if k in names})
 
 
 # --- schema and migrations ---------------------------------------------------------------
@@ -471,7 +379,7 @@ class TuningDB:
         for row in self._query(sql, args):
             d = dict(row)
             d["value"] = json.loads(d["value"])
-            out.append(_record_from_dict("calibration", d))
+            out.append(record_from_dict("calibration", d))
         return out
 
     def device_classes(self) -> list[str]:
@@ -481,13 +389,13 @@ class TuningDB:
     def _device(row) -> DeviceRecord:
         d = dict(row)
         d["spec"] = json.loads(d["spec"])
-        return _record_from_dict("device", d)
+        return record_from_dict("device", d)
 
     @staticmethod
     def _problem(row) -> ProblemRecord:
         d = dict(row)
         d["features"] = json.loads(d["features"])
-        return _record_from_dict("problem", d)
+        return record_from_dict("problem", d)
 
     @staticmethod
     def _timing(row) -> TimingRecord:
@@ -495,7 +403,7 @@ class TuningDB:
         d.pop("id", None)
         if d["matched"] is not None:
             d["matched"] = bool(d["matched"])
-        return _record_from_dict("timing", d)
+        return record_from_dict("timing", d)
 
     # -- pooling ----------------------------------------------------------------------------
     def records(self) -> Iterator[tuple[str, object]]:
@@ -521,7 +429,7 @@ class TuningDB:
             finally:
                 dest.close()
             return self.counts()
-        counts = dict.fromkeys(_RECORD_TYPES, 0)
+        counts = dict.fromkeys(RECORD_TYPES, 0)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         with open(tmp, "w") as f:
             f.write(json.dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
@@ -551,7 +459,7 @@ class TuningDB:
         return self._merge_records(_read_export(path), batch)
 
     def _merge_records(self, records, batch) -> dict:
-        added = dict.fromkeys(_RECORD_TYPES, 0)
+        added = dict.fromkeys(RECORD_TYPES, 0)
         seen = dict.fromkeys(added, 0)
         inserters = {"device": self._insert_device, "problem": self._insert_problem,
                      "timing": self._insert_timing, "calibration": self._insert_calibration}
@@ -591,9 +499,9 @@ def _read_export(path: Path):
             try:
                 d = json.loads(line)
                 kind = d.pop("kind")
-                if kind not in _RECORD_TYPES:
+                if kind not in RECORD_TYPES:
                     raise ValueError(f"unknown kind {kind!r}")
-                yield kind, _record_from_dict(kind, d)
+                yield kind, record_from_dict(kind, d)
             except (ValueError, KeyError, TypeError) as e:
                 raise TuningDBError(f"{path}, line {lineno}: bad record: {e}") from e
 
@@ -605,6 +513,4 @@ def open_db(db=None, **kw) -> TuningDB:
     return TuningDB(db, **kw)
 
 
-__all__ = ["TuningDB", "TuningDBError", "DeviceRecord", "ProblemRecord", "TimingRecord", "CalibrationRecord",
-           "open_db",
-           "default_path", "canonical_params", "MIGRATIONS", "DB_ENV"]
+__all__ = ["TuningDB", "TuningDBError", "open_db", "default_path", "MIGRATIONS", "DB_ENV"]

@@ -17,31 +17,39 @@ scheduler address is given (start one single-threaded worker per GPU there,
 e.g. with ``CUDA_VISIBLE_DEVICES``). Workers return records; the calling
 process writes them as they arrive, so an interrupted run resumes where it
 stopped: candidates recorded for this device and matplan version are skipped.
+
+The units are in :mod:`.units`, the reference a candidate is checked against in :mod:`.reference`.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import importlib
+import multiprocessing
 import os
+import socket
 import sys
 import time
 import traceback
-from pathlib import Path
 
+import joblib
 import numpy as np
 import scipy.sparse as sp
+from tqdm.auto import tqdm
 
-from .. import __version__
-from . import calibration
-from .store import ProblemRecord, TimingRecord, TuningDB, canonical_params, open_db
+from ..core import device as device_mod
+from ..core import features as stats
+from ..core.validation import normalize
+from ..core.version import __version__
+from ..core.xp import cupy_module, cupyx_sparse, gpu_available
+from ..kernels import kernels_for
+from . import calibration, identity
+from .reference import check_reference_fits, max_error, reference, tolerance
+from .records import ProblemRecord, TimingRecord, canonical_params
+from .store import TuningDB, open_db
+from .units import WorkUnit
 
-#: Default dense-B widths for SpMM, and k for the tall-and-skinny products.
-SPMM_KS = (4, 16)
-TSGEMM_KS = (1, 2, 4, 8, 16, 32)
-#: Sizes whose matrices are also squared (SpGEMM); 'large' is too big for A @ A on most GPUs.
-SPGEMM_SIZES = ("small", "medium", "spgemm")
-#: Ops of a sparse matrix of each size ('spgemm' holds matrices chosen for A @ A only).
-DEFAULT_OPS = ("spmv", "spmm", "spgemm", "tsgemm")
 #: Timing defaults per backend: (timed repeats, warm-up runs). Repeats stop early past the budget.
 REPEATS = {"gpu": (20, 3), "cpu": (5, 1)}
 MIN_REPEATS = 3
@@ -52,151 +60,6 @@ BUDGET_S = 2.0
 PREPARE_REPEATS = 11
 #: Length limit of a stored error message.
 ERROR_CHARS = 4000
-
-
-# --- work units ----------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class WorkUnit:
-    """One problem to tune: which matrix, which op, k and dtype. Cheap to pickle; built by the worker."""
-    origin: str                  # "corpus" or "file"
-    matrix: str                  # "poisson3d-small", or the file's stem
-    family: str                  # leave-family-out evaluation groups by this
-    op: str
-    k: int
-    dtype: str
-    size: str = ""               # corpus size name
-    path: str = ""               # file path
-    seed: int = 0
-    layout: str = "C"            # dense operands' memory order (tall-and-skinny products)
-
-    @property
-    def key(self) -> str:
-        where = (f"corpus:{self.family}:{self.size}:{self.seed}" if self.origin == "corpus"
-                 else f"file:{self.path}:{self.seed}")
-        return f"{where}|{self.op}|k={self.k}|{self.dtype}" + ("" if self.layout == "C" else f"|{self.layout}")
-
-    @classmethod
-    def from_key(cls, key: str, family: str = "", matrix: str = "") -> "WorkUnit":
-        """The unit whose :attr:`key` is ``key`` (``family``/``matrix`` as recorded beside it)."""
-        try:
-            where, op, k, dtype, *rest = key.split("|")
-            origin, spec = where.split(":", 1)
-            spec, seed = spec.rsplit(":", 1)
-            unit = dict(op=op, k=int(k.removeprefix("k=")), dtype=dtype, seed=int(seed),
-                        layout=rest[0] if rest else "C")
-            fam, size = spec.split(":", 1) if origin == "corpus" else (None, None)
-        except ValueError as e:
-            raise ValueError(f"source: {key!r} is not a work unit key "
-                             "('corpus:FAMILY:SIZE:SEED|OP|k=K|DTYPE' or 'file:PATH:SEED|...')") from e
-        if origin == "corpus":
-            return cls("corpus", matrix or f"{fam}-{size}", fam, size=size, **unit)
-        if origin == "file":
-            name = matrix or matrix_name(Path(spec))
-            return cls("file", name, family or name, path=spec, **unit)
-        raise ValueError(f"source: {key!r} starts with neither 'corpus:' nor 'file:'")
-
-    def build(self):
-        """Host operands (A, B) of the problem."""
-        from .. import corpus
-        from ..corpus._common import make_rng, random_values
-        dtype = np.dtype(self.dtype)
-        if self.origin == "corpus" and self.family == "tall_skinny":
-            n = corpus.SIZES[self.size]["tall_skinny"]["n"]
-            return corpus.tall_skinny(n, self.k, dtype, seed=self.seed, layout=self.layout)
-        if self.origin == "corpus":
-            A = corpus.load(self.family, self.size, seed=self.seed)
-        elif self.origin == "file":
-            p = Path(self.path)
-            A = corpus.load_npz_matrix(p, self.seed) if p.suffix == ".npz" else corpus.read_mtx(p, self.seed)
-        else:
-            raise ValueError(f"origin: expected 'corpus' or 'file', got {self.origin!r}")
-        A = A.astype(dtype)
-        if self.op == "spgemm":
-            return A, (A if A.shape[0] == A.shape[1] else A.T.tocsr())
-        rng = make_rng(self.seed + 1)
-        count = A.shape[1] * (1 if self.op == "spmv" else self.k)
-        B = random_values(rng, count, signed=True, dtype=dtype)
-        return A, (B if self.op == "spmv" else B.reshape(A.shape[1], self.k))
-
-
-def _sparse_ops(size, ops):
-    if size == "spgemm":
-        return [op for op in ops if op == "spgemm"]
-    return [op for op in ops if op in ("spmv", "spmm") or (op == "spgemm" and size in SPGEMM_SIZES)]
-
-
-def _sparse_units(origin, matrix, family, ops, spmm_ks, dtypes, seed, size="", path=""):
-    for dtype in dtypes:
-        for op in ops:
-            for k in ((1,) if op == "spmv" else spmm_ks if op == "spmm" else (0,)):
-                yield WorkUnit(origin, matrix, family, op, k, dtype, size=size, path=path, seed=seed)
-
-
-def corpus_units(sizes=("small",), families=None, ops=DEFAULT_OPS, spmm_ks=SPMM_KS,
-                 tsgemm_ks=TSGEMM_KS, dtypes=("float64", "float32"), seed=0,
-                 tsgemm_layouts=("C", "F")) -> list:
-    """Work units of the built-in corpus: every family of every size, for every op, k and dtype
-    (and for the tall-and-skinny products, both memory orders)."""
-    from .. import corpus
-    from ..core.validation import TSGEMM_MAX_K, TSGEMM_MIN_ASPECT
-    units = []
-    for size in sizes:
-        if size not in corpus.SIZES:
-            raise ValueError(f"sizes: {size!r} is not a corpus size; expected some of {sorted(corpus.SIZES)}")
-        fams = [f for f in corpus.SIZES[size] if families is None or f in families]
-        for fam in fams:
-            if fam == "tall_skinny":
-                if "tsgemm" not in ops:
-                    continue
-                n = corpus.SIZES[size][fam]["n"]
-                ks = [k for k in tsgemm_ks if k <= TSGEMM_MAX_K and n >= TSGEMM_MIN_ASPECT * k]
-                units += [WorkUnit("corpus", f"tall_skinny-{size}", "tall_skinny", "tsgemm", k, dt,
-                                   size=size, seed=seed, layout=lay)
-                          for dt in dtypes for k in ks for lay in tsgemm_layouts]
-            else:
-                units += _sparse_units("corpus", f"{fam}-{size}", fam, _sparse_ops(size, ops), spmm_ks,
-                                       dtypes, seed, size=size)
-    if families is not None:
-        unknown = set(families) - set(corpus.FAMILIES)
-        if unknown:
-            raise ValueError(f"families: unknown {sorted(unknown)}; expected some of {sorted(corpus.FAMILIES)}")
-    # two sizes may name the same matrix (same generator arguments): tune it once
-    seen, unique = set(), []
-    for u in units:
-        ident = (u.family, tuple(sorted(corpus.SIZES[u.size][u.family].items())), u.seed, u.op, u.k,
-                 u.dtype, u.layout)
-        if ident not in seen:
-            seen.add(ident)
-            unique.append(u)
-    return unique
-
-
-MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
-
-
-def matrix_name(path: Path) -> str:
-    """A matrix file's name without its suffix (one of MATRIX_SUFFIXES): its tuning family."""
-    return next((path.name[: -len(s)] for s in MATRIX_SUFFIXES if path.name.endswith(s)), path.stem)
-
-
-def file_units(paths, ops=("spmv", "spmm", "spgemm"), spmm_ks=SPMM_KS, dtypes=("float64", "float32"),
-               seed=0) -> list:
-    """Work units of matrix files (.mtx, .mtx.gz, .npz): files, or folders of them. Each file is its own family."""
-    files = []
-    for p in ([paths] if isinstance(paths, (str, Path)) else paths):
-        p = Path(p)
-        if p.is_dir():
-            files += sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(MATRIX_SUFFIXES))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"matrix files: no file or folder at {p}")
-    units = []
-    for f in files:
-        name = matrix_name(f)
-        ops_here = [op for op in ops if op in ("spmv", "spmm", "spgemm")]
-        units += _sparse_units("file", name, name, ops_here, spmm_ks, dtypes, seed, path=str(f.resolve()))
-    return units
 
 
 # --- timing --------------------------------------------------------------------------------
@@ -254,102 +117,6 @@ def measure(timer, fn, repeats: int, warmup: int, budget_s: float = BUDGET_S) ->
         if spent > budget_s and (len(times) >= MIN_REPEATS or spent > 3 * budget_s):
             break
     return times
-
-
-# --- checking ------------------------------------------------------------------------------
-#: SciPy's float64 reference of a SpGEMM holds C about four times at once (the product, its
-#: canonical copy, the error scale |A||B| and the checked result's copy), 12 bytes a nonzero. A
-#: problem whose estimate passes this fraction of the host's available memory is reported and
-#: not timed: wordnet A·Aᵀ (8.8e9 nonzeros) had the host kill a whole tuning run (H200 machine,
-#: 128 GB, 2026-11-24).
-REFERENCE_HOST_FRACTION = 0.5
-REFERENCE_BYTES_PER_NONZERO = 4 * 12
-
-
-def check_reference_fits(features, available=None) -> None:
-    """MemoryError naming the sizes when the host cannot hold the reference of this problem."""
-    if features.op != "spgemm":
-        return
-    from ..kernels.spgemm.gpu import host_available_bytes
-    from ..models.traffic import spgemm_nnz_c
-    nnz_c = spgemm_nnz_c(features)
-    need = nnz_c * REFERENCE_BYTES_PER_NONZERO
-    available = host_available_bytes() if available is None else available
-    if need > REFERENCE_HOST_FRACTION * available:
-        raise MemoryError(f"the SciPy reference needs about {need / 1e9:,.0f} GB of host memory "
-                          f"(~{nnz_c:,.0f} nonzeros of C expected), more than "
-                          f"{REFERENCE_HOST_FRACTION:.0%} of the {available / 1e9:,.0f} GB available: not timed")
-
-
-def reference(A, B):
-    """SciPy/NumPy float64 product and the elementwise error scale |A| @ |B| (host arrays).
-
-    With non-negative operands (common for SpGEMM's A @ A) the scale is the product itself.
-    """
-    A64 = A.astype(np.float64)
-    B64 = B.astype(np.float64)
-    ref = A64 @ B64
-    nonneg = all(float((x.data if sp.issparse(x) else x).min(initial=0.0)) >= 0.0 for x in (A64, B64))
-    bound = ref if nonneg else abs(A64) @ abs(B64)
-    if sp.issparse(ref):
-        ref = ref.tocsr()
-        ref.sum_duplicates()
-        if nonneg:
-            bound = ref
-        else:
-            bound = bound.tocsr()
-            bound.sum_duplicates()
-    return ref, bound
-
-
-def tolerance(features) -> float:
-    """Accepted max |C - ref| / (|A||B|): the summation error bound of the longest dot product."""
-    length = features.n if features.op in ("tsgemm", "gemm") else max(features.row_max, 1)
-    return (length + 4) * float(np.finfo(np.dtype(features.dtype)).eps)
-
-
-def max_error(C, ref, bound) -> float:
-    """max |C - ref| / (|A||B|) elementwise; inf for NaN, a wrong shape or an entry outside |A||B|'s pattern."""
-    from ..core.xp import to_host
-    C = to_host(C)
-    if tuple(C.shape) != tuple(ref.shape):
-        return float("inf")
-    if sp.issparse(ref):
-        if not sp.issparse(C):
-            C = sp.csr_matrix(np.asarray(C))
-        C = sp.csr_matrix(C)
-        if not C.has_canonical_format:
-            C = C.copy()
-            C.sum_duplicates()
-        if _same_pattern(C, ref) and _same_pattern(ref, bound):   # the usual case: compare values directly
-            return _ratio_max(np.abs(C.data.astype(np.float64) - ref.data), bound.data)
-        D = (C.astype(np.float64) - ref).tocoo()
-        if D.nnz == 0:
-            return 0.0
-        ncol = ref.shape[1]
-        b = bound.tocoo()
-        bkeys = b.row.astype(np.int64) * ncol + b.col
-        order = np.argsort(bkeys)
-        bkeys, bvals = bkeys[order], b.data[order]
-        keys = D.row.astype(np.int64) * ncol + D.col
-        pos = np.clip(np.searchsorted(bkeys, keys), 0, max(len(bkeys) - 1, 0))
-        scale = np.where((len(bkeys) > 0) & (bkeys[pos] == keys), bvals[pos] if len(bvals) else 0.0, 0.0)
-        diff = np.abs(D.data)
-    else:
-        diff = np.abs(np.asarray(C, dtype=np.float64) - ref).ravel()
-        scale = np.asarray(bound, dtype=np.float64).ravel()
-    return _ratio_max(diff, scale)
-
-
-def _same_pattern(X, Y) -> bool:
-    return X.nnz == Y.nnz and np.array_equal(X.indptr, Y.indptr) and np.array_equal(X.indices, Y.indices)
-
-
-def _ratio_max(diff, scale) -> float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(diff == 0, 0.0, diff / scale)
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    return float(ratio.max()) if ratio.size else 0.0
 
 
 def _poisoned_out(problem, xp):
@@ -446,7 +213,6 @@ def run_unit(unit: WorkUnit, done: dict, settings: TuneSettings, gpu_pool=None) 
     _import_plugins(settings.imports)
     if settings.backend != "gpu" or gpu_pool is None:
         return _run_unit(unit, done, settings)
-    from ..core.xp import cupy_module
     gpu = gpu_pool.get()
     try:
         with cupy_module().cuda.Device(gpu):
@@ -458,21 +224,12 @@ def run_unit(unit: WorkUnit, done: dict, settings: TuneSettings, gpu_pool=None) 
 
 
 def _import_plugins(names):
-    import importlib
     for name in names:
         importlib.import_module(name)
 
 
 def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
     global _BROKEN
-    import socket
-
-    from ..core.xp import cupy_module
-    from ..kernels import kernels_for
-    from ..core import device as device_mod
-    from ..core import features as stats
-    from ..core.validation import normalize
-    from . import identity
     t0 = time.perf_counter()
     res = UnitResult(unit, device=identity.device_record(s.backend),
                      worker=f"{socket.gethostname()} pid {os.getpid()}")
@@ -481,7 +238,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         A, B = unit.build()
         fp = identity.problem_fingerprint(unit.op, A, B)
         if cp is not None:
-            import cupyx.scipy.sparse as csp
+            csp = cupyx_sparse()
             Ad = csp.csr_matrix(A) if sp.issparse(A) else cp.asarray(A)
             Bd = csp.csr_matrix(B) if sp.issparse(B) else cp.asarray(B)
         else:
@@ -503,7 +260,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
                                         params=canonical_params(params), matplan_version=s.version,
                                         host=host, **fields))
     todo = []
-    online = calibration.recording_store()
+    online = calibration.recording()
     online.drain()          # what an earlier unit left in this process was recorded with that unit
     for kernel in kernels_for(problem.op, s.backend):
         if (s.kernels is not None and kernel.name not in s.kernels) or not kernel.available():
@@ -511,7 +268,8 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         try:
             if kernel.supports(feats):
                 continue
-            plist = _candidate_params(kernel, feats, dev)
+            plist = (calibration.tuned_params(kernel, problem, feats, dev)   # what the planner would run
+                     or _candidate_params(kernel, feats, dev))
         except Exception as exc:
             if (kernel.name, canonical_params({})) not in recorded:
                 record(kernel.name, {}, dict(status="failed",
@@ -570,7 +328,6 @@ class TuneSummary:
 
 
 def _gpu_count() -> int:
-    from ..core.xp import cupy_module
     cp = cupy_module()
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
 
@@ -593,7 +350,6 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     its CUDA context costs only that worker: it is recorded as failed and a fresh worker
     runs the rest (at most MAX_RESTARTS times per run).
     """
-    from ..core.xp import gpu_available
     units = list(dict.fromkeys(units))
     for u in units:
         if not isinstance(u, WorkUnit):
@@ -622,7 +378,6 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     pending = {u.key: u for u in units}
     t0 = time.perf_counter()
     try:
-        from tqdm.auto import tqdm
         tty = sys.stderr.isatty()
         bar = tqdm(total=len(units), desc="matplan tune", unit="problem", disable=not progress,
                    dynamic_ncols=tty, mininterval=0.1 if tty else 15.0)    # logs: a line every 15 s
@@ -676,9 +431,6 @@ def _record(store, res, summary, bar):
 
 def _results(units, done, settings, n_jobs, scheduler, backend, bar):
     """Yield UnitResults as they finish: in this process, in loky worker processes, or on Dask."""
-    import contextlib
-
-    import joblib
     if scheduler is None and n_jobs == 1 and backend == "cpu":
         for u in units:
             yield run_unit(u, done[u], settings)
@@ -698,7 +450,6 @@ def _results(units, done, settings, n_jobs, scheduler, backend, bar):
         else:
             pool = None
             if backend == "gpu":   # GPU ids handed to one unit at a time: timings never share a GPU
-                import multiprocessing
                 manager = stack.enter_context(multiprocessing.Manager())
                 pool = manager.Queue()
                 for i in range(n_jobs):
@@ -707,6 +458,4 @@ def _results(units, done, settings, n_jobs, scheduler, backend, bar):
         yield from joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs)
 
 
-__all__ = ["WorkUnit", "corpus_units", "file_units", "tune", "run_unit", "TuneSummary", "TuneSettings",
-           "DeviceContextLost",
-           "measure", "reference", "tolerance", "max_error"]
+__all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "measure"]

@@ -1,0 +1,107 @@
+"""The records the tuning database holds: a device, a problem, a timing of one candidate on
+one problem, and a calibration a kernel measured online; each keyed by its natural key."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+#: A timing ran and was checked (``ok``) or raised (``failed``).
+STATUSES = ("ok", "failed")
+
+
+def canonical_params(params: dict) -> str:
+    """The params dict as canonical JSON (sorted keys): the form stored and compared."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params: expected a dict, got {type(params).__name__}")
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRecord:
+    key: str                     # hash of the identity fields (see identity.device_record)
+    device_class: str            # "H100", "A100", ..., or "cpu": which learned model applies
+    backend: str                 # "gpu" | "cpu"
+    name: str
+    compute_capability: str = ""
+    sms: int = 0
+    memory_bytes: int = 0
+    driver: str = ""
+    cuda: str = ""
+    cupy: str = ""
+    spec: dict = dataclasses.field(default_factory=dict)   # DeviceSpec.to_dict() the planner used
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemRecord:
+    fingerprint: str             # content hash of (op, dtype, A, B)
+    op: str
+    dtype: str
+    source: str                  # work-unit key, e.g. "corpus:poisson3d:small:0|spmm|k=16|float64"
+    family: str                  # matrix family, the unit of leave-family-out evaluation
+    matrix: str                  # matrix name, e.g. "poisson3d-small"
+    features: dict = dataclasses.field(default_factory=dict)  # planner Features.to_dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingRecord:
+    device_key: str
+    problem: str                 # ProblemRecord.fingerprint
+    kernel: str
+    params: str                  # canonical_params(...)
+    matplan_version: str
+    status: str                  # "ok" | "failed"
+    prepare_ms: float | None = None
+    run_ms_median: float | None = None
+    run_ms_min: float | None = None
+    run_ms_max: float | None = None
+    repeats: int = 0
+    matched: bool | None = None  # result equal to the SciPy float64 reference within tolerance
+    max_error: float | None = None  # max |C - ref| / (|A||B|) elementwise
+    error: str = ""
+    created_at: str = ""
+    host: str = ""
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
+        if self.status == "ok" and (self.run_ms_median is None or self.repeats < 1):
+            raise ValueError("an 'ok' timing needs run_ms_median and repeats >= 1")
+
+    @property
+    def key(self) -> tuple:
+        return (self.device_key, self.problem, self.kernel, self.params, self.matplan_version)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationRecord:
+    device_key: str
+    kernel: str                  # "tsgemm.tsm2"
+    key: str                     # canonical JSON of the kernel's own key (e.g. dtype, layout, k, n and m buckets)
+    value: dict                  # what the kernel measured (e.g. best t1/t3, per-candidate seconds, ratio)
+    matplan_version: str
+    created_at: str = ""
+
+    @property
+    def natural_key(self) -> tuple:
+        return (self.device_key, self.kernel, self.key, self.matplan_version)
+
+
+#: Each record type by the name an export line gives it.
+RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": TimingRecord,
+                 "calibration": CalibrationRecord}
+
+
+def record_from_dict(kind: str, d: dict):
+    """The ``kind`` record ('device', 'problem', 'timing', 'calibration') of an export line's fields."""
+    cls = RECORD_TYPES[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               and f.name not in d]
+    if missing:
+        raise ValueError(f"{kind} record lacks {missing}")
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+__all__ = ["DeviceRecord", "ProblemRecord", "TimingRecord", "CalibrationRecord", "canonical_params",
+           "record_from_dict", "RECORD_TYPES", "STATUSES"]
