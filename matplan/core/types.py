@@ -11,7 +11,7 @@ class Cost:
     run_s: float
     why: str = ""
     #: True when run_s is scaled by a timing of this kernel on the device for this problem class
-    #: (TSM2's online calibration): the learned model does not override such a cost.
+    #: (the planner's measurements, installed by the tuning database): the learned model keeps it.
     calibrated: bool = False
 
     def total(self, reuse: int) -> float:

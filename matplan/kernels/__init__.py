@@ -1,14 +1,10 @@
-"""Kernels: one module per family, each registering its kernels on import.
+"""Kernels: one package per family (spmv, spgemm, sptrans, tsgemm) and the host family (cpu),
+each registering its kernels on import; the registry imports them on first use.
 
 GPU kernel modules keep their CUDA sources as ``.cu`` files beside them and
 compile them lazily with ``cupy.RawModule``; importing them never needs CuPy.
 """
-from ..core.types import Cost
 from .base import Kernel, Prepared
-from .registry import all_kernels, get, kernels_for, register
+from .registry import BUILTIN_MODULES, all_kernels, get, kernels_for, register
 
-#: Modules imported on first use of the registry. Add a new family here.
-BUILTIN_MODULES = ["cpu", "spmv", "tsgemm", "spgemm", "sptrans"]
-
-__all__ = ["Cost", "Kernel", "Prepared", "register", "get", "kernels_for", "all_kernels",
-           "BUILTIN_MODULES"]
+__all__ = ["Kernel", "Prepared", "register", "get", "kernels_for", "all_kernels", "BUILTIN_MODULES"]

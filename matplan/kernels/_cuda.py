@@ -127,12 +127,12 @@ class Launcher:
     buffer laid out as the C structure of its parameters.
 
     CuPy's launch converts every argument on each call (a NumPy scalar ~0.5 us): a kernel of 15
-    parameters took 11-16 us of host time a launch on an H100 host, a packed launch 5.4
-    (2026-11-24, ``benchmarks/results/launch-path-h100-2026-11-24.log``); launch paths of several
-    kernels (SpTRANS: four to six a call) are host-bound by it. The arguments are packed by one
-    ``struct.pack_into`` (a field's ``setattr`` a parameter cost ~40% of spgemm's launch path
-    under a line trace, 2026-11-24): pointers from CuPy arrays (``.data.ptr``), None (null) or
-    integer addresses, scalars as Python or NumPy numbers (an integer parameter takes no float).
+    parameters took 11-16 us of host time a launch on an H100 host, a packed launch 5.4;
+    launch paths of several kernels (SpTRANS: four to six a call)
+    are host-bound by it. The arguments are packed by one ``struct.pack_into`` (a field's
+    ``setattr`` a parameter cost ~40% of spgemm's launch path under a line trace): pointers from
+    CuPy arrays (``.data.ptr``), None (null) or integer addresses, scalars as Python or NumPy
+    numbers (an integer parameter takes no float).
     ``signature`` has one letter a parameter (:data:`PARAM_TYPES`); a call checks the count, the
     packing the types and ranges. Each thread packs into its own buffer; the driver copies the
     parameters at the launch, so it is reused at once.
@@ -205,7 +205,7 @@ class Launcher:
 def _launch_api():
     """(the driver's launchKernel, the current-stream getter, cupy.ndarray), looked up once, not
     through attribute chains on every launch. A Launcher call took 7.1 us of host time on an H100
-    host against 3.9 for the driver call alone and 0.7 for the packing (2026-11-24); what this
+    host against 3.9 for the driver call alone and 0.7 for the packing; what this
     lookup saves of the rest was within that host's noise."""
     cp = cupy_module()
     return cp.cuda.driver.launchKernel, cp.cuda.get_current_stream, cp.ndarray
@@ -214,7 +214,7 @@ def _launch_api():
 def zeroed(n: int, dtype):
     """A zeroed device array of n elements: ``cp.empty`` and one cudaMemsetAsync on the current
     stream. ``cp.zeros`` launches CuPy's fill kernel through its elementwise machinery, ~10 us of
-    host time a call on an H100 host against ~6 (2026-11-24); launch paths that zero a few
+    host time a call on an H100 host against ~6; launch paths that zero a few
     counters a call are host-bound by it."""
     cp = cupy_module()
     a = cp.empty(n, dtype=dtype)

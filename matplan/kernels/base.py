@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from ..core.types import Cost
+from ..core.xp import gpu_available
 
 OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
 BACKENDS = ("cpu", "gpu")
@@ -61,7 +62,6 @@ class Kernel:
     def available(self) -> bool:
         """Whether the kernel can run in this process (CuPy present for GPU kernels)."""
         if self.backend == "gpu":
-            from ..core.xp import gpu_available
             return gpu_available()
         return True
 

@@ -6,6 +6,9 @@ import threading
 
 from .base import BACKENDS, OPS, Kernel
 
+#: Family modules of this package imported on first use of the registry. Add a new family here.
+BUILTIN_MODULES = ["cpu", "spmv", "tsgemm", "spgemm", "sptrans"]
+
 _REGISTRY: dict[str, Kernel] = {}
 
 
@@ -59,7 +62,6 @@ def _load_builtin() -> None:
     with _LOAD_LOCK:
         if _LOADED:
             return
-        from . import BUILTIN_MODULES
         for mod in BUILTIN_MODULES:
             importlib.import_module(f"{__package__}.{mod}")
         _LOADED = True

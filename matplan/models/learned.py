@@ -11,10 +11,10 @@ parameters (NaN) do not disturb.
 With ``per_op`` (``matplan train --per-op``) each op of at least PER_OP_MIN_SAMPLES timings
 gets its own pair, fitted on its timings alone, and the pair fitted on every timing serves the
 rest. One model over every op moved its SpMM predictions when only the SpGEMM timings were
-re-taken (H100, 2026-11-24: leave-family-out worst 1.61 / 2.37 at reuse 1 / 100; per op on the
-same timings 1.35 / 1.74, geomean 1.012 / 1.016 against 1.011 / 1.019), but on the H200's
-timings per op did worse (worst 2.12 / 1.58 against 1.57 / 1.58, geomean 1.044 / 1.031 against
-1.039 / 1.028): it is an option, off by default, and the shipped models are fitted on every op.
+re-taken (H100: leave-family-out worst 1.61 / 2.37 at reuse 1 / 100; per op on the same timings
+1.35 / 1.74, geomean 1.012 / 1.016 against 1.011 / 1.019), but on the H200's timings per op did
+worse (worst 2.12 / 1.58 against 1.57 / 1.58, geomean 1.044 / 1.031 against 1.039 / 1.028): it
+is an option, off by default, and the shipped models are fitted on every op.
 
 ``kind='combined'`` (the default) learns the correction to the analytic
 model: its target is log(measured / analytic) and the analytic prediction is
@@ -23,6 +23,8 @@ range. ``kind='learned'`` predicts log time from the features alone.
 ``matplan report`` compares both with the analytic model (leave-family-out).
 Kernels whose ``prepare`` keeps A's own arrays (``reads_a_at_run``) convert
 nothing; their prepare time is predicted as the training mean of that kernel.
+What the model reads of a candidate is a :class:`~.learned_features.Query`; its caller supplies
+the analytic Cost and the kernel's ``reads_a_at_run`` (this layer never imports the kernels).
 
 Saved models are a joblib file (a pickle: never load one from an untrusted
 place) beside a JSON metadata file: the feature schema, matplan and
@@ -35,12 +37,10 @@ the analytic costs (``source='analytic'``).
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 import warnings
@@ -48,11 +48,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import device as device_mod
 from ..core.paths import user_folder
 from ..core.types import Cost
+from ..core.version import __version__
+from .learned_features import FEATURE_SCHEMA_VERSION, OPS, FeatureSchema, Query, log_floor
 
-#: Bumped when the feature vector changes; a model with another schema version is refused.
-FEATURE_SCHEMA_VERSION = 3
 #: Version of the metadata file layout.
 MODEL_FORMAT = 1
 #: The user's model folder (default ``$XDG_DATA_HOME/matplan/models``).
@@ -61,17 +62,12 @@ MODEL_DIR_ENV = "MATPLAN_MODEL_DIR"
 COST_MODEL_ENV = "MATPLAN_COST_MODEL"
 #: Models shipped with the package.
 PACKAGE_DIR = Path(__file__).resolve().parent / "data"
-#: Times are floored here before taking logs (a no-op format conversion measures ~0).
-TIME_FLOOR_S = 1e-7
 KINDS = ("combined", "learned")
 #: Fewest timings a model is fitted from.
 MIN_SAMPLES = 10
-OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
 #: With ``per_op``, an op of at least this many timings gets regressors of its own (a re-timing of
 #: one op then leaves the others' predictions alone); other ops take the ones fitted on every timing.
 PER_OP_MIN_SAMPLES = 40
-#: Features checked for extrapolation: a query outside the training range gets a low-confidence note.
-RANGE_CHECKED = ("log2_m", "log2_nnz", "log2_k", "log2_row_max")
 
 
 class ModelLoadError(Exception):
@@ -87,7 +83,6 @@ def device_class(device_name: str, backend: str) -> str:
     """The model family a device belongs to: 'cpu', a known GPU key ('H100'), or its cleaned name."""
     if backend == "cpu":
         return "cpu"
-    from ..core import device as device_mod
     upper = str(device_name).upper()
     for key in device_mod.KNOWN_GPUS:
         if key.upper() in upper:
@@ -95,75 +90,15 @@ def device_class(device_name: str, backend: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", str(device_name)).strip("-") or "gpu"
 
 
-# --- features ------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Query:
-    """One candidate to predict: the problem's features, the kernel, its params and the device."""
-    features: object             # planner.stats.Features
-    kernel: str
-    params: dict
-    device: object               # models.device.DeviceSpec
-    analytic: Cost | None = None  # the analytic prediction (computed from the registry when None)
-
-
-def _l2(x) -> float:
-    return math.log2(float(x) + 1.0)
-
-
-def base_features(f, dev) -> dict:
-    """Numeric features of the problem and the device (the same for every candidate)."""
-    itemsize = np.dtype(f.dtype).itemsize
-    t2 = dev.t2threshold(f.dtype)
-    groups = list(f.rbs_groups) + [0] * (6 - len(f.rbs_groups))
-    m = max(f.m, 1)
-    out = {f"op_{op}": float(f.op == op) for op in OPS}
-    out.update(
-        itemsize=itemsize, index_size=np.dtype(f.index_dtype).itemsize if f.index_dtype else 0,
-        log2_m=_l2(f.m), log2_n=_l2(f.n), log2_k=_l2(f.k), log2_nnz=_l2(f.nnz),
-        log10_density=math.log10(f.density + 1e-12),
-        row_mean=f.row_mean, row_std=f.row_std, row_cv=f.row_std / f.row_mean if f.row_mean else 0.0,
-        log2_row_max=_l2(f.row_max), row_min=f.row_min, empty_frac=f.empty_rows / m,
-        T=f.T, log2_warp_before=_l2(f.warp_len_before), log2_warp_after=_l2(f.warp_len_after),
-        warp_ratio=f.warp_ratio, log2_nnz_b=_l2(f.nnz_b), log2_products=_l2(f.products),
-        log2_rowct_mean=_l2(f.rowct_mean), log2_rowct_max=_l2(f.rowct_max),
-        log_rowct_var_over_mean=math.log1p(f.rowct_var_over_mean), log2_compression=_l2(f.compression),
-        col_spread=f.col_spread,
-        layout_F=float(f.layout == "F"), k_over_t2=f.k / t2 if t2 > 0 else 0.0,
-        # quantised: a per-process bandwidth measurement must not move a model's input
-        log2_bandwidth=round(math.log2(dev.mem_bandwidth) * 4) / 4, sms=dev.sms,
-        log2_peak_flops=math.log2(dev.peak_flops(f.dtype)),
-    )
-    out.update({f"rbs_group{i}_frac": g / m for i, g in enumerate(groups[:6])})
-    return out
-
-
-def _param_items(kernel: str, params: dict):
-    """(column, value) of each parameter: numbers as they are, booleans 0/1, strings one-hot."""
-    for name, value in sorted(params.items()):
-        col = f"param:{kernel}.{name}"
-        if isinstance(value, bool):
-            yield col, float(value)
-        elif isinstance(value, (int, float)):
-            yield col, float(value)
-        else:
-            yield f"{col}={json.dumps(value, sort_keys=True)}", 1.0
-
-
-def _analytic(q: Query) -> Cost:
-    if q.analytic is not None:
-        return q.analytic
-    from ..kernels import get
-    return get(q.kernel).cost(q.features, q.params, q.device)
-
-
+# --- fixed prepare times ----------------------------------------------------------------
 def _fixed_prepare(queries, y) -> dict:
     """Mean measured prepare seconds of each kernel whose ``prepare`` keeps A's own arrays
-    (``reads_a_at_run``: CSR scalar, vector, SpMM): it converts nothing, so its time does not
-    depend on the matrix and the model predicts this constant instead of fitting features to noise.
-    On the H100 tuning data (2026-11-23) these prepares were 35-110 us whatever the matrix
-    (handle lookups and host work; the same kernel varied 2-3x between neighbouring problems),
-    and tree predictions of them erred more than a constant did (mean |log error| 0.30 vs 0.26
-    for CSR vector, leave-family-out).
+    (``Query.reads_a_at_run``: CSR scalar, vector, SpMM): it converts nothing, so its time does
+    not depend on the matrix and the model predicts this constant instead of fitting features to
+    noise. On the H100 tuning data these prepares were 35-110 us whatever the matrix (handle
+    lookups and host work; the same kernel varied 2-3x between neighbouring problems), and tree
+    predictions of them erred more than a constant did (mean |log error| 0.30 vs 0.26 for CSR
+    vector, leave-family-out).
 
     The mean, not the median: the times are bimodal (CSR vector 35 or 65 us, CSR SpMM 60 or
     105 us; 36-41% of timings in the slow mode, which follows the host's state during a run,
@@ -172,80 +107,12 @@ def _fixed_prepare(queries, y) -> dict:
     reuse=1 plans prefer these kernels over cuSPARSE (3 us prepare) by margins the slow-mode
     runs do not have. With the measured run times and this constant instead of the median,
     the H100 data's worst reuse=1 regret is 1.35 instead of 1.48 (leave-family-out)."""
-    from ..kernels import registry
     times: dict = {}
+    fixed: dict = {}
     for q, (_, prep_s) in zip(queries, y):
         times.setdefault(q.kernel, []).append(prep_s)
-    out = {}
-    for kernel, t in sorted(times.items()):
-        try:
-            fixed = registry.get(kernel).reads_a_at_run
-        except KeyError:
-            continue
-        if fixed:
-            out[kernel] = float(np.mean(t))
-    return out
-
-
-def _log_floor(x) -> np.ndarray:
-    return np.log(np.maximum(np.asarray(x, dtype=np.float64), TIME_FLOOR_S))
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureSchema:
-    """The ordered feature columns a model was fitted on, and the training range of a few."""
-    columns: tuple
-    kernels: tuple
-    ranges: dict
-    version: int = FEATURE_SCHEMA_VERSION
-
-    @classmethod
-    def fit(cls, queries, analytic: bool = True) -> "FeatureSchema":
-        """The columns of ``queries``; with ``analytic`` the analytic model's log times are features too."""
-        base = list(base_features(queries[0].features, queries[0].device))
-        kernels = sorted({q.kernel for q in queries})
-        params = sorted({col for q in queries for col, _ in _param_items(q.kernel, q.params)})
-        cols = (base + [f"kernel:{k}" for k in kernels] + params
-                + (["log_analytic_run", "log_analytic_prepare"] if analytic else []))
-        schema = cls(tuple(cols), tuple(kernels), {})
-        X = schema.transform(queries)
-        ranges = {c: (float(X[:, cols.index(c)].min()), float(X[:, cols.index(c)].max()))
-                  for c in RANGE_CHECKED}
-        return cls(tuple(cols), tuple(kernels), ranges)
-
-    def transform(self, queries) -> np.ndarray:
-        index = {c: i for i, c in enumerate(self.columns)}
-        X = np.full((len(queries), len(self.columns)), np.nan)
-        base_cache: dict = {}
-        for r, q in enumerate(queries):
-            key = id(q.features), id(q.device)
-            if key not in base_cache:
-                base_cache[key] = base_features(q.features, q.device)
-            for c, v in base_cache[key].items():
-                X[r, index[c]] = v
-            for k in self.kernels:
-                X[r, index[f"kernel:{k}"]] = float(q.kernel == k)
-            for c, v in _param_items(q.kernel, q.params):
-                if c in index:
-                    X[r, index[c]] = v
-            if "log_analytic_run" in index:
-                a = _analytic(q)
-                X[r, index["log_analytic_run"]] = _log_floor(a.run_s)
-                X[r, index["log_analytic_prepare"]] = _log_floor(a.prepare_s)
-        return X
-
-    def outside(self, row: np.ndarray) -> list:
-        """Range-checked features of one transformed row that lie outside the training range."""
-        out = []
-        for c, (lo, hi) in self.ranges.items():
-            v = row[self.columns.index(c)]
-            if v < lo - 1e-9 or v > hi + 1e-9:
-                out.append(c)
-        return out
-
-    def to_dict(self) -> dict:
-        return {"version": self.version, "columns": list(self.columns), "kernels": list(self.kernels),
-                "ranges": {k: list(v) for k, v in self.ranges.items()}}
+        fixed[q.kernel] = fixed.get(q.kernel, True) and bool(q.reads_a_at_run)
+    return {kernel: float(np.mean(t)) for kernel, t in sorted(times.items()) if fixed[kernel]}
 
 
 # --- fast prediction -----------------------------------------------------------------------
@@ -382,7 +249,7 @@ class LearnedCostModel(BaseEstimator):
         return T
 
     def _targets(self, Z, y):
-        t = _log_floor(y)
+        t = log_floor(y)
         if self.kind == "combined":
             t = t - Z[:, [self._col("log_analytic_run"), self._col("log_analytic_prepare")]]
         return t
@@ -532,8 +399,7 @@ def _sha256(path: Path) -> str:
 
 
 def _versions() -> dict:
-    import sklearn
-    from .. import __version__
+    import sklearn   # scikit-learn's version only where a model is saved or loaded
     return {"matplan": __version__, "sklearn": sklearn.__version__, "numpy": np.__version__}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.features import RBS_COMPRESSION, RBS_GROUP_BOUNDS
+from ..core.features import RBS_COMPRESSION
 
 
 def itemsize(f) -> int:
@@ -53,30 +53,9 @@ def spgemm_nnz_c(f) -> float:
     return min(f.products / ratio, float(f.m) * f.k)
 
 
-def spgemm_long_row_nnz(f) -> float:
-    """Expected nonzeros of C in the rows of the top RBSparse group (alpha = nnz_RowCt / pi of at
-    least RBS_GROUP_BOUNDS[-1]): the products the lower groups cannot hold (each at least its
-    group's lower bound), over the compression, at most spgemm_nnz_c. 0 when no row is in that
-    group."""
-    groups = tuple(f.rbs_groups)
-    if not groups or not groups[-1]:
-        return 0.0
-    lower = RBS_COMPRESSION * sum(n * lo for n, lo in zip(groups[:-1], RBS_GROUP_BOUNDS[:-1]))
-    ratio = f.compression if f.compression > 0 else RBS_COMPRESSION
-    return min(max(0.0, f.products - lower) / ratio, spgemm_nnz_c(f))
-
-
 def for_dtype(table: dict, f):
     """``table``'s fitted figure for f's dtype (a dtype it lacks takes float64's)."""
     return table.get(str(f.dtype), table["float64"])
-
-
-def spgemm_fitted_bytes(f, per_dtype: dict) -> tuple:
-    """(bytes, per product, per nonzero of C) of a SpGEMM kernel's fitted effective bytes:
-    ``per_dtype`` maps a dtype name to (bytes per product, bytes per expected nonzero of C);
-    a dtype it lacks takes float64's."""
-    per_product, per_output = for_dtype(per_dtype, f)
-    return f.products * per_product + spgemm_nnz_c(f) * per_output, per_product, per_output
 
 
 def spgemm_bytes(f) -> float:

@@ -1,18 +1,14 @@
-"""plan(A, B): statistics -> candidate kernels -> predicted costs -> Plan."""
+"""Which candidate: every admissible (kernel, params) scored by the cost models (the learned model
+where one is installed for the device class), the cheapest picked with stable tie-breaking, and
+the reasons a plan gives, the papers' rules among them."""
 from __future__ import annotations
 
 import dataclasses
 
-from .. import __version__
-from ..kernels import kernels_for
-from ..models import spgemm as spgemm_model, spmv as spmv_model
-from ..core import device as device_mod
-from ..models import learned
-from ..core.validation import normalize, normalize_transpose
-from . import measure as measure_mod
-from ..core import features as stats
 from ..core.types import Candidate
-from .plan import Plan, timer
+from ..kernels import kernels_for
+from ..models import learned
+from ..models import spgemm as spgemm_model, spmv as spmv_model, sptrans as sptrans_model
 
 #: Candidates predicted within this fraction of the best are a tie; ties go to the
 #: first in (kernel name, params) order, so near-equal predictions never flip plans.
@@ -24,67 +20,6 @@ def _param_key(params: dict) -> tuple:
     which the JSON text put after it), other values by their text."""
     return tuple((name, (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value)))
                  for name, value in sorted(params.items()))
-
-
-def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
-         kernels=None, per_call=None, measure="auto") -> Plan:
-    """Plan C = A @ B.
-
-    reuse: how many times the caller will apply the plan to the same A; format
-        conversion cost is divided by it.
-    deterministic: admit only kernels whose output is bitwise reproducible.
-    device: a known GPU name ('H100', 'K40c', ...) to plan for instead of the one in use.
-    kernels: restrict the candidates to these kernel names (for experiments and tests).
-    per_call: a function (kernel, features, device) -> (seconds, reason) of what each
-        application pays on top of the kernel, added to its run cost and named in its why
-        (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
-        from A needs, see ``dispatch.identity.hit_check``).
-    measure: "auto" (default) times the candidates predicted within 30% of the best on (A, B)
-        and chooses by the timings, those whose timing costs at most a fifth of the plan's
-        predicted work (GPU only; :mod:`matplan.planner.measure`); "always" / True all such
-        finalists; "never" / False keeps the models' choice.
-    """
-    return _plan(lambda: normalize(A, B), reuse, deterministic, device, kernels, per_call, measure)
-
-
-def plan_transpose(A, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
-                   kernels=None, measure="auto") -> Plan:
-    """Plan A.T as a CSR matrix (SpTRANS): ``plan.run(A)`` returns it, rows sorted by column.
-
-    The candidates are matplan's three SpTRANS methods (sptrans.transpose: segmented sort, radix,
-    segmented merge), cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``) and SciPy on the host;
-    the choice follows A's longest column (the segmented sort's per-row sorts) and its columns'
-    count (the radix method's passes). The arguments are :func:`plan`'s.
-    """
-    return _plan(lambda: normalize_transpose(A), reuse, deterministic, device, kernels, None, measure)
-
-
-def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure) -> Plan:
-    """plan() and plan_transpose(): the arguments checked, the problem validated (``problem_of()``),
-    statistics, scores, measurement, the Plan."""
-    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
-        raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
-    mode = measure_mod.check_mode(measure)
-    t0 = timer()
-    problem = problem_of()
-    dev = device_mod.current(device)
-    feats = stats.compute(problem, dev)
-    scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
-    if not scored:
-        raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
-                           + "; ".join(f"{c.kernel}: {c.why}" for c in rejected))
-    best, note = pick(scored), None
-    chosen = measure_mod.to_measure(mode, problem.backend, device is not None, measure_mod.finalists(scored), reuse)
-    if chosen:
-        measured, note = measure_mod.measure(problem, chosen, reuse, _per_call_s(per_call, feats, dev))
-        scored = measured + [c for c in scored if all(c is not m for m in chosen)]
-        best = scored[0]
-    reasons = explain(feats, best, scored, reuse, deterministic) + ([note] if note else [])
-    ordered = tuple([best] + [c for c in scored if c is not best] + rejected)
-    return Plan(op=problem.op, kernel=best.kernel, params=best.params, features=feats,
-                candidates=ordered, reasons=tuple(reasons), reuse=reuse, deterministic=deterministic,
-                device=dev.name if problem.backend == "gpu" else "host (NumPy/SciPy)",
-                backend=problem.backend, planning_s=timer() - t0, version=__version__)
 
 
 def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None):
@@ -121,14 +56,6 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
         scored.append(Candidate(name, params, cost.prepare_s, cost.run_s, cost.total(reuse), source, cost.why))
     scored.sort(key=lambda c: (c.total_s, c.kernel, _param_key(c.params)))
     return scored, rejected
-
-
-def _per_call_s(per_call, feats, dev):
-    """kernel name -> the seconds ``per_call`` adds to each of its applications (0 without it)."""
-    if per_call is None:
-        return lambda name: 0.0
-    from ..kernels import get
-    return lambda name: per_call(get(name), feats, dev)[0]
 
 
 def pick(scored):
@@ -168,11 +95,10 @@ def _rules(f) -> list:
                 f"{'<=' if sort else '>'} {spmv_model.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
                 "worth sorting by length"]
     if f.op == "sptrans" and f.nnz:
-        from ..kernels.sptrans import gpu as sptrans
-        passes, bits = sptrans.radix_passes(f.n)
-        short = f.col_max <= sptrans.BINS[0]
+        passes, bits = sptrans_model.radix_passes(f.n)
+        short = f.col_max <= sptrans_model.BINS[0]
         return [f"SpTRANS rule: the longest column has {f.col_max:,} entries "
-                f"{'<=' if short else '>'} {sptrans.BINS[0]} -> the segmented sort "
+                f"{'<=' if short else '>'} {sptrans_model.BINS[0]} -> the segmented sort "
                 + ("sorts every row of A.T by a thread" if short else "sorts long rows of A.T by warps, "
                    "blocks or merge rounds")
                 + f"; the radix method takes {passes} pass(es) of {bits} bits for {f.n:,} columns"]

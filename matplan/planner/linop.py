@@ -8,7 +8,8 @@
   zero-padded n x k block (k times the work: plan for a vector when you need matvec).
 * matmat runs X in blocks of the planned width k (the last block zero-padded);
   for a vector plan, that is one planned product per column.
-* rmatvec / rmatmat (A^T y): only from ``Plan.as_linear_operator(A)``, which has A.
+* rmatvec / rmatmat (A^T y): only from ``Plan.as_linear_operator(A)``, which has A
+  (and passes the planner, ``replan``: this module sits below it).
   At the first call A is transposed to CSR (one O(nnz) conversion, plus a
   planning pass over A^T for a vector) and the result is kept; nothing is paid if
   it is never called. ``BoundPlan.as_linear_operator()`` has no A, so it provides
@@ -22,13 +23,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.validation import normalize_matrix
 from ..core.xp import cupy_module
+from ..kernels.sptrans import transpose
 
 VECTOR_OPS = ("spmv", "spmm", "tsgemm", "gemm")
 
 
-def linear_operator(bound, A=None):
-    """A SciPy (host) or cupyx (GPU) LinearOperator applying ``bound``; rmatvec only if A is given."""
+def linear_operator(bound, A=None, replan=None):
+    """A SciPy (host) or cupyx (GPU) LinearOperator applying ``bound``; rmatvec only if A is given,
+    with ``replan`` (:func:`matplan.planner.plan`) to plan A^T's products."""
+    if (A is None) != (replan is None):
+        raise TypeError("linear_operator: rmatvec takes both A and replan (the planner), or neither")
     plan = bound.plan
     if plan.op not in VECTOR_OPS:
         raise TypeError(f"as_linear_operator: a {plan.op} plan multiplies by a sparse B; only "
@@ -43,7 +49,7 @@ def linear_operator(bound, A=None):
     forward = _Apply(bound, xp)
     rmatvec = rmatmat = None
     if A is not None:
-        backward = _Transposed(A, plan, xp)
+        backward = _Transposed(A, plan, xp, replan)
         rmatvec, rmatmat = backward.matvec, backward.matmat
     return LinearOperator((f.m, f.n), matvec=forward.matvec, matmat=forward.matmat,
                           rmatvec=rmatvec, rmatmat=rmatmat, dtype=np.dtype(f.dtype))
@@ -90,23 +96,20 @@ class _Apply:
 class _Transposed:
     """A^T products, planned and bound at the first call."""
 
-    def __init__(self, A, plan, xp):
-        self.A, self.plan, self.xp = A, plan, xp
+    def __init__(self, A, plan, xp, replan):
+        self.A, self.plan, self.xp, self.replan = A, plan, xp, replan
         self._apply = None
 
     def _get(self, x):
         if self._apply is None:
-            from .. import planner
-            from ..core.validation import normalize_matrix
             A = normalize_matrix(self.A, self.plan)
             if not hasattr(A, "indptr"):
                 AT = self.xp.ascontiguousarray(A.T)
             elif self.plan.backend == "gpu":   # matplan's SpTRANS: stable, ~1.3x cuSPARSE's csr2csc
-                from ..kernels.sptrans import gpu as sptrans
-                AT = sptrans.transpose(A)
+                AT = transpose(A)
             else:
                 AT = A.T.tocsr()
-            tplan = planner.plan(AT, x, reuse=self.plan.reuse, deterministic=self.plan.deterministic)
+            tplan = self.replan(AT, x, reuse=self.plan.reuse, deterministic=self.plan.deterministic)
             self._apply = _Apply(tplan.bind(AT), self.xp)
             self.A = None  # the transposed copy is all that is needed from now on
         return self._apply

@@ -1,5 +1,6 @@
-"""The Plan: an immutable record of what was chosen, the figures behind it and why.
+"""plan(A, B): statistics -> candidate kernels -> predicted costs (-> measured finalists) -> Plan.
 
+The Plan is an immutable record of what was chosen, the figures behind it and why.
 ``plan.run(A, B)`` converts A to the chosen format and runs the kernel.
 ``plan.bind(A)`` converts once and returns a callable that runs on new B's:
 this is how a plan made with ``reuse > 1`` pays its conversion once.
@@ -10,8 +11,18 @@ import dataclasses
 import json
 import time
 
+import numpy as np
+import scipy.sparse as sp
+
+from ..core import device as device_mod, features as stats, validation
 from ..core.features import Features
 from ..core.types import Candidate
+from ..core.version import __version__
+from ..core.xp import cupy_module, cupyx_sparse
+from ..kernels import get
+from .choose import explain, pick, score_candidates
+from .linop import linear_operator
+from .measure import check_mode, refine
 
 PLAN_FORMAT = 1
 
@@ -33,7 +44,6 @@ class Plan:
 
     # -- execution ---------------------------------------------------------
     def _kernel(self):
-        from ..kernels import get
         return get(self.kernel)
 
     def _check(self, problem):
@@ -49,8 +59,7 @@ class Plan:
 
     def prepare(self, A):
         """Convert A to the chosen kernel's format (the cost ``reuse`` amortises)."""
-        from ..core.validation import normalize_matrix
-        A = normalize_matrix(A, self)
+        A = validation.normalize_matrix(A, self)
         return self._kernel().prepare(A, dict(self.params))
 
     def bind(self, A) -> "BoundPlan":
@@ -60,17 +69,16 @@ class Plan:
     def as_linear_operator(self, A):
         """SciPy (host) / cupyx (GPU) LinearOperator through ``self.bind(A)``; rmatvec via a lazy A^T plan.
 
-        See :mod:`matplan.dispatch.linop` for how matvec, matmat and rmatvec run.
+        See :mod:`matplan.planner.linop` for how matvec, matmat and rmatvec run.
         """
-        from .linop import linear_operator
-        return linear_operator(self.bind(A), A)
+        return linear_operator(self.bind(A), A, replan=plan)
 
     def run(self, A, B=None, out=None):
         """Compute A @ B with the chosen kernel (converting A each call; see :meth:`bind`); for a
         SpTRANS plan (:func:`matplan.planner.plan_transpose`) A.T, with no B.
 
         Operands of exactly the types, dtype and shapes the plan was made for skip the general
-        validation (``normalize``: 30-50 us of host time a call on an H100 host, 2026-11-24, as much
+        validation (``normalize``: 30-50 us of host time a call on an H100 host, as much
         as a TSM2 kernel's whole run at n = 8192) and go straight to the kernel's runner
         (``Kernel.runner``, made once per plan), which checks the rest."""
         fast = self.__dict__.get("_fast")
@@ -88,11 +96,10 @@ class Plan:
 
     def _problem(self, A, B):
         """(A, B) validated as a Problem of this plan's kind of operation."""
-        from ..core.validation import normalize, normalize_operand, normalize_transpose
         if self.op == "sptrans":
-            normalize_operand(B, self)   # TypeError unless B is None
-            return normalize_transpose(A)
-        return normalize(A, B)
+            validation.normalize_operand(B, self)   # TypeError unless B is None
+            return validation.normalize_transpose(A)
+        return validation.normalize(A, B)
 
     def __getstate__(self):
         """Pickle the plan's fields, not the run cache (``_fast`` holds the kernel's runner, a
@@ -155,15 +162,13 @@ class BoundPlan:
         # further checking (it keeps a small GPU SpMV close to one kernel launch).
         array_type, dtype, shape = self._fast
         if array_type is None or type(B) is not array_type or B.dtype != dtype or B.shape != shape:
-            from ..core.validation import normalize_operand
-            B = normalize_operand(B, self.plan)
+            B = validation.normalize_operand(B, self.plan)
         return self._kernel.run(self.prepared, B, out=out)
 
     run = __call__
 
     def as_linear_operator(self):
         """SciPy (host) / cupyx (GPU) LinearOperator running this bound plan (no rmatvec: A is not kept)."""
-        from .linop import linear_operator
         return linear_operator(self)
 
     @property
@@ -177,11 +182,8 @@ class BoundPlan:
 def _fast_inputs(plan: Plan) -> tuple:
     """(A's type, B's type, dtype, A's shape, B's shape) that ``Plan.run`` takes without the general
     validation: the plain array or CSR class of the plan's backend and exactly its shapes."""
-    import numpy as np
-    import scipy.sparse as sp
     f = plan.features
     if plan.backend == "gpu":
-        from ..core.xp import cupy_module, cupyx_sparse
         if cupy_module() is None:   # a GPU plan loaded where there is none: validation says so
             return None, None, None, None, None
         array_type, csr_type = cupy_module().ndarray, cupyx_sparse().csr_matrix
@@ -206,3 +208,68 @@ def _fast_operand_check(plan: Plan):
 
 def timer():
     return time.perf_counter()
+
+
+def plan(A, B, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
+         kernels=None, per_call=None, measure="auto") -> Plan:
+    """Plan C = A @ B.
+
+    reuse: how many times the caller will apply the plan to the same A; format
+        conversion cost is divided by it.
+    deterministic: admit only kernels whose output is bitwise reproducible.
+    device: a known GPU name ('H100', 'K40c', ...) to plan for instead of the one in use.
+    kernels: restrict the candidates to these kernel names (for experiments and tests).
+    per_call: a function (kernel, features, device) -> (seconds, reason) of what each
+        application pays on top of the kernel, added to its run cost and named in its why
+        (``matplan.matmul`` charges the bit-for-bit check of A that a hit on a format copied
+        from A needs, see ``dispatch.identity.hit_check``).
+    measure: "auto" (default) times the candidates predicted within 30% of the best on (A, B)
+        and chooses by the timings, those whose timing costs at most a fifth of the plan's
+        predicted work (GPU only; :mod:`matplan.planner.measure`); "always" / True all such
+        finalists; "never" / False keeps the models' choice.
+    """
+    return _plan(lambda: validation.normalize(A, B), reuse, deterministic, device, kernels, per_call, measure)
+
+
+def plan_transpose(A, *, reuse: int = 1, deterministic: bool = False, device: str | None = None,
+                   kernels=None, measure="auto") -> Plan:
+    """Plan A.T as a CSR matrix (SpTRANS): ``plan.run(A)`` returns it, rows sorted by column.
+
+    The candidates are matplan's three SpTRANS methods (sptrans.transpose: segmented sort, radix,
+    segmented merge), cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``) and SciPy on the host;
+    the choice follows A's longest column (the segmented sort's per-row sorts) and its columns'
+    count (the radix method's passes). The arguments are :func:`plan`'s.
+    """
+    return _plan(lambda: validation.normalize_transpose(A), reuse, deterministic, device, kernels, None, measure)
+
+
+def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure) -> Plan:
+    """plan() and plan_transpose(): the arguments checked, the problem validated (``problem_of()``),
+    statistics, scores, measurement, the Plan."""
+    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
+        raise ValueError(f"reuse: expected a positive integer (applications of the plan to the same A), got {reuse!r}")
+    mode = check_mode(measure)
+    t0 = timer()
+    problem = problem_of()
+    dev = device_mod.current(device)
+    feats = stats.compute(problem, dev)
+    scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
+    if not scored:
+        raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
+                           + "; ".join(f"{c.kernel}: {c.why}" for c in rejected))
+    scored, note = refine(problem, feats, dev, scored, mode, reuse, device is not None,
+                          _per_call_s(per_call, feats, dev))
+    best = scored[0] if note else pick(scored)
+    reasons = explain(feats, best, scored, reuse, deterministic) + ([note] if note else [])
+    ordered = tuple([best] + [c for c in scored if c is not best] + rejected)
+    return Plan(op=problem.op, kernel=best.kernel, params=best.params, features=feats,
+                candidates=ordered, reasons=tuple(reasons), reuse=reuse, deterministic=deterministic,
+                device=dev.name if problem.backend == "gpu" else "host (NumPy/SciPy)",
+                backend=problem.backend, planning_s=timer() - t0, version=__version__)
+
+
+def _per_call_s(per_call, feats, dev):
+    """kernel name -> the seconds ``per_call`` adds to each of its applications (0 without it)."""
+    if per_call is None:
+        return lambda name: 0.0
+    return lambda name: per_call(get(name), feats, dev)[0]

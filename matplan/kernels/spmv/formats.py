@@ -266,7 +266,7 @@ def split_chunks(indptr, limit: int, xp=np):
 #: Threads per block of the merge-path kernel (MERGE_NT in spmv.cu) and the items per thread
 #: compiled there (odd: no shared-memory bank conflicts, as in CUB's 7); a tile is
 #: MERGE_NT * ipt consecutive items of the merge path. 15 was 1.1-1.5x slower than 7 on every
-#: H100 benchmark matrix (d7a3bd4), 8 (even) 1.02-1.1x.
+#: H100 benchmark matrix, 8 (even) 1.02-1.1x.
 MERGE_NT = 128
 MERGE_IPT = (7,)
 

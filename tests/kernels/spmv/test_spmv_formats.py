@@ -319,15 +319,15 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     paths of spmv, sptrans and tsm2 now read theirs the same way; the letters below are the ones
     they wrote by hand before.)"""
     from matplan.kernels import _cuda
-    assert _cuda.signature("spgemm/spgemm.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: spgemm._guessed
-    assert _cuda.signature("spgemm/spgemm.cu", "numeric_esc") == "ppppppppipqpppip"
-    assert _cuda.signature("spgemm/spgemm.cu", "classify_rows") == "pppiqpiqiiippp"
+    assert _cuda.signature("spgemm/hash_shared.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: guesses
+    assert _cuda.signature("spgemm/hash_esc.cu", "numeric_esc") == "ppppppppipqpppip"
+    assert _cuda.signature("spgemm/hash_analysis.cu", "classify_rows") == "pppiqpiqiiippp"
     assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
     assert _cuda.signature("spmv/spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
-    assert _cuda.signature("sptrans/sptrans.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
+    assert _cuda.signature("sptrans/radix.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
     with pytest.raises(ValueError, match="declared 0 times"):
-        _cuda.signature("spgemm/spgemm.cu", "no_such_kernel")
+        _cuda.signature("spgemm/hash_shared.cu", "no_such_kernel")
     with pytest.raises(ValueError, match="type 'I' has no letter"):
         _cuda.signature("spmv/spmv.cu", "csr_split")

@@ -12,6 +12,7 @@ from sklearn.base import clone
 from matplan import planner
 from matplan.models import learned
 from matplan.tuning_db import tune as tune_mod
+from matplan.tuning_db import units as units_mod
 from matplan.tuning_db.dataset import load_dataset
 from matplan.tuning_db.report import evaluate, format_report
 from matplan.tuning_db.store import TuningDB
@@ -31,7 +32,7 @@ def kernels():
 def tuned_db(tmp_path_factory, kernels):
     """A host tuning database with a real choice: built-in SciPy, three row-chunk sizes, densify."""
     path = tmp_path_factory.mktemp("db") / "tuning.sqlite"
-    units = tune_mod.corpus_units(["small"], families=FAMILIES, ops=("spmv", "spmm"), spmm_ks=(4, 16),
+    units = units_mod.corpus_units(["small"], families=FAMILIES, ops=("spmv", "spmm"), spmm_ks=(4, 16),
                                   dtypes=("float64",))
     s = tune_mod.tune(units, db=path, backend="cpu", progress=False, repeats=3, warmup=1, budget_s=0.3)
     assert s.failed == 0 and s.mismatched == 0 and s.timed >= 4 * len(units)
@@ -75,7 +76,7 @@ def test_fit_predict_and_validation(dataset, kind):
     assert v["method"].startswith("group k-fold") and v["folds"] == 3 and v["run_median_factor"] >= 1
     # the model learned the row-chunk overhead: on the largest matrix, chunk 16 is slower than 4096
     big = max(dataset.problems, key=lambda fp: dataset.features(fp).m)
-    q = [learned.Query(dataset.features(big), "test.rowchunk", {"chunk": c}, dataset.device) for c in (16, 4096)]
+    q = [dataset.query(big, "test.rowchunk", {"chunk": c}) for c in (16, 4096)]
     run16, run4096 = model.predict(q)[:, 0]
     assert run16 > 2 * run4096
     in_sample = np.exp(np.median(np.abs(np.log(pred[:, 0] / dataset.y()[:, 0]))))
@@ -113,7 +114,7 @@ def test_fixed_prepare(dataset):
 def test_fixed_prepare_is_the_mean_of_a_bimodal_sample():
     """Two modes (35 us x 3, 65 us x 2): the median is the fast mode, the expected time is 47 us."""
     from matplan.models.learned import Query, _fixed_prepare
-    queries = [Query(None, "spmv.csr_vector", {"W": 8}, None) for _ in range(5)]
+    queries = [Query(None, "spmv.csr_vector", {"W": 8}, None, reads_a_at_run=True) for _ in range(5)]
     y = np.array([[1e-5, 35e-6]] * 3 + [[1e-5, 65e-6]] * 2)
     assert _fixed_prepare(queries, y) == {"spmv.csr_vector": pytest.approx(47e-6)}
 

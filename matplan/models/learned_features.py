@@ -1,0 +1,155 @@
+"""The learned cost model's inputs: one :class:`Query` per candidate and its feature vector.
+
+A query carries what the model cannot compute itself: the analytic model's prediction (a feature
+of the combined model) and whether the kernel's ``prepare`` keeps A's own arrays. The caller that
+knows the kernels (the planner, tuning_db's dataset) fills them in, so the models never import
+the kernels. :class:`FeatureSchema` fixes the ordered columns a model was fitted on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from ..core.types import Cost
+
+#: Bumped when the feature vector changes; a model with another schema version is refused.
+FEATURE_SCHEMA_VERSION = 3
+#: Times are floored here before taking logs (a no-op format conversion measures ~0).
+TIME_FLOOR_S = 1e-7
+OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
+#: Features checked for extrapolation: a query outside the training range gets a low-confidence note.
+RANGE_CHECKED = ("log2_m", "log2_nnz", "log2_k", "log2_row_max")
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """One candidate to predict: the problem's features, the kernel, its params and the device.
+
+    ``analytic``: the kernel's analytic Cost for it (``Kernel.cost``), which the combined model
+    reads; ``reads_a_at_run``: the kernel's flag of that name (its prepare converts nothing).
+    """
+    features: object             # core.features.Features
+    kernel: str
+    params: dict
+    device: object               # core.device.DeviceSpec
+    analytic: Cost | None = None
+    reads_a_at_run: bool = False
+
+
+def _l2(x) -> float:
+    return math.log2(float(x) + 1.0)
+
+
+def base_features(f, dev) -> dict:
+    """Numeric features of the problem and the device (the same for every candidate)."""
+    itemsize = np.dtype(f.dtype).itemsize
+    t2 = dev.t2threshold(f.dtype)
+    groups = list(f.rbs_groups) + [0] * (6 - len(f.rbs_groups))
+    m = max(f.m, 1)
+    out = {f"op_{op}": float(f.op == op) for op in OPS}
+    out.update(
+        itemsize=itemsize, index_size=np.dtype(f.index_dtype).itemsize if f.index_dtype else 0,
+        log2_m=_l2(f.m), log2_n=_l2(f.n), log2_k=_l2(f.k), log2_nnz=_l2(f.nnz),
+        log10_density=math.log10(f.density + 1e-12),
+        row_mean=f.row_mean, row_std=f.row_std, row_cv=f.row_std / f.row_mean if f.row_mean else 0.0,
+        log2_row_max=_l2(f.row_max), row_min=f.row_min, empty_frac=f.empty_rows / m,
+        T=f.T, log2_warp_before=_l2(f.warp_len_before), log2_warp_after=_l2(f.warp_len_after),
+        warp_ratio=f.warp_ratio, log2_nnz_b=_l2(f.nnz_b), log2_products=_l2(f.products),
+        log2_rowct_mean=_l2(f.rowct_mean), log2_rowct_max=_l2(f.rowct_max),
+        log_rowct_var_over_mean=math.log1p(f.rowct_var_over_mean), log2_compression=_l2(f.compression),
+        col_spread=f.col_spread,
+        layout_F=float(f.layout == "F"), k_over_t2=f.k / t2 if t2 > 0 else 0.0,
+        # quantised: a per-process bandwidth measurement must not move a model's input
+        log2_bandwidth=round(math.log2(dev.mem_bandwidth) * 4) / 4, sms=dev.sms,
+        log2_peak_flops=math.log2(dev.peak_flops(f.dtype)),
+    )
+    out.update({f"rbs_group{i}_frac": g / m for i, g in enumerate(groups[:6])})
+    return out
+
+
+def _param_items(kernel: str, params: dict):
+    """(column, value) of each parameter: numbers as they are, booleans 0/1, strings one-hot."""
+    for name, value in sorted(params.items()):
+        col = f"param:{kernel}.{name}"
+        if isinstance(value, bool):
+            yield col, float(value)
+        elif isinstance(value, (int, float)):
+            yield col, float(value)
+        else:
+            yield f"{col}={json.dumps(value, sort_keys=True)}", 1.0
+
+
+def _analytic(q: Query) -> Cost:
+    if q.analytic is None:
+        raise ValueError(f"Query for {q.kernel} {q.params}: no analytic Cost, which the combined model reads; "
+                         "pass analytic=kernel.cost(features, params, device)")
+    return q.analytic
+
+
+def log_floor(x) -> np.ndarray:
+    """log of seconds, floored at TIME_FLOOR_S."""
+    return np.log(np.maximum(np.asarray(x, dtype=np.float64), TIME_FLOOR_S))
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSchema:
+    """The ordered feature columns a model was fitted on, and the training range of a few."""
+    columns: tuple
+    kernels: tuple
+    ranges: dict
+    version: int = FEATURE_SCHEMA_VERSION
+
+    @classmethod
+    def fit(cls, queries, analytic: bool = True) -> "FeatureSchema":
+        """The columns of ``queries``; with ``analytic`` the analytic model's log times are features too."""
+        base = list(base_features(queries[0].features, queries[0].device))
+        kernels = sorted({q.kernel for q in queries})
+        params = sorted({col for q in queries for col, _ in _param_items(q.kernel, q.params)})
+        cols = (base + [f"kernel:{k}" for k in kernels] + params
+                + (["log_analytic_run", "log_analytic_prepare"] if analytic else []))
+        schema = cls(tuple(cols), tuple(kernels), {})
+        X = schema.transform(queries)
+        ranges = {c: (float(X[:, cols.index(c)].min()), float(X[:, cols.index(c)].max()))
+                  for c in RANGE_CHECKED}
+        return cls(tuple(cols), tuple(kernels), ranges)
+
+    def transform(self, queries) -> np.ndarray:
+        index = {c: i for i, c in enumerate(self.columns)}
+        X = np.full((len(queries), len(self.columns)), np.nan)
+        base_cache: dict = {}
+        for r, q in enumerate(queries):
+            key = id(q.features), id(q.device)
+            if key not in base_cache:
+                base_cache[key] = base_features(q.features, q.device)
+            for c, v in base_cache[key].items():
+                X[r, index[c]] = v
+            for k in self.kernels:
+                X[r, index[f"kernel:{k}"]] = float(q.kernel == k)
+            for c, v in _param_items(q.kernel, q.params):
+                if c in index:
+                    X[r, index[c]] = v
+            if "log_analytic_run" in index:
+                a = _analytic(q)
+                X[r, index["log_analytic_run"]] = log_floor(a.run_s)
+                X[r, index["log_analytic_prepare"]] = log_floor(a.prepare_s)
+        return X
+
+    def outside(self, row: np.ndarray) -> list:
+        """Range-checked features of one transformed row that lie outside the training range."""
+        out = []
+        for c, (lo, hi) in self.ranges.items():
+            v = row[self.columns.index(c)]
+            if v < lo - 1e-9 or v > hi + 1e-9:
+                out.append(c)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "columns": list(self.columns), "kernels": list(self.kernels),
+                "ranges": {k: list(v) for k, v in self.ranges.items()}}
+
+
+__all__ = ["Query", "FeatureSchema", "base_features", "log_floor", "FEATURE_SCHEMA_VERSION", "TIME_FLOOR_S",
+           "OPS", "RANGE_CHECKED"]
