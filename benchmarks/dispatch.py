@@ -1,6 +1,6 @@
 """Dispatch overhead of matplan.matmul: a plan-cache hit on top of the kernel, and a cold plan's cost.
 
-    PYTHONPATH=. python3 benchmarks/dispatch.py [--quick] [--host-only]
+    PYTHONPATH=. python3 benchmarks/dispatch.py [--quick] [--host-only] [--out benchmarks/results]
 
 Runs the GPU cases when CuPy sees a GPU, and a few host (SciPy/NumPy) cases
 always. Per case, every figure is the median of per-call wall-clock times with
@@ -35,10 +35,14 @@ R (the reuse matmul is told) is fixed so that no adaptive re-plan lands inside
 the timing loops. Repeats: 200 per figure, fewer (at least 15) where the kernel
 takes long enough that 200 would pass about 0.4 s. The kernel is also timed with CUDA events over back-to-back
 launches (its device time, no per-call synchronisation) for reference.
+
+Output: the table on stdout and its rows in ``results/dispatch-<device>.json`` (``dispatch-quick-``
+with --quick; ``-cpu`` with --host-only), then ``results/SUMMARY.md`` regenerated.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -54,7 +58,8 @@ from matplan.dispatch import identity
 from matplan.dispatch.cache import nbytes_of
 from matplan.kernels import get
 from matplan.core.validation import normalize
-from _common import queued_s  # benchmarks/ is on sys.path when run as a script
+from _common import RESULTS, cuda_device_name, queued_s, write_result  # benchmarks/ is on sys.path as a script
+from summarize import write_summary
 
 REUSE = 1000
 
@@ -134,6 +139,11 @@ def measure(name, A, B, device, sync, cp=None, trust=False):
           f"{plan_s / kernel:8.1f} {prep_s / kernel:7.1f} {miss_s / kernel:8.1f} {path:>8} {full_key * us:9.1f}",
           flush=True)
     cache.clear()
+    finite = lambda x: None if x != x else x  # noqa: E731  (NaN is not JSON)
+    return dict(case=name, kernel=bound.plan.kernel, nnz=int(fp.nnz), kernel_us=kernel * us,
+                device_us=finite(dev_s * us), hit_us=hit * us, overhead_us=overhead * us, norm_us=norm * us, key_us=finite(key * us),
+                key_gbs=key_bytes / key / 1e9 if key_bytes else None, plan_x=plan_s / kernel, prep_x=prep_s / kernel,
+                miss_x=miss_s / kernel, path=path, fp_us=full_key * us)
 
 
 def _identity_check(A, B, cache, sync, repeats, trust):
@@ -220,37 +230,41 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer, smaller cases")
     ap.add_argument("--host-only", action="store_true", help="skip the GPU cases")
+    ap.add_argument("--out", default=str(RESULTS), help="folder of the JSON result")
     args = ap.parse_args(argv)
     cp = None if args.host_only else cupy_module()
     print(f"matplan {matplan.__version__}, NumPy {np.__version__}; REUSE={REUSE}; medians of per-call "
           "synchronised wall-clock times")
-    failures = 0
+    rows = {"gpu": [], "host": []}
+    device_name = "cpu"
     if cp is not None:
         import cupyx.scipy.sparse as csp
         dev = cp.cuda.runtime.getDevice()
-        name = cp.cuda.runtime.getDeviceProperties(dev)["name"]
-        print(f"\nGPU {dev}: {name.decode() if isinstance(name, bytes) else name}, CuPy {cp.__version__}")
+        device_name = cuda_device_name(cp)
+        print(f"\nGPU {dev}: {device_name}, CuPy {cp.__version__}")
         print(HEADER)
         sync = cp.cuda.get_current_stream().synchronize
         for label, spec, kind, trust in gpu_cases(args.quick):
             try:
                 A, B = operands(spec, kind, cp, csp.csr_matrix)
-                measure(label, A, B, dev, sync, cp, trust=trust)
-            except Exception:
-                failures += 1
+                rows["gpu"].append(measure(label, A, B, dev, sync, cp, trust=trust))
+            except Exception as exc:
+                rows["gpu"].append(dict(case=label, error=f"{type(exc).__name__}: {str(exc)[:200]}"))
                 print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
-    import os
     print(f"\nhost: {os.cpu_count()} CPUs; full path key = digest of {fp_mod.SAMPLE} sampled items per array + "
           "bitwise comparison with the entry's copy (SpGEMM: B's structure in full, BLAKE2b)")
     print(HEADER)
     for label, spec, kind, trust in host_cases(args.quick):
         try:
             A, B = operands(spec, kind, np, lambda A: A)
-            measure(label, A, B, "cpu", lambda: None)
-        except Exception:
-            failures += 1
+            rows["host"].append(measure(label, A, B, "cpu", lambda: None))
+        except Exception as exc:
+            rows["host"].append(dict(case=label, error=f"{type(exc).__name__}: {str(exc)[:200]}"))
             print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
-    return 1 if failures else 0
+    path = write_result(args.out, "dispatch" + ("-quick" if args.quick else ""), device_name,
+                        dict(matplan=matplan.__version__, reuse=REUSE, host_cpus=os.cpu_count(), **rows))
+    print(f"\nwrote {path} and {write_summary(args.out)}")
+    return 1 if any("error" in r for side in rows.values() for r in side) else 0
 
 
 if __name__ == "__main__":

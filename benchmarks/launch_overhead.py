@@ -6,21 +6,28 @@ a bare empty RawKernel launch, ``bound(x)`` (prepared plan), ``plan.run(A, x)``,
 ``matplan.matmul`` (cache hit) and cupyx's ``A @ x`` (cuSPARSE); and a bound TSM2 plan
 beside ``cupy.matmul`` on a small tall-skinny product. Issue 8's target:
 ``bound(x)`` <= 12 us on an H100 against about 46 us for cupyx.
+
+    PYTHONPATH=. python3 benchmarks/launch_overhead.py [--out benchmarks/results]
+
+Output: ``results/launch_overhead-<device>.json``, then ``results/SUMMARY.md`` regenerated.
 """
-import datetime
-import json
+import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import RESULTS, cuda_device_name, git_commit, queued_s, write_result  # noqa: E402  (beside this script)
+from summarize import write_summary  # noqa: E402
 
 
 def per_call_us(cp, fn, calls=2000, rounds=5):
     return queued_s(cp, fn, calls, rounds, warmup=50) * 1e6
 
 
-def main():
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(RESULTS), help="folder of the JSON result")
+    args = ap.parse_args(argv)
     import cupy as cp
     import cupyx.scipy.sparse as csp
     import matplan
@@ -46,16 +53,12 @@ def main():
         f"bound(B) [{tsm2.plan.kernel}] 2048^2 x 4 float32": per_call_us(cp, lambda: tsm2(Bt), calls=500),
         "cupy.matmul 2048^2 x 4 float32 (cuBLAS)": per_call_us(cp, lambda: At @ Bt, calls=500),
     }
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else name
-    commit = git_commit()
-    print(f"{name}, {datetime.date.today()}, commit {commit}, A 2000x2000 nnz={A.nnz}")
+    name = cuda_device_name(cp)
+    print(f"{name}, commit {git_commit()}, A 2000x2000 nnz={A.nnz}")
     for label, us in rows.items():
         print(f"  {label:<45} {us:8.2f} us/call")
-    out = os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    with open(os.path.join(out, "launch_overhead.json"), "w") as fh:
-        json.dump({"device": name, "date": str(datetime.date.today()), "commit": commit,
-                   "nnz": int(A.nnz), "us_per_call": rows}, fh, indent=1)
+    path = write_result(args.out, "launch_overhead", name, {"nnz": int(A.nnz), "us_per_call": rows})
+    print(f"wrote {path} and {write_summary(args.out)}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def main(tag: str) -> None:
     import cupy as cp
     import cupyx.scipy.sparse as csp
     from matplan import corpus
-    from matplan.kernels.spgemm import gpu as hs
+    from matplan.kernels import spgemm as hs
     from matplan.kernels.sptrans import gpu as sptrans
     real = dict(corpus.real_matrices(os.environ["MATPLAN_MATRICES"]))
     mats = [(f"{family}-{size}", corpus.load(family, size)) for family, size in CORPUS]

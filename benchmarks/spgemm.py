@@ -22,11 +22,13 @@ panelled product, the panels' time. Ours, cuSPARSE and plan.run are each checked
 in turn, call by call (a host's speed drifted by 20-40% within a run on H100 hosts).
 
     PYTHONPATH=. python3 benchmarks/spgemm.py [--out benchmarks/results] [--budget-s 200] [--only NAME ...]
+
+Output: ``results/spgemm-<device>.json`` (``spgemm-subset-`` with --only), then ``results/SUMMARY.md``
+regenerated.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -34,7 +36,8 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from _common import geomean, git_commit  # this folder is on sys.path when run as a script
+from _common import RESULTS, geomean, write_result  # this folder is on sys.path when run as a script
+from summarize import write_summary
 from matplan.core.timing import cuda_medians_alternating_s
 
 
@@ -95,7 +98,8 @@ KERNEL_KEYS = {"spgemm.hash": "ms", "spgemm.cusparse": "vendor_ms", "spgemm.merg
 
 def run_one(cp, name, A_host):
     import cupyx.scipy.sparse as csp
-    from matplan.kernels.spgemm import gpu as hs, merge as spgemm_merge
+    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import merge as spgemm_merge
     from matplan.kernels.sptrans import gpu as sptrans
     from matplan.models.spgemm import VENDOR_LIMITS
     from matplan.planner import plan as make_plan
@@ -106,8 +110,8 @@ def run_one(cp, name, A_host):
     A = csp.csr_matrix(A_host)
     B = A if square else csp.csr_matrix(B_host)
     products = int(np.diff(B_host.indptr)[A_host.indices].sum())
-    # calls of about a millisecond vary by 20-30% between processes on an H100 (dragon and metis,
-    # 2026-11-24): many repeats after a longer warm-up for them
+    # calls of about a millisecond vary by 20-30% between processes on an H100 (dragon and metis):
+    # many repeats after a longer warm-up for them
     reps, warm = (1, 1) if products > 5e8 else (5, 1) if products > 5e7 else (20, 3)
     row = dict(matrix=name, product="A*A" if square else "A*At", m=A_host.shape[0], n=A_host.shape[1],
                nnz=int(A_host.nnz), products=products, kernel="spgemm.hash")
@@ -240,7 +244,7 @@ def run_one(cp, name, A_host):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--budget-s", type=float, default=200.0,
                     help="stop adding real matrices after this many seconds")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these matrices (names as in the output)")
@@ -270,18 +274,10 @@ def main(argv=None):
         unguessed_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r.get("unguessed_ms", r["ms"]) for r in ok]),
         merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
     )
-    today = datetime.date.today().isoformat()
-    gpu = dev.name.replace(" ", "_")
-    doc = dict(benchmark="spgemm", device=dev.name, copy_bandwidth=dev.mem_bandwidth, date=today,
-               commit=git_commit(), cupy=cp.__version__, dtype="float64", summary=summary, results=rows,
+    doc = dict(copy_bandwidth=dev.mem_bandwidth, dtype="float64", summary=summary, results=rows,
                wall_s=time.time() - t0)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"spgemm-{gpu}-{today}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1, default=str)
-    os.replace(tmp, path)
-    print("summary", json.dumps(summary), "->", path, flush=True)
+    path = write_result(args.out, "spgemm-subset" if args.only else "spgemm", dev.name, doc)
+    print("summary", json.dumps(summary), "->", path, "and", write_summary(args.out), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
 (float64, A·A or A·Aᵀ).
 
 * ``kernel_us[name]``: CUDA events around every launch of that kernel in an instrumented call
-  (``spgemm._launch`` wrapped: the device is synchronised before each launch, so the events time
+  (``runtime._launch`` wrapped: the device is synchronised before each launch, so the events time
   the kernel alone), summed over the call's launches; median of ``--reps`` calls.
 * ``instrumented_us``: host wall time of that instrumented call (synchronised at the end);
   ``other_us`` = instrumented_us - sum(kernel_us): what is not our kernels.
@@ -12,7 +12,7 @@ transfers, allocation, host work) and the whole call, beside cuSPARSE, on the sp
 
     PYTHONPATH=. python3 benchmarks/spgemm_phases.py [--reps 5] [--json out.json] [--max-products 5e8]
         [--set MIN_TPR=32 ...]   # override spgemm's numeric (or tuple) tuning constants (variants, same run)
-        [--define SUBWARP_MIN_BLOCKS=6 ...]   # compile spgemm.cu with -D (its #ifndef constants)
+        [--define SUBWARP_MIN_BLOCKS=6 ...]   # compile the hash_*.cu with -D (their #ifndef constants)
         [--no-esc]   # short rows in hash tables (spgemm(..., esc=False)), for comparison
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from spgemm import matrices  # noqa: E402
 
 
 def launch_alone_us(cp, real, name, grid, block, args, smem):
-    """GPU microseconds of one spgemm launch (``real``: spgemm._launch) with the device idle before
+    """GPU microseconds of one spgemm launch (``real``: runtime._launch) with the device idle before
     it and synchronised after it: the kernel alone."""
     cp.cuda.Device().synchronize()
     a, b = cp.cuda.Event(), cp.cuda.Event()
@@ -47,14 +47,15 @@ def launch_alone_us(cp, real, name, grid, block, args, smem):
 
 def instrumented(cp, hs, A, B, reps, **kw):
     """(median kernel_us by name, median wall us) over ``reps`` calls with every launch timed."""
-    real = hs._launch
+    from matplan.kernels.spgemm import runtime   # every module launches through runtime._launch
+    real = runtime._launch
     per_call = []
 
     def launch(name, grid, block, args, smem=0):
         per_call[-1][name.split("<")[0]] += launch_alone_us(cp, real, name, grid, block, args, smem)
 
     walls = []
-    hs._launch = launch
+    runtime._launch = launch
     try:
         for _ in range(reps + 1):
             per_call.append(collections.Counter())
@@ -65,7 +66,7 @@ def instrumented(cp, hs, A, B, reps, **kw):
             walls.append((time.perf_counter() - t) * 1e6)
             del C
     finally:
-        hs._launch = real
+        runtime._launch = real
     names = sorted({n for c in per_call for n in c})
     return ({n: float(np.median([c[n] for c in per_call[1:]])) for n in names},
             float(np.median(walls[1:])))
@@ -81,29 +82,35 @@ def main(argv=None):
     ap.add_argument("--no-esc", action="store_true",
                     help="spgemm(..., esc=False): short rows in hash tables, not numeric_esc")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
-                    help="compile spgemm.cu with -DNAME=VALUE (e.g. SUBWARP_MIN_BLOCKS=6)")
+                    help="compile the hash_*.cu with -DNAME=VALUE (e.g. SUBWARP_MIN_BLOCKS=6)")
     args = ap.parse_args(argv)
     from matplan.core.xp import cupy_module
     cp = cupy_module()
     if cp is None:
         sys.exit("benchmarks/spgemm_phases.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels.spgemm import gpu as hs
+    import glob
+    from matplan.kernels import spgemm as hs
+    from matplan.kernels.spgemm import global_rows, guesses, numeric, one_pass, panels, rules, runtime, symbolic
     overrides = {}
-    for item in args.set:
+    for item in args.set:   # each constant is set on the module that reads it
         name, _, value = item.partition("=")
-        kind = type(getattr(hs, name, None))
-        if kind not in (int, float, bool, tuple):
+        owner = next((m for m in (rules, global_rows, numeric, one_pass, symbolic, guesses, panels, runtime)
+                      if type(getattr(m, name, None)) in (int, float, bool, tuple)), None)
+        kind = type(getattr(owner, name, None))
+        if owner is None:
             sys.exit(f"--set {item}: spgemm has no numeric, boolean or tuple constant {name!r}")
         overrides[name] = (value.lower() in ("1", "true") if kind is bool
                            else ast.literal_eval(value) if kind is tuple else kind(value))
-        setattr(hs, name, overrides[name])
-    for item in args.define:   # compile-time constants of spgemm.cu (#ifndef NAME ... in the source)
+        setattr(owner, name, overrides[name])
+    sources = glob.glob(os.path.join(os.path.dirname(hs.__file__), "hash_*.cu")) + \
+        glob.glob(os.path.join(os.path.dirname(hs.__file__), "*.cuh"))
+    for item in args.define:   # compile-time constants of the hash kernels (#ifndef NAME ... in a source)
         name, _, value = item.partition("=")
-        if f"#ifndef {name}" not in open(os.path.join(os.path.dirname(hs.__file__), hs._CU)).read():
-            sys.exit(f"--define {item}: spgemm.cu has no overridable {name}")
+        if not any(f"#ifndef {name}" in open(path).read() for path in sources):
+            sys.exit(f"--define {item}: the hash kernels' sources have no overridable {name}")
         overrides[name] = value
-        hs.NVRTC_DEFINES = hs.NVRTC_DEFINES + (f"-D{name}={value}",)
+        runtime.NVRTC_DEFINES = runtime.NVRTC_DEFINES + (f"-D{name}={value}",)
     if args.no_esc:
         overrides["esc"] = False
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)

@@ -3,7 +3,7 @@ time is not the kernels' (small and medium products, where spgemm.hash is host-b
 
 For each matrix (float64, A·A or A·Aᵀ), two calls after a warm-up:
 
-* an instrumented call (``spgemm._launch`` wrapped, the device synchronised around every launch)
+* an instrumented call (``runtime._launch`` wrapped, the device synchronised around every launch)
   gives each launch's GPU time, in launch order;
 * a timeline call, as a user makes it: an event is recorded on the launching stream after each
   launch, so each launch has its host time (when the launch returned) and the GPU time its kernel
@@ -49,7 +49,8 @@ def matrices(only):
 
 def launches(cp, hs, A, B, timeline: bool):
     """[(name, host_us, gpu_done event or GPU us)] of one call, and its wall us (host, synchronised)."""
-    real = hs._launch
+    from matplan.kernels.spgemm import runtime   # every module launches through runtime._launch
+    real = runtime._launch
     rec = []
     start = cp.cuda.Event()
 
@@ -62,7 +63,7 @@ def launches(cp, hs, A, B, timeline: bool):
         else:
             rec.append((name.split("<")[0], 0.0, launch_alone_us(cp, real, name, grid, block, args, smem)))
 
-    hs._launch = launch
+    runtime._launch = launch
     try:
         cp.cuda.Device().synchronize()
         start.record()
@@ -73,7 +74,7 @@ def launches(cp, hs, A, B, timeline: bool):
         stop.record()
         stop.synchronize()
     finally:
-        hs._launch = real
+        runtime._launch = real
     del C
     wall = cp.cuda.get_elapsed_time(start, stop) * 1e3
     if timeline:
@@ -90,7 +91,7 @@ def main(argv=None):
     if cp is None:
         sys.exit("benchmarks/spgemm_timeline.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
-    from matplan.kernels.spgemm import gpu as hs
+    from matplan.kernels import spgemm as hs
     print(f"# spgemm_timeline.py, commit {git_commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
           f"CuPy {cp.__version__}: microseconds from the call's start")
     for name, H in matrices(args.only):

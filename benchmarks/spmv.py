@@ -27,23 +27,23 @@ includes the launch latency from Python, ~5-10 us, and is what one call costs);
 candidate slower than ``SLOW_MS`` on its first call gets 3 repetitions and no
 back-to-back figure. ``--sizes large xl``: 'xl' adds the six families at 27-40M
 nonzeros (generator arguments in ``XL``), where launch latency and L2 residency
-matter less. The JSON is rewritten after every matrix, so a run cut short keeps
-what it measured.
+matter less. Output: ``results/spmv-<device>.json`` (``spmv-k<K>-``, ``spmv-xl-`` ... for
+the variants), rewritten after every matrix so a run cut short keeps what it measured;
+then ``results/SUMMARY.md`` is regenerated.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import geomean, git_commit, queued_s  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import cuda_device_name, geomean, queued_s, write_result  # noqa: E402  (beside this script)
+from summarize import write_summary  # noqa: E402
 
 from matplan import corpus, plan as make_plan  # noqa: E402
 from matplan.corpus import generators  # noqa: E402
@@ -213,7 +213,7 @@ def main(argv=None):
     ap.add_argument("--sizes", nargs="+", default=["large"], choices=["large", "xl"],
                     help="corpus sizes: 'large' (5-8M nonzeros, the issue's), 'xl' (27-40M)")
     ap.add_argument("--no-real", action="store_true", help="skip the real matrices")
-    ap.add_argument("--tag", default="", help="added to the JSON file name")
+    ap.add_argument("--tag", default="", help="added to the benchmark's name in the JSON file's name")
     ap.add_argument("--k", type=int, default=1, help="columns of X: 1 = SpMV, more = SpMM (Y = A X)")
     args = ap.parse_args(argv)
     import cupy as cp
@@ -221,8 +221,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     dev = device_mod.current()
     copy_bw = device_mod.measure_copy_bandwidth()
-    gpu = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
-    gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
+    gpu = cuda_device_name(cp)
     copy_bw_b2b = copy_bandwidth_b2b(cp)
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s one call, {copy_bw_b2b / 1e9:.0f} GB/s "
           f"back to back (read + write), CuPy {cp.__version__}")
@@ -259,7 +258,7 @@ def main(argv=None):
                   f"{r['vendor_frac_of_copy_bw_b2b'] or float('nan'):7.2f} "
                   f"{r['planner_vs_oracle_b2b'] or float('nan'):6.2f}"
                   + ("" if r["all_correct"] else "  WRONG/ERROR: see JSON"), flush=True)
-            save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, None, None)
+            save(args, gpu, copy_bw, copy_bw_b2b, dev, results, None, None)
         del A
         cp.get_default_memory_pool().free_all_blocks()
     summary = {}
@@ -281,27 +280,19 @@ def main(argv=None):
           "us per call from Python:")
     for k, v in overhead["us_per_call"].items():
         print(f"  {k:<22} {v:8.1f}")
-    path = save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, summary, overhead)
-    print("wrote", path)
+    path = save(args, gpu, copy_bw, copy_bw_b2b, dev, results, summary, overhead)
+    print("wrote", path, "and", write_summary(args.out))
 
 
-def save(args, gpu, cp, copy_bw, copy_bw_b2b, dev, results, summary, overhead):
+def save(args, gpu, copy_bw, copy_bw_b2b, dev, results, summary, overhead):
     """Write (or rewrite) the JSON of everything measured so far; returns its path."""
-    date = datetime.date.today().isoformat()
-    tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
-    os.makedirs(args.out, exist_ok=True)
-    extra = (f"-k{args.k}" if args.k > 1 else "") + ("-quick" if args.quick else "") + (f"-{args.tag}" if args.tag else "")
-    path = os.path.join(args.out, f"spmv-{tag}-{date}{extra}.json")
-    doc = dict(gpu=gpu, date=date, commit=git_commit(), cupy=cp.__version__, python=platform.python_version(),
-               copy_bandwidth_gbs=copy_bw / 1e9, copy_bandwidth_b2b_gbs=copy_bw_b2b / 1e9,
+    name = ("spmv" + (f"-k{args.k}" if args.k > 1 else "")
+            + ("" if args.sizes == ["large"] else "-" + "-".join(args.sizes)) + ("-quick" if args.quick else "-noreal" if args.no_real else "") + (f"-{args.tag}" if args.tag else ""))
+    doc = dict(copy_bandwidth_gbs=copy_bw / 1e9, copy_bandwidth_b2b_gbs=copy_bw_b2b / 1e9,
                planner_device_bw_gbs=dev.mem_bandwidth / 1e9, k=args.k, reuse=REUSE, reps=args.reps, b2b_calls=B2B,
                sizes=args.sizes, results=results, summary=summary, small_matrix_overhead=overhead,
                complete=summary is not None)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-    return path
+    return write_result(args.out, name, gpu, doc)
 
 
 if __name__ == "__main__":

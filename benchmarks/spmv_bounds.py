@@ -16,20 +16,20 @@ balanced, so no row-length effect counts against them):
 ``bound_frac`` = the CSR minimum traffic / ``flat`` time / copy bandwidth: the fraction of copy
 bandwidth an SpMV reading A in CSR order could reach at best on that matrix. Times are
 back-to-back medians (20 calls between two CUDA events, 7 rounds), as spmv.py's b2b figures;
-the copy bandwidth is measured the same way in the same run.
+the copy bandwidth is measured the same way in the same run. Output: ``results/spmv_bounds-<device>.json``,
+then ``results/SUMMARY.md`` regenerated.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import git_commit, queued_s  # noqa: E402
+from _common import git_commit, queued_s, write_result  # noqa: E402
+from summarize import write_summary  # noqa: E402
 
 from matplan import corpus  # noqa: E402
 
@@ -82,7 +82,7 @@ def main(argv=None):
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     gpu = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
     sms = dev["multiProcessorCount"]
-    print(f"# {gpu}, commit {git_commit()}, {datetime.date.today()}: copy bandwidth {copy_bw / 1e9:.0f} GB/s "
+    print(f"# {gpu}, commit {git_commit()}: copy bandwidth {copy_bw / 1e9:.0f} GB/s "
           f"(back to back, read + write)")
     print(f"{'matrix':18s} {'dtype':8s} {'nnz':>11s} {'stream us':>9s} {'gather us':>9s} {'flat us':>8s} "
           f"{'cuSP us':>8s} {'bound_frac':>10s}")
@@ -112,13 +112,9 @@ def main(argv=None):
             rows.append(row)
             print(f"{row['matrix']:18s} {row['dtype']:8s} {nnz:11,d} {us['stream']:9.1f} {us['gather']:9.1f} "
                   f"{us['flat']:8.1f} {us['cusparse']:8.1f} {row['bound_frac']:10.2f}", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    slug = gpu.lower().replace(" ", "-")
-    path = os.path.join(args.out, f"spmv-bounds-{slug}-{datetime.date.today()}-{git_commit()}.json")
-    with open(path, "w") as fh:
-        json.dump(dict(gpu=gpu, commit=git_commit(), date=str(datetime.date.today()), copy_bw=copy_bw,
-                       calls=CALLS, rounds=ROUNDS, rows=rows), fh, indent=1)
-    print(f"wrote {path}")
+    path = write_result(args.out, "spmv_bounds", gpu, dict(copy_bw=copy_bw, families=args.families, calls=CALLS,
+                                                           rounds=ROUNDS, rows=rows))
+    print(f"wrote {path} and {write_summary(args.out)}")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ device-to-device copy bandwidth measured in this run. Every result is checked ag
 SciPy's A.T (same indptr, indices and values).
 
     PYTHONPATH=. python3 benchmarks/sptrans.py [--reps 30] [--out benchmarks/results]
+
+Output: ``results/sptrans-<device>.json``, then ``results/SUMMARY.md`` regenerated.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -34,7 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import geomean, git_commit, timed  # noqa: E402
+from _common import cuda_device_name, geomean, timed, write_result  # noqa: E402
+from summarize import write_summary  # noqa: E402
 
 
 def matrices():
@@ -51,8 +53,8 @@ def matrices():
 
 
 def bench(cp, csp, name, A_host, dtype, reps, copy_bw):
-    from matplan.kernels.sptrans import gpu as sptrans
-    from matplan.kernels.spgemm.gpu import transpose_sort
+    from matplan.kernels import sptrans
+    from matplan.kernels.spgemm import transpose_sort
     A_host = sp.csr_matrix(A_host, dtype=dtype)
     m, n = A_host.shape
     A = csp.csr_matrix((cp.asarray(A_host.data), cp.asarray(A_host.indices.astype(np.int32)),
@@ -154,8 +156,7 @@ def main(argv=None):
     import cupyx.scipy.sparse as csp
     from matplan.core import device as device_mod
     copy_bw = device_mod.measure_copy_bandwidth()
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    gpu = cuda_device_name(cp)
     print(f"# {gpu}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + write), CuPy {cp.__version__}",
           flush=True)
     print(f"{'matrix':<24} {'dtype':<7} {'nnz':>9} {'maxcol':>7} {'ms':>7} {'cuSP ms':>7} {'x cuSP':>6} "
@@ -209,18 +210,10 @@ def main(argv=None):
                                  and r.get("segsort_correct") and r.get("planner_correct")
                                  and r.get("radix_graph_correct") and r.get("segsort_graph_correct") for r in rows)
     print("summary", json.dumps(summary, indent=1), flush=True)
-    today = datetime.date.today().isoformat()
-    tag = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"sptrans-{tag}-{today}.json")
-    doc = dict(benchmark="sptrans", gpu=gpu, date=today, commit=git_commit(),
-               cupy=cp.__version__, copy_bandwidth_gbs=copy_bw / 1e9, reps=args.reps, summary=summary,
-               results=rows, wall_s=time.time() - t0)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-    print("wrote", path, flush=True)
+    doc = dict(copy_bandwidth_gbs=copy_bw / 1e9, reps=args.reps, summary=summary, results=rows,
+               wall_s=time.time() - t0)
+    path = write_result(args.out, "sptrans", gpu, doc)
+    print("wrote", path, "and", write_summary(args.out), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Fit SpTRANS's whole-call cost models (sptrans.METHOD_COSTS, sptrans.LONG_COLUMN_BYTES,
-vendor.CUSPARSE_TRANSPOSE_COSTS) to a ``benchmarks/sptrans.py`` JSON: a fixed time plus bytes an
+"""Fit SpTRANS's whole-call cost models (matplan/models/sptrans.py METHOD_COSTS, LONG_COLUMN_BYTES,
+CUSPARSE_TRANSPOSE_COSTS) to a ``benchmarks/sptrans.py`` JSON: a fixed time plus bytes an
 entry of A (the radix method: an entry a pass) at the copy bandwidth measured in that run, by
 method and dtype, relative least squares
 (each call weighs by its own time). The segsort and radix methods are fitted on their plan runs
@@ -9,7 +9,7 @@ median, over the others, of what the fit leaves per entry and doubling of the lo
 sptrans.BINS[0]. The merge method is fitted on ``transpose(A, method="merge")`` (not replayed) and
 cuSPARSE on CuPy's ``A.T.tocsr()``.
 
-    python3 benchmarks/sptrans_fit.py benchmarks/results/sptrans-....json [more runs of one machine ...]
+    python3 benchmarks/sptrans_fit.py benchmarks/results/sptrans-<device>.json [more runs of one machine ...]
 
 Several JSONs are fitted together, each row at its own run's copy bandwidth.
 """
@@ -38,12 +38,13 @@ def fit(rows, field, times=lambda r: 1):
 
 
 def main(paths):
-    from matplan.kernels.sptrans.gpu import BINS, radix_passes
+    from matplan.models.sptrans import BINS, radix_passes
     results = []
     for path in paths:
         doc = json.load(open(path))
         bw = doc["copy_bandwidth_gbs"] * 1e9
-        print(f"# {path}: {doc['gpu']}, commit {doc['commit']}, copy bandwidth {bw / 1e9:.0f} GB/s")
+        device = doc.get("device", doc.get("gpu"))
+        print(f"# {path}: {device}, commit {doc['commit']}, copy bandwidth {bw / 1e9:.0f} GB/s")
         results += [dict(r, _bw=bw) for r in doc["results"]]
     for dtype in ("float64", "float32"):
         rows = [r for r in results if r["dtype"] == dtype]

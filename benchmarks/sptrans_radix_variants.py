@@ -1,4 +1,4 @@
-"""Compile-time variants of SpTRANS's radix passes (sptrans.cu RDX_ITEMS, RDX_LOOKBACK,
+"""Compile-time variants of SpTRANS's radix passes (sptrans/radix.cu RDX_ITEMS, RDX_LOOKBACK,
 RDX_MIN_BLOCKS, set with -D) on the sptrans.py matrices, float64, same run: per variant the GPU
 time of ``transpose(A, method="radix")`` queued behind a spin kernel (host overhead hidden) and
 the whole call, then the default transpose and CuPy's ``A.T.tocsr()``, and the default radix
@@ -60,11 +60,11 @@ def main(argv=None):
         sys.exit("benchmarks/sptrans_radix_variants.py needs CuPy and an NVIDIA GPU")
     import cupyx.scipy.sparse as csp
     from matplan.kernels import _cuda
-    from matplan.kernels.sptrans import gpu as st
+    from matplan.kernels.sptrans import compiled, launches, gpu as st
     variants = [tuple(int(x) for x in v.split(",")) for v in (args.variant or ["8,16,1", "8,4,4"])]
     spin = _spin(cp)
-    ks = st._kernels(cp)
-    default = dict(ks.radix_pass), st.RADIX_TILE
+    ks = compiled._kernels(cp)
+    default = dict(ks.radix_pass), launches.RADIX_TILE
     print(f"# commit {git_commit()}: us, queued GPU time / whole call, median of {args.reps}")
     print(f"{'matrix':24s} " + " ".join(f"{'i%d/lb%d/b%d' % v:>14s}" for v in variants)
           + "   default    cupy  (default radix build, GPU us a launch)")
@@ -77,9 +77,10 @@ def main(argv=None):
         try:
             for items, lookback, min_blocks in variants:
                 opts = (f"-DRDX_ITEMS={items}", f"-DRDX_LOOKBACK={lookback}", f"-DRDX_MIN_BLOCKS={min_blocks}")
-                ks.radix_pass = {ct: _cuda.compiled(st._CU, f"spt_radix_pass<{ct}>", st._NAMES, options=opts)
+                ks.radix_pass = {ct: _cuda.compiled("sptrans/radix.cu", f"spt_radix_pass<{ct}>",
+                                                    compiled.SOURCES["sptrans/radix.cu"], options=opts)
                                  for ct in ("float", "double")}
-                st.RADIX_TILE = st.BLOCK * items
+                launches.RADIX_TILE = compiled.BLOCK * items
                 poison_pool(cp, A)
                 T = st.transpose(A, method="radix")
                 same = all(bool(cp.array_equal(a, b)) for a, b in
@@ -88,7 +89,7 @@ def main(argv=None):
                 f = timed(cp, lambda: st.transpose(A, method="radix"), args.reps, warmup=3)[0] * 1e3
                 cells.append(f"{q:6.0f}/{f:5.0f}{'' if same else '!'}")
         finally:
-            ks.radix_pass, st.RADIX_TILE = default
+            ks.radix_pass, launches.RADIX_TILE = default
         q = queued_us(cp, spin, lambda: st.transpose(A), args.reps)
         f = timed(cp, lambda: st.transpose(A), args.reps, warmup=3)[0] * 1e3
         vendor = timed(cp, lambda: A.T.tocsr(), args.reps, warmup=3)[0] * 1e3

@@ -2,11 +2,12 @@
 
 For n in {8192, 16384, 32768} (A is n x n), k in {1, 2, 4, 8, 16, 32}, float32 and float64, and
 both layouts of A (C order: the row-major kernel; F order: the paper's column-major kernel):
-the planner plans the product (its TSM2 candidate's t1 is timed online), TSM2 runs with the
+the planner plans the product (its measurement times TSM2's configs and cuBLAS), TSM2 runs with the
 planned parameters, cuBLAS runs on the same arrays, both timed with CUDA events (median after
 warm-up; the single calls of TSM2, cuBLAS and plan.run taken in turn, call by call). Output: a
-table on stdout and JSON in benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json,
-with the planner's predicted times (TSM2 and cuBLAS, calibrated by the online timing) and their
+table on stdout and JSON in benchmarks/results/tsgemm-<device>.json (``tsgemm-subset-<device>.json``
+when --n, --k, --dtype or --layout leave out part of the default grid; results/SUMMARY.md is
+regenerated at the end), with the planner's times (TSM2 and cuBLAS, measured by the planner or from its cache) and their
 errors, and which kernel the planner picked. ``ms`` is the kernel on the prepared A with C given
 (TSM2's launch alone); ``planner_ms`` ("plan.run" in the table) is the user's whole call,
 ``plan.run(A, B)``: validation, preparing A, allocating C and the chosen kernel, against the same
@@ -23,7 +24,6 @@ more than one warp step of A in flight (its ``depth``, in the JSON).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -31,7 +31,11 @@ import time
 
 import numpy as np
 
-from _common import geomean, git_commit  # noqa: E402  (this folder is on sys.path when run as a script)
+from _common import geomean, write_result  # noqa: E402  (this folder is on sys.path when run as a script)
+from summarize import write_summary  # noqa: E402
+
+#: The default grid; a run over part of it writes tsgemm-subset-<device>.json.
+GRID = dict(n=[8192, 16384, 32768], k=[1, 2, 4, 8, 16, 32], dtype=["float32", "float64"], layout=["C", "F"])
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Calls queued between the two events of the back-to-back timing.
@@ -40,10 +44,10 @@ B2B = 10
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[8192, 16384, 32768])
-    ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    ap.add_argument("--dtype", nargs="+", default=["float32", "float64"])
-    ap.add_argument("--layout", nargs="+", default=["C", "F"])
+    ap.add_argument("--n", type=int, nargs="+", default=GRID["n"])
+    ap.add_argument("--k", type=int, nargs="+", default=GRID["k"])
+    ap.add_argument("--dtype", nargs="+", default=GRID["dtype"])
+    ap.add_argument("--layout", nargs="+", default=GRID["layout"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-only", metavar="JSON", help="only the kernel-variant sweep, written to JSON")
@@ -53,9 +57,10 @@ def main(argv=None):
     import cupy as cp
     from matplan import planner
     from matplan.kernels import get
-    from matplan.kernels.tsgemm import tsm2
+    from matplan.kernels.tsgemm import rules
+    from matplan.planner import measure_cache
     from matplan.core import device as device_mod
-    from matplan.core.timing import cuda_medians_alternating_s
+    from matplan.core.timing import cuda_median_s, cuda_medians_alternating_s
 
     dev = device_mod.current()
     copy_bw = device_mod.measure_copy_bandwidth(1 << 30, repeats=10)
@@ -65,7 +70,7 @@ def main(argv=None):
     kern = get("tsgemm.tsm2")
     rng = cp.random.default_rng(2024)
     if args.sweep_only:
-        run_sweep(cp, tsm2, copy_bw, rng, out_path=args.sweep_only)
+        run_sweep(cp, copy_bw, rng, out_path=args.sweep_only)
         return 0
     rows = []
     t_start = time.perf_counter()
@@ -75,7 +80,7 @@ def main(argv=None):
     for n in args.n:
         for dtype in args.dtype:
             A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
-            copy_single, copy_b2b = same_bytes_copy(cp, tsm2, A0, copy_bw)
+            copy_single, copy_b2b = same_bytes_copy(cp, A0, copy_bw)
             print(f"# n = {n} {dtype}: a copy moving A's bytes reads {copy_single:.3f} of the copy bandwidth "
                   f"as a single call, {copy_b2b:.3f} back to back", flush=True)
             for layout in args.layout:
@@ -85,7 +90,7 @@ def main(argv=None):
                     plan = planner.plan(A, B)
                     cand = next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2")
                     vcand = next(c for c in plan.candidates if c.kernel == "gemm.cublas")
-                    raw_ms = tsm2.model_time(dev, n, n, k, dtype, p_layout(layout), cand.params["t1"],
+                    raw_ms = rules.model_time(dev, n, n, k, dtype, p_layout(layout), cand.params["t1"],
                                              cand.params["t2"], cand.params["t3"]) * 1e3
                     p = cand.params
                     prep = kern.prepare(A, p)
@@ -96,9 +101,9 @@ def main(argv=None):
                     # back to back: B2B calls between two events (the host's per-call work overlaps);
                     # first, so the GPU's clocks are up after the planner's compiles left it idle
                     # (timed after them, single calls at n = 8192 float32 k = 32 once read 2.6x
-                    # their back-to-back time, TSM2 and cuBLAS alike; 627d109)
-                    ms_q = tsm2.time_kernel(lambda: [kern.run(prep, B, out=C) for _ in range(B2B)], 5, 1) * 1e3 / B2B
-                    vms_q = tsm2.time_kernel(lambda: [cp.matmul(A, B) for _ in range(B2B)], 5, 1) * 1e3 / B2B
+                    # their back-to-back time, TSM2 and cuBLAS alike)
+                    ms_q = cuda_median_s(lambda: [kern.run(prep, B, out=C) for _ in range(B2B)], 5, 1) * 1e3 / B2B
+                    vms_q = cuda_median_s(lambda: [cp.matmul(A, B) for _ in range(B2B)], 5, 1) * 1e3 / B2B
                     # single calls in turn (a drift of the host's speed falls on each alike); the
                     # user's call plan.run validates, prepares A, allocates C and launches
                     t = cuda_medians_alternating_s({"ms": lambda: kern.run(prep, B, out=C), "vms": lambda: cp.matmul(A, B),
@@ -115,7 +120,7 @@ def main(argv=None):
                                vendor_frac_of_copy_bw_b2b=nbytes / (vms_q * 1e-3) / copy_bw,
                                model_predicted_ms=cand.run_s * 1e3, model_source=cand.source,
                                model_uncalibrated_ms=raw_ms, vendor_predicted_ms=vcand.run_s * 1e3,
-                               vendor_source=vcand.source, groups=(tsm2.row_groups(p["t2"], p["t3"], np.dtype(dtype).itemsize)
+                               vendor_source=vcand.source, groups=(rules.row_groups(p["t2"], p["t3"], np.dtype(dtype).itemsize)
                                                                    if layout == "C" else 1),
                                planner_kernel=plan.kernel,
                                planner_ms=run_ms, planner_frac_of_copy_bw=nbytes / (run_ms * 1e-3) / copy_bw,
@@ -134,13 +139,14 @@ def main(argv=None):
                 del A
             del A0
             cp.get_default_memory_pool().free_all_blocks()
-        save(args, gpu, copy_bw, cp, tsm2, rows, [], t_start)
+        save(args, gpu, copy_bw, cp, measure_cache, rows, [], t_start)
 
-    sweep = run_sweep(cp, tsm2, copy_bw, rng) if args.sweep else []
-    print(json.dumps(save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start), indent=1), flush=True)
+    sweep = run_sweep(cp, copy_bw, rng) if args.sweep else []
+    print(json.dumps(save(args, gpu, copy_bw, cp, measure_cache, rows, sweep, t_start), indent=1), flush=True)
+    print(f"# wrote {write_summary(args.out)}", flush=True)
 
 
-def same_bytes_copy(cp, tsm2, A0, copy_bw) -> tuple:
+def same_bytes_copy(cp, A0, copy_bw) -> tuple:
     """(single call, back to back) fractions of ``copy_bw`` of a device-to-device copy of half of
     A0's bytes (A0's bytes moved: read plus written), on data that is not zeros (A0's)."""
     from matplan.core.timing import cuda_median_s
@@ -150,7 +156,7 @@ def same_bytes_copy(cp, tsm2, A0, copy_bw) -> tuple:
     def copy():
         dst[...] = src
     single = cuda_median_s(copy, 15, 3)
-    b2b = tsm2.time_kernel(lambda: [copy() for _ in range(B2B)], 5, 1) / B2B
+    b2b = cuda_median_s(lambda: [copy() for _ in range(B2B)], 5, 1) / B2B
     moved = 2 * src.nbytes
     return moved / single / copy_bw, moved / b2b / copy_bw
 
@@ -159,20 +165,16 @@ def p_layout(order: str) -> str:
     return "row" if order == "C" else "col"
 
 
-def save(args, gpu, copy_bw, cp, tsm2, rows, sweep, t_start):
+def save(args, gpu, copy_bw, cp, measure_cache, rows, sweep, t_start):
     """Write the JSON (atomically; called after every n so a cut-short run keeps its rows)."""
     summary = summarise(rows)
-    stamp = datetime.date.today().isoformat()
-    tag = "".join(ch if ch.isalnum() else "-" for ch in gpu).strip("-")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"tsgemm-{tag}-{stamp}-{git_commit()}.json")
-    with open(path + ".tmp", "w") as fh:
-        json.dump({"device": gpu, "date": stamp, "commit": git_commit(), "copy_bandwidth": copy_bw,
-                   "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
-                   "seconds": time.perf_counter() - t_start, "rows": rows, "summary": summary,
-                   "sweep": sweep, "t1_timings": {str(k): v for k, v in tsm2.T1_STORE.timings.items()}},
-                  fh, indent=1)
-    os.replace(path + ".tmp", path)
+    full = all(set(GRID[key]) <= set(getattr(args, key)) for key in GRID)
+    path = write_result(args.out, "tsgemm" if full else "tsgemm-subset", gpu, {
+        "copy_bandwidth": copy_bw, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "seconds": time.perf_counter() - t_start, "grid": {key: getattr(args, key) for key in GRID},
+        "rows": rows, "summary": summary, "sweep": sweep,
+        "measurements": [e.to_dict() for e in measure_cache.cache().entries()
+                         if e.key.config.kernel in ("tsgemm.tsm2", "gemm.cublas")]})
     print(f"# wrote {path}", flush=True)
     return summary
 
@@ -208,11 +210,13 @@ def summarise(rows):
     return out
 
 
-def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None, cols=False):
+def run_sweep(cp, copy_bw, rng, n=16384, out_path=None, cols=False):
     """Kernel variants at n = 16384: row kernel (k = 8, 16, 32) over rows per warp t3 (lane groups
     by the rule) with 1 or row_steps() warp steps per B tile; with ``cols`` also the column kernel
     (float32) over t3 and the accumulator budget that sets V. Each row: dtype, layout, k, t1, t2,
     t3, groups/steps or col_words, ms, frac of the copy bandwidth."""
+    from matplan.core.timing import cuda_median_s
+    from matplan.kernels.tsgemm import launch, rules
     res = []
 
     def record(**row):
@@ -224,7 +228,7 @@ def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None, cols=False):
     def bench(A, layout, lda, B, C, t1, t2, t3, **kw):
         item = A.itemsize
         try:
-            s = tsm2.time_kernel(lambda: tsm2.launch(A, layout, lda, B, C, t1, t2, t3, **kw), 7, 2)
+            s = cuda_median_s(lambda: launch.launch(A, layout, lda, B, C, t1, t2, t3, **kw), 7, 2)
         except Exception as exc:  # record and go on
             return dict(error=str(exc)[:200])
         return dict(ms=s * 1e3, frac=(A.size + 2 * A.shape[0] * B.shape[1]) * item / s / copy_bw)
@@ -236,21 +240,21 @@ def run_sweep(cp, tsm2, copy_bw, rng, n=16384, out_path=None, cols=False):
             if layout == "col" and dtype == "float64":
                 continue
             A = A0 if layout == "row" else cp.asfortranarray(A0)
-            _, lda = tsm2.layout_of(A)
+            _, lda = rules.layout_of(A)
             for k in ((8, 16, 32) if layout == "row" else (8, 16, 32)):
                 B = rng.random((n, k), dtype=np.float64).astype(dtype)
                 C = cp.empty((n, k), dtype=dtype)
-                t2 = tsm2.balance_t2(k, k, layout, item)
+                t2 = rules.balance_t2(k, k, layout, item)
                 if layout == "row":   # steps per B tile: 1 against the rule's (row_steps)
-                    variants = [dict(t3=t3, groups=tsm2.row_groups(t2, t3, item), steps=u)
-                                for t3 in (2, 4, 8) for u in (1, tsm2.row_steps(t2, tsm2.row_groups(t2, t3, item), 16 // item, item))
-                                if t3 * -(-t2 // tsm2.row_groups(t2, t3, item)) <= tsm2.MAX_ROW_ACC[item]]
+                    variants = [dict(t3=t3, groups=rules.row_groups(t2, t3, item), steps=u)
+                                for t3 in (2, 4, 8) for u in (1, rules.row_steps(t2, rules.row_groups(t2, t3, item), 16 // item, item))
+                                if t3 * -(-t2 // rules.row_groups(t2, t3, item)) <= rules.MAX_ROW_ACC[item]]
                     variants = [v for i, v in enumerate(variants) if v not in variants[:i]]
                 else:
                     variants = [dict(t3=t3, col_words=w) for t3 in (4, 8, 16) for w in (32, 64)]
                 for v in variants:
                     for t1 in (256, 512):
-                        if not tsm2.t1_fits(layout, t1, t2, item):
+                        if not rules.t1_fits(layout, t1, t2, item):
                             continue
                         r = bench(A, layout, lda, B, C, t1, t2, v["t3"],
                                   **{x: v[x] for x in ("groups", "col_words", "steps") if x in v})

@@ -6,7 +6,7 @@ memory-bound kernel can show there. Printed per dtype and layout: the measured g
 the bound's geomean, and the bound with k = 32 held at cuBLAS parity (at k = 32 float32 is
 compute-bound on an H100: 32 FMAs per 4-byte element need ~72% of the FP32 peak to keep up).
 
-    python3 benchmarks/tsgemm_bounds.py benchmarks/results/tsgemm-<gpu>-<date>-<commit>.json
+    python3 benchmarks/tsgemm_bounds.py benchmarks/results/tsgemm-<device>.json
 """
 from __future__ import annotations
 

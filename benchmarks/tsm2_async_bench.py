@@ -1,4 +1,4 @@
-"""Row-major TSM2 with A streamed by cp.async (matplan/kernels/tsm2_async.py) vs the
+"""Row-major TSM2 with A streamed by cp.async (matplan/kernels/tsgemm/tsm2_async.py) vs the
 planner's TSM2 row-major path (tsm2.cu, as benchmarks/tsgemm.py runs it) vs cupy.matmul (cuBLAS),
 with the device-to-device copy bandwidth measured in the same run.
 
@@ -9,7 +9,7 @@ ROUNDS rounds of CALLS calls queued back to back (benchmarks/_common.queued_s) a
 Fraction of copy bandwidth: bytes of A + B + C (each once) / time / copy bandwidth, the copy
 bandwidth from back-to-back cupy.copyto of a 256 MiB array (bytes read + written).
 
-    PYTHONPATH=. python3 benchmarks/tsm2_async_bench.py --out results/tsm2_async-h100.json \\
+    PYTHONPATH=. python3 benchmarks/tsm2_async_bench.py --out /tmp/tsm2_async.json \\
         [--n 16384 32768] [--k 4 8 16 32] [--dtype float32 float64]
 
 Prints a table and writes JSON (rows, copy bandwidth, per-config registers / spills / blocks per

@@ -70,7 +70,8 @@ def main(argv=None):
     import cupy as cp
     from matplan import planner
     from matplan.kernels import get
-    from matplan.kernels.tsgemm import tsm2, tsm2_async
+    from matplan.kernels.tsgemm import launch as launch_mod, rules, tsm2_async
+    from matplan.kernels.tsgemm.configs import TSM2Config
     from matplan.core import device as device_mod
     from matplan.core.timing import cuda_medians_alternating_s, cuda_queued_s
 
@@ -91,7 +92,7 @@ def main(argv=None):
             for layout in args.layout:
                 A = A0 if layout == "C" else cp.asfortranarray(A0)
                 col = layout == "F"
-                lay, lda = tsm2.layout_of(A)
+                lay, lda = rules.layout_of(A)
                 for k in args.k:
                     B = rng.random((n, k), dtype=np.float64).astype(dtype)
                     C = cp.empty((n, k), dtype=dtype)
@@ -99,9 +100,7 @@ def main(argv=None):
                     plan = planner.plan(A, B)
                     p = next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2").params
                     prep = kern.prepare(A, p)
-                    cands = {"planned[" + tsm2._candidate_label(
-                        ("async", p["async"]) if p.get("async") else (p["t1"], p["t3"], p.get("depth", 1))) + "]":
-                        lambda: kern.run(prep, B, out=C)}
+                    cands = {"planned[" + TSM2Config.of(p).label() + "]": lambda: kern.run(prep, B, out=C)}
                     if k >= 3 and A.flags.c_contiguous or col:
                         extra = json.loads(args.extra) if args.extra else None
                         for name, cfg in async_variants(tsm2_async, dtype, k, col, extra).items():
@@ -113,7 +112,7 @@ def main(argv=None):
                             cands[f"async {name}"] = (lambda go=go: go(A, B, C))
                     if not p.get("async") and not p.get("tc") and not args.no_register:
                         for S in (1, 2, 4):
-                            go = tsm2.Launch(A, lay, lda, k, C.strides, p["t1"], min(p["t2"], k), p["t3"],
+                            go = launch_mod.Launch(A, lay, lda, k, C.strides, p["t1"], min(p["t2"], k), p["t3"],
                                              depth=p.get("depth", 1), slices=S)
                             cands[f"reg S={go.S}"] = (lambda go=go: go(A, B, C))
                     nbytes = (n * n + 2 * n * k) * np.dtype(dtype).itemsize

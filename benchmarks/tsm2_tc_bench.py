@@ -1,4 +1,4 @@
-"""The 3xTF32 tensor-core TSM2 kernel (matplan/kernels/tsm2_tc.py) against cuBLAS and the FP32
+"""The 3xTF32 tensor-core TSM2 kernel (matplan/kernels/tsgemm/tsm2_tc.py) against cuBLAS and the FP32
 TSM2 kernel the planner would run without it, float32, both layouts of A (n x n), in one run.
 
 For each (n, k, layout): every tsm2_tc variant (its launch made once, as a plan keeps it),
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from matplan import planner
     from matplan.core.timing import cuda_medians_alternating_s
     from matplan.kernels import get
-    from matplan.kernels.tsgemm import tsm2, tsm2_tc
+    from matplan.kernels.tsgemm import launch as launch_mod, rules, tsm2_tc
     from matplan.core import device as device_mod
 
     tsm2_tc.ENABLED = False   # the planner's FP32 TSM2 parameters, as the baseline
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         A0 = rng.random((n, n), dtype=np.float64).astype(np.float32) - 0.5
         for layout in args.layout:
             A = A0 if layout == "C" else cp.asfortranarray(A0)
-            lay, lda = tsm2.layout_of(A)
+            lay, lda = rules.layout_of(A)
             for k in args.k:
                 B = rng.random((n, k), dtype=np.float64).astype(np.float32) - 0.5
                 ref = cp.matmul(A, B)
