@@ -206,7 +206,7 @@ def test_refresh_features_adds_missing_statistics_only(tmp_path, capsys):
         db.update_features(stale)
         db.put(problem=ProblemRecord("feedbeef", "spmv", "float64", "corpus:banded:small:7|spmv|k=1|float64",
                                      "banded", "banded-small", {"m": 1}))     # fingerprint of other operands
-        counts = refresh_features(db, progress=lambda msg: print(msg))
+        counts = refresh_features(db, log=lambda msg: print(msg))
         assert counts == {"updated": len(before), "current": 0, "skipped": 1}
         assert "skipped corpus:banded:small:7" in capsys.readouterr().out
         after = {p.fingerprint: p.features for p in db.problems()}

@@ -3,7 +3,7 @@
 Row i of C is the merge of the rows B[j, :] scaled by a_ij. :func:`spgemm_merge` expands every
 product into a key (column << 32 | product index) and its value (``merge_expand``), sorts each
 row's keys with the segmented merge that SpTRANS's ``method="merge"`` uses (``spt_sort`` of
-sptrans.cu: merge-path tiles, then binary-tree rounds over the rows that cross tiles, a fixed
+sptrans/merge.cu: merge-path tiles, then binary-tree rounds over the rows that cross tiles, a fixed
 number of outputs a thread however long the rows), then sums each row's runs of equal columns in
 product order (``merge_starts`` and ``merge_heads`` mark each run's head, their scan gives its
 place in C, ``merge_write`` sums and writes it, a thread a product). The same inputs give the
@@ -12,29 +12,31 @@ does not promise: a plan asked for ``deterministic=True`` can take it.
 
 It stores every product twice over (keys with the sort's scratch, values, the sorted columns and
 values: 36 bytes a product in float64), so it needs fewer than 2^31 products (int32 row offsets)
-and the memory for them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column, duplicates summed,
-products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep them); A and B may
-hold unsorted and duplicate column indices.
+and the memory for them (:data:`MEM_FRACTION` of the device's). Output rows sorted by column,
+duplicates summed, products that cancel kept as explicit zeros (as SciPy and spgemm.hash keep
+them); A and B may hold unsorted and duplicate column indices.
 
-H100, 2026-11-24, float64 whole calls (benchmarks/results/gpu-tests-spgemm-merge-h100-2026-11-24-
-05a1c62.log): 0.50x cuSPARSE and 0.27x spgemm.hash in geomean; metis 1.48 ms against cuSPARSE's
-1.54, Poisson 1.72 against 0.91, skewed 2.05 against 1.57 (6.9 ms at c8d7ebb, when a warp a row
+H100, float64 whole calls: 0.50x cuSPARSE and 0.27x spgemm.hash in geomean; metis 1.48 ms against
+cuSPARSE's 1.54, Poisson 1.72 against 0.91, skewed 2.05 against 1.57 (6.9 ms when a warp a row
 counted and wrote C). The sort is the cost: spt_sort sorts the keys from scratch, not merging the
 presorted B rows the paper merges, and a row longer than a tile adds tree rounds with a grid
 barrier each (ice40 and block-dense, 2.4e8 products: 53 and 73 ms). Merging the presorted rows
 instead, in ceil(log2(widest row of A)) rounds of merge-path pairs over every product, was
-1.5-1.8x slower (b0ea4c6, reverted; spgemm-merge-rounds-experiment-h100-2026-11-24-b0ea4c6.log).
+1.5-1.8x slower. The planner's cost is matplan.models.spgemm.merge_cost.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...core.xp import cupy_module, cupyx_sparse
+from ...models import spgemm as spgemm_model
 from .. import _cuda
-from . import gpu as spgemm
-from ..sptrans import gpu as sptrans
-from ...core.types import Cost
 from ..registry import register
+from ..sptrans import compiled as sptrans
+import matplan.kernels.spgemm.operands as operands
+import matplan.kernels.spgemm.rules as rules
+import matplan.kernels.spgemm.runtime as runtime
+from .kernel import SparseProduct
 
 SOURCE = "spgemm/spgemm_merge.cu"
 _NAMES = ("merge_rows", "merge_starts", "merge_heads", "merge_expand<float>", "merge_expand<double>",
@@ -43,15 +45,6 @@ _NAMES = ("merge_rows", "merge_starts", "merge_heads", "merge_expand<float>", "m
 BLOCK = 256
 #: Most of the device's memory the products' buffers may take (buffer_bytes).
 MEM_FRACTION = 0.5
-#: The planner's cost: FIXED_S + products x BYTES_PER_PRODUCT at the copy bandwidth x (1 + the
-#: tree rounds of the longest row, log2 of its tiles of sptrans.TILE products). Fitted on the H100,
-#: 2026-11-24 (c8d7ebb, spgemm.py, float64), on the short-row products: world_highways 5.4M
-#: products 0.95 ms, metis 9.9M 1.27, Poisson 12.5M 1.53, dragon 22M 2.49, banded 58M 6.2 (fit:
-#: 0.45 ms + 92 ps a product, 274 B at 2.98 TB/s). Long rows cost more than the rounds say
-#: (ice40 244M products 53 ms, block-dense 249M 73 ms at 05a1c62): the cost stays an
-#: underestimate there, where the hash kernel is 5-20x faster anyway.
-FIXED_S = 0.45e-3
-BYTES_PER_PRODUCT = 280.0
 
 
 def _launcher(name: str):
@@ -83,25 +76,25 @@ def spgemm_merge(A, B):
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("spgemm.merge needs CuPy and an NVIDIA GPU")
-    spgemm.check_operands(A, B)
-    A, B = spgemm.int32_operand("A", A), spgemm.int32_operand("B", B)
+    operands.check_operands(A, B)
+    A, B = operands.int32_operand("A", A), operands.int32_operand("B", B)
     m, k = A.shape[0], B.shape[1]
     dtype = np.dtype(A.dtype)
     nnz = int(A.indices.size)
     if m == 0 or k == 0 or nnz == 0 or B.nnz == 0:
         return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
-    csum = spgemm._product_offsets(A, B)
+    csum = runtime._product_offsets(A, B)
     seg = cp.empty(m + 1, dtype=cp.int32)
     ctrl = _cuda.zeroed(sptrans._CTRL, cp.int32)   # spt_sort's control words: barrier, -, longest row
     _launcher("merge_rows")(_grid(m + 1), (BLOCK,), (A.indptr, csum, m, seg, ctrl.data.ptr + 4 * 2))
     products = int(_cuda.read_back(csum[nnz:])[0])
     if products == 0:
         return cupyx_sparse().csr_matrix((m, k), dtype=dtype)
-    if products > spgemm.INT32_MAX:
+    if products > rules.INT32_MAX:
         raise OverflowError(f"A @ B: {products:,} products; spgemm.merge needs fewer than 2^31 "
                             f"(int32 row offsets): use spgemm.hash")
     need = buffer_bytes(products, dtype.itemsize)
-    if need > MEM_FRACTION * spgemm._device_total_bytes():
+    if need > MEM_FRACTION * runtime._device_total_bytes():
         raise MemoryError(f"A @ B: {products:,} products need {need / 1e9:.1f} GB of buffers in spgemm.merge, "
                           f"past {MEM_FRACTION:.0%} of the device's memory: use spgemm.hash")
     ct = _cuda.ctype(dtype)
@@ -130,10 +123,10 @@ def spgemm_merge(A, B):
     Cj, Cx = cp.empty(nnz_c, dtype=cp.int32), cp.empty(nnz_c, dtype=dtype)
     _launcher(f"merge_write<{ct}>")(_grid(max(products, m + 1)), (BLOCK,),
                                     (seg, m, products, col, val, rank, Cp, Cp32, Cj, Cx))
-    return spgemm.csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=True, canonical=True)
+    return operands.csr_from_parts(Cx, Cj, Cp32, (m, k), sorted_rows=True, canonical=True)
 
 
-class MergeSpGEMM(spgemm.SparseProduct):
+class MergeSpGEMM(SparseProduct):
     name = "spgemm.merge"
     ops = ("spgemm",)
     backend = "gpu"
@@ -141,7 +134,7 @@ class MergeSpGEMM(spgemm.SparseProduct):
     reads_a_at_run = True
 
     def supports(self, f):
-        if f.products >= spgemm.INT32_MAX:
+        if f.products >= rules.INT32_MAX:
             return f"{f.products:,} products: the row-row merge needs fewer than 2^31 (int32 row offsets)"
         return None
 
@@ -149,12 +142,7 @@ class MergeSpGEMM(spgemm.SparseProduct):
         yield {}
 
     def cost(self, f, params, device):
-        rounds = rounds_for(f.rowct_max)
-        t = FIXED_S + f.products * BYTES_PER_PRODUCT * (1 + rounds) / device.mem_bandwidth
-        return Cost(0.0, t, f"row-row segmented merge (deterministic): {f.products:,} products expanded and "
-                            f"each row sorted by merge-path tiles, {rounds} tree round(s) for the longest row "
-                            f"({f.rowct_max:,} products); ~{BYTES_PER_PRODUCT:.0f} B a product a pass at the "
-                            f"copy bandwidth (sort-bound) + {FIXED_S * 1e3:.2f} ms fixed")
+        return spgemm_model.merge_cost(f, device, rounds_for(f.rowct_max))
 
     def product(self, A, B, params):
         return spgemm_merge(A, B)

@@ -1,13 +1,13 @@
 // Row-row SpGEMM by the segmented merge (SEEDS section 3): row i of C is the merge of the rows
 // B[j, :] scaled by a_ij. Expand every product into a key (column << 32 | product index) and its
-// value, sort each row's keys with the segmented merge of sptrans.cu (spt_sort: merge-path tiles,
+// value, sort each row's keys with the segmented merge of sptrans/merge.cu (spt_sort: merge-path tiles,
 // then binary-tree rounds over the rows that cross tiles; fixed work a thread whatever the row
 // lengths), then compress each row's runs of equal columns. spgemm_merge.py launches them:
 //   merge_rows   : seg[i] = the first product of row i (int32: products < 2^31), and the longest
 //                  row's products into spt_sort's control word (it bounds the rounds)
 //   merge_expand : keys and values of every product, 32 nonzeros of A a warp (their products are
 //                  one contiguous run of the output: coalesced writes, no lane idle on short rows)
-//   spt_sort     : (sptrans.cu) each row's keys sorted, columns and values written out
+//   spt_sort     : (sptrans/merge.cu) each row's keys sorted, columns and values written out
 //   merge_starts : head[seg[i]] = 1 for every non-empty row (head zeroed by the host)
 //   merge_heads  : head[p] |= the sorted column changes at p, a thread a product; the host's
 //                  inclusive scan of head gives each run its place in C
@@ -15,7 +15,7 @@
 //                  the keys order a column's products by index) and writes it at its place; C's
 //                  indptr from the scan at the rows' starts
 // A thread a product, not a warp a row: rows of 10^5 products left one warp looping (skewed:
-// 6.9 ms for 4M products at c8d7ebb).
+// 6.9 ms for 4M products).
 #define FULL_MASK 0xffffffffu
 typedef unsigned long long u64;
 

@@ -2,12 +2,11 @@
 its known limits (:data:`matplan.models.spgemm.VENDOR_LIMITS`)."""
 from __future__ import annotations
 
-from ...core.types import Cost
-from ...models import traffic
-from ...models.spgemm import (CUSPARSE_SPGEMM_BYTES, CUSPARSE_SPGEMM_LONG_ROW_BYTES,
-                               CUSPARSE_SPGEMM_OVERHEAD_S, RBS_GROUP_BOUNDS, VENDOR_LIMITS)
+from ...models import spgemm as spgemm_model
+from ...models.spgemm import VENDOR_LIMITS
 from ..base import VendorKernel
 from ..registry import register
+
 
 class CusparseSpGEMM(VendorKernel):
     name = "spgemm.cusparse"
@@ -23,15 +22,7 @@ class CusparseSpGEMM(VendorKernel):
         return None
 
     def cost(self, f, params, device):
-        nbytes, per_product, per_output = traffic.spgemm_fitted_bytes(f, CUSPARSE_SPGEMM_BYTES)
-        long_nnz = traffic.spgemm_long_row_nnz(f)
-        per_long = traffic.for_dtype(CUSPARSE_SPGEMM_LONG_ROW_BYTES, f)
-        t = (nbytes + long_nnz * per_long) / device.mem_bandwidth + CUSPARSE_SPGEMM_OVERHEAD_S
-        return Cost(0.0, t, f"cuSPARSE SpGEMM via CuPy: {per_product:.0f} B per product + {per_output:.0f} B "
-                            f"per nonzero of C (~{traffic.spgemm_nnz_c(f):,.0f}) at the copy bandwidth + "
-                            + (f"{per_long:.0f} B per nonzero of C in rows of alpha >= "
-                               f"{RBS_GROUP_BOUNDS[-1]} (~{long_nnz:,.0f}) + " if long_nnz else "")
-                            + f"{CUSPARSE_SPGEMM_OVERHEAD_S * 1e6:.0f} us")
+        return spgemm_model.cusparse_cost(f, device)
 
     def run(self, prepared, B, out=None):
         if out is not None:

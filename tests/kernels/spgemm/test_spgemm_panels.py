@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.kernels.spgemm import gpu as hs
+import matplan.kernels.spgemm as hs
+from matplan.kernels.spgemm import kernel, panels
 from matplan.core import device as device_mod
 from matplan.core import features as stats
 from matplan.core.validation import normalize
@@ -28,11 +29,11 @@ def _check_bounds(indptr, bounds, max_nnz, max_bytes=None, itemsize=8):
     assert nnz.sum() == indptr[-1]
     assert np.all(nnz <= max_nnz)
     if max_bytes is not None:
-        assert np.all(hs.panel_bytes(nnz, rows, itemsize) <= max_bytes)
+        assert np.all(panels.panel_bytes(nnz, rows, itemsize) <= max_bytes)
     for r0, r1 in zip(bounds[:-2], bounds[1:-1]):     # one more row would break a limit
         more = indptr[r1 + 1] - indptr[r0]
         over_nnz = more > max_nnz
-        over_bytes = max_bytes is not None and hs.panel_bytes(more, r1 + 1 - r0, itemsize) > max_bytes
+        over_bytes = max_bytes is not None and panels.panel_bytes(more, r1 + 1 - r0, itemsize) > max_bytes
         assert over_nnz or over_bytes, f"panel [{r0}, {r1}) could take row {r1}"
 
 
@@ -46,7 +47,7 @@ def test_bounds_nnz_limit(max_nnz):
     if max_nnz == 1:
         row_nnz = np.minimum(row_nnz, 1)
     indptr = _indptr(row_nnz)
-    bounds = hs.panel_bounds(indptr, max_nnz)
+    bounds = panels.panel_bounds(indptr, max_nnz)
     _check_bounds(indptr, bounds, max_nnz)
     if max_nnz >= indptr[-1]:
         assert list(bounds) == [0, 1000]
@@ -58,10 +59,10 @@ def test_bounds_byte_limit(itemsize):
     row_nnz = rng.integers(0, 40, 2000)
     row_nnz[500:900] = 0
     indptr = _indptr(row_nnz)
-    max_bytes = 20 * hs.panel_bytes(40, 1, itemsize)
-    bounds = hs.panel_bounds(indptr, INT32_MAX, max_bytes, itemsize)
+    max_bytes = 20 * panels.panel_bytes(40, 1, itemsize)
+    bounds = panels.panel_bounds(indptr, INT32_MAX, max_bytes, itemsize)
     _check_bounds(indptr, bounds, INT32_MAX, max_bytes, itemsize)
-    both = hs.panel_bounds(indptr, 300, max_bytes, itemsize)   # both limits at once
+    both = panels.panel_bounds(indptr, 300, max_bytes, itemsize)   # both limits at once
     _check_bounds(indptr, both, 300, max_bytes, itemsize)
     assert len(both) >= len(bounds)
 
@@ -71,42 +72,42 @@ def test_byte_limit_cuts_a_run_of_empty_rows():
     row_nnz = np.zeros(100, dtype=np.int64)
     row_nnz[0] = row_nnz[99] = 5
     indptr = _indptr(row_nnz)
-    max_bytes = 10 * hs.PANEL_ROW_BYTES + hs.panel_bytes(5, 0, 8)
-    bounds = hs.panel_bounds(indptr, INT32_MAX, max_bytes, 8)
+    max_bytes = 10 * panels.PANEL_ROW_BYTES + panels.panel_bytes(5, 0, 8)
+    bounds = panels.panel_bounds(indptr, INT32_MAX, max_bytes, 8)
     _check_bounds(indptr, bounds, INT32_MAX, max_bytes)
     inside = [b for b in bounds[1:-1] if row_nnz[b - 1] == 0 and row_nnz[b] == 0]
     assert inside, "some boundary falls strictly inside the run of empty rows"
-    all_empty = hs.panel_bounds(np.zeros(51, np.int64), 10, 10 * hs.PANEL_ROW_BYTES)
+    all_empty = panels.panel_bounds(np.zeros(51, np.int64), 10, 10 * panels.PANEL_ROW_BYTES)
     assert list(all_empty) == [0, 10, 20, 30, 40, 50]
-    assert list(hs.panel_bounds(np.zeros(51, np.int64), 10)) == [0, 50]   # no byte limit: one panel
+    assert list(panels.panel_bounds(np.zeros(51, np.int64), 10)) == [0, 50]   # no byte limit: one panel
 
 
 def test_bounds_are_exact_on_a_hand_example():
     indptr = _indptr([3, 0, 4, 2, 0, 0, 5, 1])
     # 3+0 (row 2 would make 7) | 4 (4+2 > 5) | 2+0+0 (then 5 more) | 5 | 1
-    assert list(hs.panel_bounds(indptr, 5)) == [0, 2, 3, 6, 7, 8]
-    assert list(hs.panel_bounds(indptr, 6)) == [0, 2, 6, 8]           # 3+0 | 4+2+0+0 | 5+1
+    assert list(panels.panel_bounds(indptr, 5)) == [0, 2, 3, 6, 7, 8]
+    assert list(panels.panel_bounds(indptr, 6)) == [0, 2, 6, 8]           # 3+0 | 4+2+0+0 | 5+1
 
 
 def test_single_row_past_the_limit_names_it():
     indptr = _indptr([1, 2, 9, 1])
     with pytest.raises(ValueError, match=r"row 2 of C alone has 9 nonzeros.*limit of 5 nonzeros"):
-        hs.panel_bounds(indptr, 5)
+        panels.panel_bounds(indptr, 5)
     with pytest.raises(ValueError, match=r"row 2 .* bytes"):
-        hs.panel_bounds(indptr, 100, hs.panel_bytes(5, 1, 8))
+        panels.panel_bounds(indptr, 100, panels.panel_bytes(5, 1, 8))
 
 
 def test_bounds_edge_cases_and_bad_arguments():
-    assert list(hs.panel_bounds(np.zeros(1, np.int64), 5)) == [0]          # no rows: no panel
-    assert list(hs.panel_bounds(_indptr([5]), 5)) == [0, 1]                 # exactly at the limit
+    assert list(panels.panel_bounds(np.zeros(1, np.int64), 5)) == [0]          # no rows: no panel
+    assert list(panels.panel_bounds(_indptr([5]), 5)) == [0, 1]                 # exactly at the limit
     for bad in (0, -3, True):
         with pytest.raises(ValueError, match="max_nnz"):
-            hs.panel_bounds(_indptr([1]), bad)
+            panels.panel_bounds(_indptr([1]), bad)
     with pytest.raises(ValueError, match="max_bytes"):
-        hs.panel_bounds(_indptr([1]), 5, 0)
+        panels.panel_bounds(_indptr([1]), 5, 0)
     for bad in ([1, 2], [0, 3, 2], [[0, 1]]):
         with pytest.raises(ValueError, match="indptr"):
-            hs.panel_bounds(np.array(bad), 5)
+            panels.panel_bounds(np.array(bad), 5)
 
 
 def test_int32_split_of_a_wordnet_sized_output():
@@ -115,19 +116,19 @@ def test_int32_split_of_a_wordnet_sized_output():
     row_nnz = rng.integers(0, 2 * 74_420, 117_659).astype(np.int64)
     indptr = _indptr(row_nnz)
     assert indptr[-1] > 4 * INT32_MAX
-    bounds = hs.panel_bounds(indptr, INT32_MAX)
+    bounds = panels.panel_bounds(indptr, INT32_MAX)
     _check_bounds(indptr, bounds, INT32_MAX)
     assert len(bounds) - 1 == -(-indptr[-1] // INT32_MAX)   # rows are small: no panel wasted
 
 
 def test_predict_panels():
-    assert hs.predict_panels(1e6, 1000, 8, 80e9) == (1, "")
-    n, why = hs.predict_panels(14_404_683_313 / np.pi, 117_659, 8, None)   # wordnet, memory unknown
+    assert panels.predict_panels(1e6, 1000, 8, 80e9) == (1, "")
+    n, why = panels.predict_panels(14_404_683_313 / np.pi, 117_659, 8, None)   # wordnet, memory unknown
     assert n == 3 and "2^31 - 1" in why and "spgemm_panels" in why and "out='host'" in why
-    n, why = hs.predict_panels(14_404_683_313 / np.pi, 117_659, 8, 78e9)
+    n, why = panels.predict_panels(14_404_683_313 / np.pi, 117_659, 8, 78e9)
     assert n == 3 and "of free device memory" not in why    # 55 GB < 90% of 78 GB: int32 alone
-    n, why = hs.predict_panels(1.9e9, 1000, 8, 10e9)                       # fits int32, not memory
-    assert n == -(-int(hs.panel_bytes(1.9e9, 1001, 8)) // int(hs.PANEL_MEM_FRACTION * 10e9))
+    n, why = panels.predict_panels(1.9e9, 1000, 8, 10e9)                       # fits int32, not memory
+    assert n == -(-int(panels.panel_bytes(1.9e9, 1001, 8)) // int(panels.PANEL_MEM_FRACTION * 10e9))
     assert "2^31" not in why.split("->")[0] and "10.0 GB of free device memory" in why
 
 
@@ -135,18 +136,18 @@ def test_cost_explains_panels_when_products_predict_them():
     h100 = device_mod.known("H100")
     A = sp.random(300, 300, density=0.01, format="csr", random_state=0) + sp.eye(300)
     f = stats.compute(normalize(A.tocsr(), A.tocsr()), h100)
-    c = hs.HashSpGEMM().cost(f, {"sort": True}, h100)
+    c = kernel.HashSpGEMM().cost(f, {"sort": True}, h100)
     assert "row panels" not in c.why
     big = dataclasses.replace(f, products=14_404_683_313, m=117_659, k=117_659, compression=0.0)  # wordnet A·Aᵀ
-    c = hs.HashSpGEMM().cost(big, {"sort": True}, h100)
+    c = kernel.HashSpGEMM().cost(big, {"sort": True}, h100)
     assert "about 3 row panels" in c.why and "int32 indptr" in c.why and "products / pi" in c.why
     # its sampled compression (1.42; exact 1.645): C of ~10^10 nonzeros, 5 panels
-    c = hs.HashSpGEMM().cost(dataclasses.replace(big, compression=1.42), {"sort": True}, h100)
+    c = kernel.HashSpGEMM().cost(dataclasses.replace(big, compression=1.42), {"sort": True}, h100)
     assert "about 5 row panels" in c.why and "products / 1.42, the sampled compression" in c.why
 
 
 def test_host_available_bytes_is_plausible():
-    avail = hs.host_available_bytes()
+    avail = panels.host_available_bytes()
     assert 0 < avail <= 1 << 50
 
 

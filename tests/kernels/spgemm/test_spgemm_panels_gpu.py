@@ -10,7 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import random_csr
-from test_spgemm_gpu import _check_canonical, _dev
+import matplan.kernels.spgemm as spgemm
+from matplan.kernels.spgemm import panels as panels_mod
+from spgemm_gpu_helpers import _check_canonical, _dev
 
 pytestmark = pytest.mark.gpu
 INT32_MAX = 2 ** 31 - 1
@@ -18,8 +20,7 @@ INT32_MAX = 2 ** 31 - 1
 
 @pytest.fixture
 def hs(cp):
-    """The spgemm module, after poisoning the memory pool with NaN so unwritten entries show."""
-    from matplan.kernels.spgemm import gpu as spgemm
+    """The spgemm package, after poisoning the memory pool with NaN so unwritten entries show."""
     junk = cp.full(1 << 26, np.nan)
     del junk
     return spgemm
@@ -85,10 +86,10 @@ def test_byte_budget_cuts_inside_an_empty_run(cp, hs, rng):
     """max_panel_bytes below the 160 empty rows 100..259 (PANEL_ROW_BYTES each): boundaries inside."""
     A, B = _operands(rng, np.float64)
     pat = _pattern(A, B)
-    budget = 40 * hs.PANEL_ROW_BYTES
-    budget += int(hs.panel_bytes(np.diff(pat.indptr).max(), 0, 8))
-    expected = hs.panel_bounds(pat.indptr, INT32_MAX, budget, 8)
-    assert budget < 160 * hs.PANEL_ROW_BYTES and any(100 < b < 260 for b in expected)
+    budget = 40 * panels_mod.PANEL_ROW_BYTES
+    budget += int(panels_mod.panel_bytes(np.diff(pat.indptr).max(), 0, 8))
+    expected = panels_mod.panel_bounds(pat.indptr, INT32_MAX, budget, 8)
+    assert budget < 160 * panels_mod.PANEL_ROW_BYTES and any(100 < b < 260 for b in expected)
     info = {}
     C = hs.spgemm(_dev(cp, A), _dev(cp, B), out="host", max_panel_bytes=budget, info=info)
     assert info["panel_bounds"] == expected.tolist()
@@ -237,7 +238,7 @@ def test_wordnet_a_at_streams_past_the_gpu(cp, hs, rng):
     with pytest.raises(OverflowError, match="2\\^31 - 1.*out='host'.*spgemm_panels"):
         hs.spgemm(dA, dB)
     need = 8_756_141_395 * 16
-    if need > hs.HOST_MEM_FRACTION * hs.host_available_bytes():
+    if need > panels_mod.HOST_MEM_FRACTION * panels_mod.host_available_bytes():
         with pytest.raises(MemoryError, match="8,756,141,395 nonzeros.*host memory.*spgemm_panels"):
             hs.spgemm(dA, dB, out="host")
     del dA, dB

@@ -1,4 +1,4 @@
-"""GPU tests of spgemm's guessed analyses (spgemm._GUESSES): a repeated one-pass call goes on
+"""GPU tests of spgemm's guessed analyses (guesses._GUESSES): a repeated one-pass call goes on
 from the analysis it read last time, checked on the GPU; its first guessed call records its
 launches as a CUDA graph, later ones replay it. Every result is compared with SciPy in float64,
 the pool poisoned before the call so an unwritten entry shows."""
@@ -7,13 +7,14 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import messy_csr, random_csr
+import matplan.kernels.spgemm as spgemm
+from matplan.kernels.spgemm import global_rows as glob_rows, guesses, rules
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
 def hs(cp):
-    from matplan.kernels.spgemm import gpu as spgemm
     spgemm.forget_guesses()
     yield spgemm
     spgemm.forget_guesses()
@@ -50,7 +51,7 @@ def _fixed_rows(rng, m, n, per_row, dtype=np.float64):
 
 
 def _graphs(hs):
-    return sum(e.recorded is not None for e in hs._GUESSES.values())
+    return sum(e.recorded is not None for e in guesses._GUESSES.values())
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -60,7 +61,7 @@ def test_calls_guessed_recorded_and_replayed(cp, hs, rng, monkeypatch, dtype, rt
     records the direct graph (C written at the offsets the second gave), later ones replay it.
     Every earlier result is kept and checked again after the last (each replay writes new arrays)."""
     from matplan.kernels import _graph
-    monkeypatch.setattr(hs, "DIRECT_GUESSES", direct)
+    monkeypatch.setattr(guesses, "DIRECT_GUESSES", direct)
     A = _dev(cp, random_csr(rng, 3000, 2000, 0.002), dtype)
     B = _dev(cp, random_csr(rng, 2000, 1500, 0.003), dtype)
     results = []
@@ -155,7 +156,7 @@ def test_tables_and_global_rows_guessed_then_refuted(cp, hs, rng, monkeypatch, g
     segments) take the guessed path and its graph; A's columns then rewritten in place onto B's
     long rows (products per row up 20-fold: the kept tables and buffer would overflow) are refused
     on the GPU before any numeric kernel writes, and the rerun is right."""
-    monkeypatch.setattr(hs, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if global_rows == "segments" else float("inf"))
+    monkeypatch.setattr(glob_rows, "GLOBAL_SEG_MIN_BLOCKS_PER_SM", 0.0 if global_rows == "segments" else float("inf"))
     m, n, k = 3000, 2000, 3000   # a long row's bound min(products, k): past 48 KB tables
     lengths = np.where(np.arange(n) < n // 2, 2, 40)   # B rows of 2 or 40 entries
     Bp = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
@@ -185,8 +186,8 @@ def test_tables_and_global_rows_guessed_then_refuted(cp, hs, rng, monkeypatch, g
 
 def test_guesses_and_graphs_are_bounded(cp, hs, rng, monkeypatch):
     from matplan.kernels import _graph
-    monkeypatch.setattr(hs, "GUESS_CACHE_SIZE", 2)
-    monkeypatch.setattr(hs, "GUESS_GRAPHS", 1)
+    monkeypatch.setattr(guesses, "GUESS_CACHE_SIZE", 2)
+    monkeypatch.setattr(guesses, "GUESS_GRAPHS", 1)
     pairs = [(_dev(cp, random_csr(rng, 800, 600, 0.004)), _dev(cp, random_csr(rng, 600, 500, 0.004)))
              for _ in range(3)]
     for A, B in pairs:
@@ -195,7 +196,7 @@ def test_guesses_and_graphs_are_bounded(cp, hs, rng, monkeypatch):
         assert info["guessed"] and info["direct"]
         _check(C, A, B, 1e-12)
         assert _graphs(hs) == (1 if _graph.available() else 0)
-    assert len(hs._GUESSES) == 2
+    assert len(guesses._GUESSES) == 2
     _, info = _call(cp, hs, *pairs[0])   # the oldest was dropped
     assert info["guessed"] is False
     C, info = _call(cp, hs, *pairs[2])
@@ -214,7 +215,7 @@ def test_other_stream_other_entry(cp, hs, rng):
             assert info["guessed"] is guessed
         stream.synchronize()
     _check(C, A, A, 1e-12)
-    assert len(hs._GUESSES) == 2
+    assert len(guesses._GUESSES) == 2
 
 
 def test_settings_changed_since_refute_the_guess(cp, hs, rng, monkeypatch):
@@ -223,15 +224,15 @@ def test_settings_changed_since_refute_the_guess(cp, hs, rng, monkeypatch):
     A = _dev(cp, random_csr(rng, 2000, 2000, 0.003))
     _call(cp, hs, A, A)
     try:
-        monkeypatch.setattr(hs, "ESC_CLASSES", hs.ESC_CLASSES[:3])
-        monkeypatch.setattr(hs, "ESC_CAPS", hs.ESC_CAPS[:3])
-        hs.esc_caps.cache_clear()
+        monkeypatch.setattr(rules, "ESC_CLASSES", rules.ESC_CLASSES[:3])
+        monkeypatch.setattr(rules, "ESC_CAPS", rules.ESC_CAPS[:3])
+        rules.esc_caps.cache_clear()
         C, info = _call(cp, hs, A, A)
         assert info["guessed"] is False
         _check(C, A, A, 1e-12)
     finally:
         monkeypatch.undo()
-        hs.esc_caps.cache_clear()
+        rules.esc_caps.cache_clear()
 
 
 def _disjoint_rows(rng, n, k_per_row):

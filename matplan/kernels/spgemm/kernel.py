@@ -1,0 +1,117 @@
+"""The ``spgemm.hash`` Kernel: candidates, cost (the fitted constants and formulas of
+matplan.models.spgemm, the path and groups from the kernels' own rules) and run."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...core.types import Cost
+from ...core.xp import cupy_module
+from ...models import spgemm as spgemm_model, traffic
+from ..base import KeepsA
+from ..registry import register
+import matplan.kernels.spgemm.global_rows as global_rows
+import matplan.kernels.spgemm.panels as panels
+import matplan.kernels.spgemm.rules as rules
+import matplan.kernels.spgemm.runtime as runtime
+from .product import spgemm
+
+
+def describe_groups(f, smem_bytes: int) -> tuple:
+    """(balanced, text, predicted global rows) from the planner's features, for cost() and why."""
+    itemsize = np.dtype(f.dtype).itemsize
+    ladder = rules.table_ladder(smem_bytes, rules.KEY_BYTES + itemsize)
+    balanced = spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
+    alpha_max = f.rowct_max / spgemm_model.RBS_COMPRESSION
+    n_global = 0
+    if min(alpha_max, f.k) > ladder[-1]:
+        n_global = max(1, f.rbs_groups[-1] if f.rbs_groups else 1) if alpha_max > 4 * ladder[-1] else 1
+    groups = ", ".join(f"{c:,} rows alpha in [{lo},{hi})" for lo, hi, c in
+                       zip(spgemm_model.RBS_GROUP_BOUNDS, spgemm_model.RBS_GROUP_BOUNDS[1:] + ("inf",),
+                           f.rbs_groups) if c)
+    mode = (f"balanced (var/mean of nnz_RowCt {f.rowct_var_over_mean:.2f} <= "
+            f"{spgemm_model.RBS_BALANCED_RATIO}): one table size" if balanced else
+            f"grouped (var/mean {f.rowct_var_over_mean:.2f} > {spgemm_model.RBS_BALANCED_RATIO}): {groups}")
+    glob = (f"largest row alpha = {alpha_max:,.0f} exceeds the {ladder[-1]}-slot shared table, so about "
+            f"{n_global} row(s) go to the global-memory path" if n_global else
+            f"every row fits a shared table (largest {ladder[-1]} slots, alpha max {alpha_max:,.0f})")
+    return balanced, f"{mode}; {glob}", n_global
+
+
+def hash_path(f, smem_bytes: int) -> str:
+    """The path spgemm() takes for the planner's features (a key of models.spgemm.HASH_FIXED_S): one
+    pass where rules.one_pass_table allows (its device-memory bound is left out: it binds only past ~300M products
+    on an 80 GB GPU, where the fixed cost no longer matters, and the planner's features must not
+    depend on the memory of the machine that computes them), balanced or grouped by the RBSparse
+    rule; grouped also when the long rows (alpha past 256: about nnz_RowCt > 804, the features'
+    nearest bound to the one-pass classes' 512) are few enough for rules.one_pass_long; else the
+    hybrid when few rows are long (models.spgemm.HYBRID_LONG_ROWS) and none passes the shared tables; else two
+    passes."""
+    itemsize = np.dtype(f.dtype).itemsize
+    top = rules.table_ladder(smem_bytes, rules.KEY_BYTES + itemsize)[-1]
+    caps = rules.esc_caps(f.k)
+    if rules.one_pass_table(f.rowct_max, f.k, top, f.products, itemsize, total_bytes=math.inf,
+                            esc_cap=(caps or (0,))[-1]):
+        balanced = spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
+        return "one pass, balanced" if balanced else "one pass, grouped"
+    long_rows = sum(f.rbs_groups[4:]) if len(f.rbs_groups) > 4 else f.m
+    if rules.one_pass_long(long_rows, f.k, f.products, itemsize, total_bytes=math.inf):
+        return "one pass, grouped"
+    if caps and long_rows <= spgemm_model.HYBRID_LONG_ROWS * f.m and f.rowct_max / spgemm_model.RBS_COMPRESSION <= top:
+        return "hybrid"
+    return "two passes"
+
+
+class SparseProduct(KeepsA):
+    """A GPU SpGEMM kernel of ours: prepare keeps A (KeepsA), run computes A @ B by
+    :meth:`product` (no ``out``: C's sparsity is not known in advance)."""
+
+    def product(self, A, B, params):
+        raise NotImplementedError
+
+    def run(self, prepared, B, out=None):
+        if out is not None:
+            raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
+        return self.product(prepared.arrays["A"], B, prepared.params)
+
+
+class HashSpGEMM(SparseProduct):
+    name = "spgemm.hash"
+    ops = ("spgemm",)
+    backend = "gpu"
+    deterministic = False   # atomicAdd order varies run to run
+    reads_a_at_run = True   # prepare keeps A; spgemm() analyses A and B anew on every call
+
+    def candidates(self, features, device):
+        yield {"sort": True}
+
+    def cost(self, f, params, device):
+        itemsize = np.dtype(f.dtype).itemsize
+        balanced, why, n_global = describe_groups(f, device.smem_per_block)
+        path = hash_path(f, device.smem_per_block)
+        slab_bytes = 0.0
+        seg = (global_rows.global_seg_shape(f.k, itemsize, device.smem_per_block, n_global, device.sms)
+               if n_global else None)
+        if n_global and seg is None:   # dense slabs of B.shape[1] columns, written and scanned
+            slab_bytes = n_global * f.k * (rules.KEY_BYTES + itemsize) * 2
+            why += f" (dense slabs of {f.k:,} columns in global memory)"
+        elif n_global:   # by segments in shared memory: the products' traffic covers them
+            why += f" (by {seg[1]} column segment(s) of {seg[0]:,} columns in shared memory)"
+        launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
+        t = spgemm_model.hash_seconds(f, device, path, launches, slab_bytes)
+        free = runtime._free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
+        _, panels_why = panels.predict_panels(traffic.spgemm_nnz_c(f), f.m, itemsize, free)
+        caps = rules.esc_caps(f.k)
+        sort = ("" if not caps else
+                f"; every row sorted in registers (numeric_esc: at most {caps[-1]} products a row)"
+                if f.rowct_max <= caps[-1] else
+                f"; rows of at most {caps[-1]} products sorted in registers (numeric_esc), the others hashed")
+        return Cost(0.0, t, f"RBSparse hash, {path} ({spgemm_model.HASH_FIXED_S[path] * 1e3:.2f} ms fixed), "
+                            f"{why}{sort}; {spgemm_model.hash_terms(f)}" + (f"; {panels_why}" if panels_why else ""))
+
+    def product(self, A, B, params):
+        return spgemm(A, B, sort=params.get("sort", True))
+
+
+register(HashSpGEMM())
