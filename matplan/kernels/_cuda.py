@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import os
 import re
 import struct
@@ -42,12 +43,38 @@ def source(filename: str) -> str:
         return fh.read()
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def headers(filename: str) -> tuple:
+    """The quoted ``#include`` files ``filename`` reads, directly or through other headers, as
+    paths relative to the kernels folder, in first-seen order."""
+    seen: list = []
+    todo = [filename]
+    while todo:
+        name = todo.pop(0)
+        for inc in _INCLUDE.findall(source(name)):
+            path = os.path.normpath(os.path.join(os.path.dirname(name), inc))
+            if path not in seen:
+                seen.append(path)
+                todo.append(path)
+    return tuple(seen)
+
+
+def compiled_source(filename: str) -> str:
+    """The text handed to NVRTC: the .cu, then a comment with its headers' digest, because CuPy's
+    on-disk cache keys on this text and would reuse a stale binary after a header-only change."""
+    digest = hashlib.sha256("".join(source(h) for h in headers(filename)).encode()).hexdigest()
+    return f"{source(filename)}\n// headers {digest}\n"
+
+
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, name_expressions: tuple, options: tuple, device_id: int):
     cp = cupy_module()
     # -I: a family's .cu includes its .cuh headers by name (NVRTC has no file path of its own)
     include = ("-I" + os.path.dirname(os.path.join(_HERE, filename)),)
-    mod = cp.RawModule(code=source(filename), options=NVRTC_OPTIONS + include + options,
+    mod = cp.RawModule(code=compiled_source(filename), options=NVRTC_OPTIONS + include + options,
                        name_expressions=name_expressions)
     mod.compile()
     return mod
