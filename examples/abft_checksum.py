@@ -22,7 +22,7 @@ def main(argv=None):
 
     import cupy as cp
     from matplan import planner
-    from matplan.kernels.tsgemm.tsm2 import time_kernel
+    from matplan.core.timing import cuda_median_s as time_kernel
 
     print(f"{'n':>6} {'dtype':>8} {'kernel':>12} {'ms matplan':>11} {'ms cupy':>8} {'speedup':>8} {'max rel err':>11}")
     for n in args.n:

@@ -14,6 +14,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _measure_cache_file(tmp_path_factory):
+    """The planner's measurement cache in a file of this session, not the user's cache folder."""
+    import os
+    old = os.environ.get("MATPLAN_MEASURE_CACHE")
+    os.environ["MATPLAN_MEASURE_CACHE"] = str(tmp_path_factory.mktemp("measure") / "measurements.sqlite")
+    yield
+    if old is None:
+        os.environ.pop("MATPLAN_MEASURE_CACHE", None)
+    else:
+        os.environ["MATPLAN_MEASURE_CACHE"] = old
+
+
 @pytest.fixture
 def cp():
     """The cupy module (GPU tests only)."""

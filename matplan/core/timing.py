@@ -1,6 +1,9 @@
-"""GPU timing for benchmarks, tuning, the planner's measured choice and the TSM2 t1 search: CUDA
-events around each call (what one call costs) or around calls queued back to back (throughput)."""
+"""The timing loops of benchmarks, tuning and the planner's measurement: CUDA events around each
+call (what one call costs) or around calls queued back to back (throughput), and the host clock's
+equivalent for host kernels."""
 from __future__ import annotations
+
+import time
 
 from .xp import cupy_module
 
@@ -17,7 +20,7 @@ def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
     function (a rotation), so each follows each other equally often: what a call leaves behind
     (the L2's contents, the memory pool's free blocks) falls on all alike. In a fixed order
     spgemm.py's plan.run, timed right after cuSPARSE, read 25-100 us (6-17%) over the same hash
-    call timed after it; rotated, 7-70 us (1-11%) (H100, 2026-11-24, 5b76d8b and ff72853)."""
+    call timed after it; rotated, 7-70 us (1-11%) (H100)."""
     cp = cupy_module()
     if cp is None:
         raise RuntimeError(f"{caller} needs CuPy and a GPU")
@@ -50,31 +53,76 @@ def cuda_queued_s(fn, calls: int, rounds: int, warmup: int = 1) -> float:
     """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn()`` queued back to
     back between two CUDA events: throughput, the host's work of a call overlapping the GPU's
     (as long as it is the shorter; the host's jitter, 10% of a single 20-us call, averages out)."""
-    cp = cupy_module()
-    if cp is None:
-        raise RuntimeError("cuda_queued_s needs CuPy and a GPU")
+    return queued_s(fn, calls, rounds, warmup, gpu=True)
+
+
+def queued_s(fn, calls: int, rounds: int, warmup: int = 1, *, gpu: bool = True,
+             round_s: float | None = None) -> float:
+    """Median over ``rounds`` of the seconds per call of ``calls`` calls of ``fn()`` queued back to
+    back, after ``warmup`` calls: between two CUDA events on the current device (``gpu``), else by
+    the host clock. With ``round_s``, ``calls`` is lowered so that a round takes about that long
+    (at least one call), by the warm-up calls' seconds per call: long calls need no averaging over
+    many, and timing them costs the planner little then."""
     if calls < 1 or rounds < 1:
         raise ValueError(f"calls and rounds: expected at least 1, got {calls}, {rounds}")
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
+    clock = _CudaClock() if gpu else _HostClock()
+    if warmup:
+        clock.start()
+        for _ in range(warmup):
+            fn()
+        per_call = clock.stop() / warmup
+        if round_s is not None:
+            calls = max(1, min(calls, round(round_s / max(per_call, 1e-9))))
+    clock.sync()
+    times = []
     for _ in range(rounds):
-        start.record()
+        clock.start()
         for _ in range(calls):
             fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
+        times.append(clock.stop() / calls)
     return sorted(times)[len(times) // 2]
+
+
+class _CudaClock:
+    """Seconds between start() and stop() on the current stream, by two CUDA events."""
+
+    def __init__(self):
+        self.cp = cupy_module()
+        if self.cp is None:
+            raise RuntimeError("timing on the GPU needs CuPy and a GPU")
+        self.begin, self.end = self.cp.cuda.Event(), self.cp.cuda.Event()
+
+    def sync(self) -> None:
+        self.cp.cuda.Device().synchronize()
+
+    def start(self) -> None:
+        self.begin.record()
+
+    def stop(self) -> float:
+        self.end.record()
+        self.end.synchronize()
+        return self.cp.cuda.get_elapsed_time(self.begin, self.end) * 1e-3
+
+
+class _HostClock:
+    """Seconds between start() and stop() by the host's clock (host kernels)."""
+
+    def sync(self) -> None:
+        pass
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        return time.perf_counter() - self.t0
 
 
 def cuda_medians_alternating_s(fns: dict, repeats: int, warmup: int = 2) -> dict:
     """{name: median seconds} of each ``fns[name]()`` (CUDA events around each call), the calls
     taken in turn round by round (each round in a rotated order) after ``warmup`` rounds, each
     result dropped at once. A change of the host's speed during a measurement (20-40% for calls
-    of about a millisecond on H100 hosts, 2026-11-24) then falls on every function alike, so
-    their ratios hold."""
+    of about a millisecond on H100 hosts) then falls on every function alike, so their ratios
+    hold."""
     times = _event_times(fns, repeats, warmup, "cuda_medians_alternating_s")
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 

@@ -9,7 +9,7 @@ This is a *reconstruction*: the seed's formula images are missing. Kept from
 its text: registers ``c + 3*t2 + 2*t3``, shared memory ``t2`` elements a
 thread, occupancy min(HW, R_SM/R, S_SM/S), Little's-law utilisations, the
 t2threshold branches of Alg. 5, gradient descent from 1 with step 0.1 and
-stop 1e-4, integer results, t1 left to online timing. Our reading
+stop 1e-4, integer results, t1 left to timing (the planner's measurement). Our reading
 (assumptions, each named where it is used):
 
 - register counts are in value-sized registers, so a float64 value takes two
@@ -41,7 +41,7 @@ REG_BASE = 32
 MAX_REGS_PER_THREAD = 255
 #: Most threads a block may hold.
 MAX_THREADS_PER_BLOCK = 1024
-#: Block sizes whose timing picks t1 online (filtered by the device and t2, t3).
+#: Block sizes the planner's measurement times for t1 (filtered by the device and t2, t3).
 T1_CANDIDATES = (64, 128, 256, 512, 1024)
 #: Upper bound of t3 in the search (the paper's choices are all t3 = 4).
 T3_MAX = 16
@@ -366,7 +366,7 @@ def gradient_descent(device: DeviceSpec, m: int, n: int, k: int, dtype, t1=None)
 
 
 def t1_candidates(device: DeviceSpec, m: int, t2: int, t3: int, dtype) -> list:
-    """Block sizes to time online for (t2, t3): those of T1_CANDIDATES with a whole block resident per SM.
+    """Block sizes to time for (t2, t3): those of T1_CANDIDATES with a whole block resident per SM.
 
     Sizes above ``m`` are dropped (idle threads), except the smallest feasible one.
     """
@@ -376,7 +376,7 @@ def t1_candidates(device: DeviceSpec, m: int, t2: int, t3: int, dtype) -> list:
 
 
 def choose_params(device: DeviceSpec, m: int, n: int, k: int, dtype) -> dict:
-    """Everything the planner quotes for TSM2: t1 candidates (to time online), t2, t3, predicted time and why.
+    """Everything the planner quotes for TSM2: t1 candidates (to time), t2, t3, predicted time and why.
 
     Returns dict(t1=[...], t1_predicted_s={t1: s}, t2, t3, predicted_s,
     bound ('memory'|'compute': k vs t2threshold, the paper's test),
@@ -397,9 +397,9 @@ def choose_params(device: DeviceSpec, m: int, n: int, k: int, dtype) -> dict:
 
 # --- cuBLAS ---------------------------------------------------------------------
 #: cuBLAS tall-and-skinny GEMM: fraction of copy bandwidth. Measured on an H100 (CuPy 14.2, CUDA 13,
-#: benchmarks/results/tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-22.json, n = 8192..32768, k = 1..32, both
-#: layouts): fp64 0.85-1.03 (median 0.98), fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64,
-#: k >= 4: 0.54-0.80; median 0.70). One figure per dtype: a little under the median.
+#: benchmarks/tsgemm.py, n = 8192..32768, k = 1..32, both layouts): fp64 0.85-1.03 (median 0.98),
+#: fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64, k >= 4: 0.54-0.80; median 0.70). One
+#: figure per dtype: a little under the median.
 CUBLAS_TS_EFFICIENCY = {"float64": 0.95, "float32": 0.65}
 CUBLAS_GEMM_EFFICIENCY = 0.7
 LAUNCH_S = 6e-6

@@ -1,27 +1,48 @@
-"""Measured choice among the finalists the cost models cannot separate.
+"""The planner's measurement: the one autotuner of every timing taken at plan time.
 
-The models' costs are 15% off the device's times at the median (``learned_report_*.json``), so
-candidates predicted within ``MARGIN`` of the best are equal as far as the model knows: on an
-H100 the model put CSR scalar 3% ahead of ELL-R on banded-large float64, which ran 17% faster
-(``spmv-h100-2026-11-24-197e637.log``). When the plan will do enough work for a measurement to
-pay (timing the finalists is predicted to cost at most ``BUDGET`` of reuse x the predicted cost
-per application) and a run is predicted to take at least ``MIN_RUN_S``, :func:`plan` runs each
-finalist on the caller's own (A, B): prepare once, ``WARMUP`` untimed calls, then ``ROUNDS``
-rounds of ``CALLS`` calls queued back to back between two CUDA events (the throughput a
-reuse-heavy caller gets; single calls of a 20-us kernel vary by 10% with the host's jitter,
-which chose W=16 over W=32 on gene_go where their queued times are equal, 2026-11-24), and
-chooses by measured run + predicted prepare / reuse. A finalist whose conversion does not fit
-the budget is left out (the model's best is always in). The pattern is Triton's autotuner: a
-performance model prunes, timings choose. Plans of near-equal finalists may then differ between
-processes (by less than the measurement noise); ``measure="never"`` keeps the model's
-deterministic choice.
+The pattern is Triton's autotuner: the cost models prune, timings choose, and timings are cached
+by a key of what was timed (:mod:`.measure_cache`: kernel, config, problem, device, a digest of
+the kernel's sources, library versions), in memory and on disk, so a later plan in any process
+skips them. Candidates are timed on the caller's own (A, B): each prepared once, a first call
+(which compiles; the GPU then warmed up for WARM_UP_S, as before the first timing of a plan),
+``WARMUP`` untimed calls, then ``ROUNDS`` rounds of up to ``CALLS`` calls queued back to back
+between two CUDA events (fewer for calls past ROUND_S / CALLS), median of the rounds
+(:func:`matplan.core.timing.queued_s`): the throughput a reuse-heavy caller gets (single calls of
+a 20-us kernel vary by 10% with the host's jitter). Two kinds of candidates are timed:
+
+* finalists: the candidates predicted within ``MARGIN`` of the best, as the models' costs are 15%
+  off the device's times at the median (on an H100 the model put CSR scalar 3% ahead of ELL-R on
+  banded-large float64, which ran 17% faster). ``measure="auto"`` times them when the plan does
+  enough work for it to pay (at most ``BUDGET`` of reuse x the predicted cost per application)
+  and a run is predicted to take at least ``MIN_RUN_S``; a finalist whose conversion does not fit
+  the budget is left out (the model's best is always in). Their timings are kept by a digest of
+  the planner's features.
+* every candidate of a kernel whose timings are kept by a shape bucket (the kernel's optional
+  ``measure_key(features)``: TSM2 and cuBLAS for tall-and-skinny products), on every plan for the
+  GPU in use whatever the reuse: the timing is paid once per bucket and machine. A kernel that
+  also offers ``search_space(features, device)`` (TSM2: block sizes, t3 multiples, the row
+  kernel's depth, the cp.async and 3xTF32 kernels) has each of its configs timed and its fastest
+  kept; a config that fails to compile or launch is left out with a RuntimeWarning.
+
+A timing kept by a bucket is used for another problem of the bucket as measured / predicted
+times the model's prediction for it. The chosen candidate is the fastest measured (run +
+predicted prepare / reuse). Plans of near-equal candidates may differ between processes (by less
+than the measurement noise); ``measure="never"`` keeps the model's deterministic choice and times
+nothing. A kernel may list the files its timings depend on in ``sources`` (see
+:func:`.measure_cache.source_digest`).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
+import warnings
 
-from ..core.timing import cuda_queued_s
+from ..core.timing import queued_s, warm_up
+from ..core.types import Candidate
+from ..core.xp import cupy_module
+from ..kernels import get
+from .measure_cache import Config, Entry, Key, cache, canonical, now, source_digest, versions
 
 #: Candidates predicted within this fraction of the best are finalists (the H100 model's run
 #: error is x1.15 at the median, x1.7 at the 90th percentile; at 0.15 ice40 float32 kept CSR
@@ -33,10 +54,19 @@ MAX_FINALISTS = 4
 #: of the plan's predicted work (reuse x the best predicted cost per application).
 BUDGET = 0.2
 WARMUP, CALLS, ROUNDS = 2, 10, 3
+#: A round of queued calls lasts about this long at least (fewer than CALLS calls past it): a
+#: TSM2 call on a 4-8 GiB A takes over a millisecond, and a bucket has some 35 configs to time.
+ROUND_S = 2e-3
+#: GPU seconds of back-to-back calls before a timing that follows a first call this slow (a
+#: compile: the clocks drop while the GPU idles) or that opens a plan's timings. A cold machine's
+#: first TSM2 search once kept a variant at 0.68 of the copy bandwidth where the runs before and
+#: after took one at 0.93-0.95.
+WARM_UP_S = 0.02
+COLD_CALL_S = 0.05
 #: measure="auto" leaves plans whose best predicted run is shorter than this to the model: such a
 #: call's time is the host's as much as the GPU's (~10 us of CuPy launch, ~15 us of run path), so
-#: the timings rank the host's jitter (H100, 2026-11-24, 6d19572: on block_dense-large float32 the
-#: measurement took CSR vector W=32 over W=16, 0.0177 against 0.0139 ms back to back).
+#: the timings rank the host's jitter (H100: on block_dense-large float32 the measurement took CSR
+#: vector W=32 over W=16, 0.0177 against 0.0139 ms back to back).
 MIN_RUN_S = 30e-6
 #: Host time of one timed call beyond the kernel (event records, synchronisation, Python).
 CALL_OVERHEAD_S = 40e-6
@@ -90,50 +120,191 @@ def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse:
     return chosen if len(chosen) > 1 and predicted_cost_s(chosen) <= budget else []
 
 
-def measure(problem, finals, reuse: int, extra_s=lambda name: 0.0) -> tuple:
-    """(finalists as measured Candidates, cheapest first; one sentence for the plan's reasons).
+def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewhere: bool,
+           extra_s=lambda name: 0.0) -> tuple:
+    """(candidates, cheapest first, measured ones before the rest; one sentence for the plan's
+    reasons, None when nothing was measured). What is measured: the finalists :func:`to_measure`
+    takes, and on the GPU in use every candidate whose kernel keeps its timings by a shape bucket
+    (its search space for a kernel that has one). ``extra_s(kernel name)`` is the per-call cost the
+    plan adds to the kernel's (``per_call``). Never times anything for ``mode == "never"``."""
+    if mode == "never":
+        return scored, None
+    general = to_measure(mode, problem.backend, planning_elsewhere, finalists(scored), reuse)
+    by_bucket = []
+    if problem.backend == "gpu" and not planning_elsewhere:
+        by_bucket = [c for c in scored if _bucket(get(c.kernel), feats) is not None
+                     and all(c is not g for g in general)]
+    chosen = general + by_bucket
+    groups = [_configs(c, feats, dev, reuse, extra_s) for c in chosen]
+    if sum(len(g) for g in groups) < 2:
+        return scored, None
+    measured, note = measure(problem, feats, dev, groups, reuse, extra_s, len(general))
+    rest = [c for c in scored if all(c is not m for m in chosen)]
+    return measured + rest, note
 
-    Each finalist runs on (problem.A, problem.B) with its own prepared format, released before the
-    next; ``extra_s(kernel name)`` is the per-call cost the plan adds to the kernel's (``per_call``).
-    A kernel that fails here raises: it would fail in ``plan.run`` too.
-    """
-    from ..kernels import get
+
+def measure(problem, feats, dev, groups, reuse: int, extra_s=lambda name: 0.0, finals: int = 0,
+            used: list | None = None) -> tuple:
+    """(measured Candidates, cheapest first; one sentence for the plan's reasons) of ``groups``:
+    lists of one kernel's candidates (a searched kernel's configs, or one candidate), each
+    measured (from the cache, or timed here) and its fastest kept. ``finals``: how many groups are
+    finalists of the models' costs (for the sentence); ``used``, a list, gets every cache entry
+    the measurement read or made. A candidate alone in its group that fails raises (it would fail
+    in ``plan.run`` too); a config of a searched kernel that fails is left out with a
+    RuntimeWarning, RuntimeError when all of them fail."""
     t0 = time.perf_counter()
-    measured = []
-    for c in finals:
+    store, session = cache(), _Session(problem, dev, used)
+    out, fresh = [], []
+    for group in groups:
+        results = []
+        for c in group:
+            try:
+                results.append(session.candidate(c, feats, dev, reuse, extra_s, store, fresh))
+            except Exception as exc:  # noqa: BLE001  one config's failure is recorded, not fatal
+                if len(group) == 1:
+                    raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+                results.append((c, f"{type(exc).__name__}: {exc}"))
+        out.append(_fastest(group, results))
+    store.put(fresh)
+    out.sort(key=lambda c: c.total_s)
+    kinds = [f"{finals} of the candidates predicted within {MARGIN:.0%} of the best" if finals else "",
+             "every candidate kept by a shape bucket" if len(groups) > finals else ""]
+    note = (f"measured {' and '.join(k for k in kinds if k)} ({time.perf_counter() - t0:.4f} s, "
+            f"{len(fresh)} timed, {session.cached} from the measurement cache): "
+            + ", ".join(f"{c.label()} {c.total_s * 1e3:.4f} ms" for c in out))
+    return out, note
+
+
+def tune(kernel, problem, feats, dev, used: list | None = None) -> list | None:
+    """[the params the planner would run] of ``kernel`` for this problem, by the measurement: its
+    search space (else its candidates) measured, from the cache or timed now (the entries go to
+    ``used``). None where the kernel keeps no timings by a shape bucket or the problem is not on
+    the GPU in use (the tuning database times such kernels' candidates itself)."""
+    if problem.backend != "gpu" or cupy_module() is None or _bucket(kernel, feats) is None:
+        return None
+    space = getattr(kernel, "search_space", None)
+    params = list(space(feats, dev)) if space is not None else list(kernel.candidates(feats, dev))
+    group = [_candidate(kernel, p, feats, dev, 1) for p in params]
+    measured, _ = measure(problem, feats, dev, [group], 1, used=used)
+    return [dict(measured[0].params)]
+
+
+# --- one measurement ----------------------------------------------------------------------------
+def _bucket(kernel, feats):
+    """The kernel's shape bucket for these features (``measure_key``), None if it keeps none."""
+    key_of = getattr(kernel, "measure_key", None)
+    return None if key_of is None else key_of(feats)
+
+
+def _candidate(kernel, params, feats, dev, reuse, extra_s: float = 0.0) -> Candidate:
+    """The analytic candidate of ``params``, with the plan's per-call cost (as the planner's scores)."""
+    cost = kernel.cost(feats, params, dev)
+    run_s = cost.run_s + extra_s
+    return Candidate(kernel.name, dict(params), cost.prepare_s, run_s, run_s + cost.prepare_s / max(reuse, 1),
+                     "analytic", cost.why)
+
+
+def _configs(c, feats, dev, reuse, extra_s) -> list:
+    """The candidates timed for ``c``: its kernel's search space where the kernel keeps its
+    timings by a bucket and has one, else ``c`` alone."""
+    kernel = get(c.kernel)
+    space = getattr(kernel, "search_space", None)
+    if space is None or _bucket(kernel, feats) is None:
+        return [c]
+    extra = extra_s(c.kernel)
+    return [_candidate(kernel, p, feats, dev, reuse, extra) for p in space(feats, dev)] or [c]
+
+
+class _Session:
+    """One measurement's state: the problem, the cache's key parts and how many hits."""
+
+    def __init__(self, problem, dev, used=None):
+        self.problem, self.gpu, self.used = problem, problem.backend == "gpu", used
+        self.versions = versions(problem.backend)
+        self.device = dev.name if self.gpu else "host"
+        self.cached, self.warm, self.sources = 0, False, {}
+
+    def key(self, kernel, params, feats) -> Key:
+        bucket = _bucket(kernel, feats)
+        problem = ["bucket", list(bucket)] if bucket is not None else ["features", _digest(feats)]
+        if kernel.name not in self.sources:
+            self.sources[kernel.name] = source_digest(kernel)
+        return Key(Config.of(kernel.name, params), canonical(problem), self.device,
+                   self.sources[kernel.name], self.versions)
+
+    def candidate(self, c, feats, dev, reuse, extra_s, store, fresh):
+        """``c`` measured: from the cache, else timed now (appended to ``fresh``)."""
         kernel = get(c.kernel)
-        try:
-            prepared = kernel.prepare(problem.A, dict(c.params))
-            run_s = _run_s(problem.backend, lambda: kernel.run(prepared, problem.B)) + extra_s(c.kernel)
-        except Exception as exc:
-            raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
-        del prepared
-        measured.append(dataclasses.replace(
+        extra = extra_s(c.kernel)
+        # an analytic candidate is the kernel's cost plus the per-call cost; others are re-costed
+        predicted = c.run_s - extra if c.source == "analytic" else kernel.cost(feats, c.params, dev).run_s
+        key = self.key(kernel, c.params, feats)
+        entry = store.get(key)
+        if entry is None:
+            entry = Entry(key, self.time(kernel, c.params), predicted, now())
+            fresh.append(entry)
+            how = f"here ({CALLS} calls back to back at most, median of {ROUNDS} rounds"
+        else:
+            self.cached += 1
+            how = "(from the measurement cache"
+        if self.used is not None:
+            self.used.append(entry)
+        ratio = entry.ratio
+        run_s = entry.seconds if ratio is None or entry.predicted_s == predicted else predicted * ratio
+        if run_s != entry.seconds:
+            how += f", measured/model {ratio:.2f} of its shape bucket"
+        run_s += extra
+        return dataclasses.replace(
             c, run_s=run_s, total_s=run_s + c.prepare_s / max(reuse, 1), source="measured",
-            why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run here ({CALLS} calls back to back, "
-                f"median of {ROUNDS} rounds; {c.source} model {c.run_s * 1e3:.4f})"))
-    measured.sort(key=lambda c: c.total_s)
-    note = (f"measured {len(finals)} of the candidates predicted within {MARGIN:.0%} of the best "
-            f"({time.perf_counter() - t0:.4f} s): " +
-            ", ".join(f"{c.label()} {c.total_s * 1e3:.4f} ms" for c in measured))
-    return measured, note
+            why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run {how}; {c.source} model {c.run_s * 1e3:.4f})")
+
+    def time(self, kernel, params) -> float:
+        """Seconds per call of ``kernel`` on the problem (see the module docstring)."""
+        A, B = self.problem.A, self.problem.B
+        prepared = kernel.prepare(A, dict(params))
+        try:
+            def call():
+                return kernel.run(prepared, B)
+            t = time.perf_counter()
+            call()
+            self.sync()
+            if self.gpu and (not self.warm or time.perf_counter() - t > COLD_CALL_S):
+                warm_up(call, WARM_UP_S)
+                self.warm = True
+            return queued_s(call, CALLS, ROUNDS, WARMUP, gpu=self.gpu, round_s=ROUND_S)
+        finally:
+            del prepared
+
+    def sync(self) -> None:
+        if self.gpu:
+            cupy_module().cuda.Device().synchronize()
 
 
-def _run_s(backend: str, fn) -> float:
-    """Seconds per call of ``fn`` queued back to back (CUDA events on the GPU, the host clock else),
-    the median of ROUNDS rounds of CALLS calls after WARMUP."""
-    if backend == "gpu":
-        return cuda_queued_s(fn, CALLS, ROUNDS, WARMUP)
-    for _ in range(WARMUP):
-        fn()
-    times = []
-    for _ in range(ROUNDS):
-        t = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        times.append((time.perf_counter() - t) / CALLS)
-    return sorted(times)[len(times) // 2]
+def _fastest(group, results) -> Candidate:
+    """The fastest measured candidate of a kernel's group; a searched kernel's why names the
+    search, and its failed configs are warned about."""
+    ok = [r for r in results if isinstance(r, Candidate)]
+    failed = [r for r in results if not isinstance(r, Candidate)]
+    if failed:
+        first, err = failed[0]
+        msg = (f"{first.kernel}: {len(failed)} of {len(group)} configs failed to compile or launch "
+               f"(first {first.label()}: {err})")
+        if not ok:
+            raise RuntimeError(msg)
+        warnings.warn(msg + "; they are never chosen", RuntimeWarning, stacklevel=4)
+    best = min(ok, key=lambda c: (c.total_s, c.label()))
+    if len(group) == 1:
+        return best
+    others = sorted((c for c in ok if c is not best), key=lambda c: c.total_s)
+    nxt = f"; next {others[0].label()} {others[0].run_s * 1e3:.4f} ms" if others else ""
+    return dataclasses.replace(best, why=f"{best.why}; fastest of {len(ok)} configs measured{nxt}")
 
 
-__all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "check_mode", "finalists", "to_measure", "measure"]
+def _digest(feats) -> str:
+    """A digest of the planner's features: the key of a timing on the caller's own problem."""
+    return hashlib.sha256(canonical(feats.to_dict()).encode()).hexdigest()[:16]
+
+
+__all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "WARM_UP_S", "check_mode", "finalists", "to_measure",
+           "refine", "measure", "tune"]

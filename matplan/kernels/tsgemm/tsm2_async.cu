@@ -19,7 +19,7 @@
 //            (XOR swizzle, V = 16 / sizeof(T) elements a chunk), so the rows one read takes are
 //            spread over the bank groups and reads are conflict-free. The earlier 16-byte pad
 //            between rows made every line's copy straddle two shared-memory lines: ncu counted
-//            13.5 M L2 sectors for 9.5 M here (n = 8192 float32 k = 16, H100, 2026-11-25).
+//            13.5 M L2 sectors for 9.5 M here (n = 8192 float32 k = 16, H100).
 //   B stage: TJ rows of KP elements (natural layout; columns past k and rows past n zero-filled).
 // Compute: warp (wr, wj) takes rows wr*TR*RR .. + TR*RR - 1 of the band and columns
 // [wj*TJ/WJ, (wj+1)*TJ/WJ) of the tile; lane (tr, tc) = (lane % TR, lane / TR) owns rows
@@ -65,7 +65,7 @@ template <> struct CpAsync<16> {   // .cg: L2 only (A is streamed once)
 };
 // A whole 16-byte chunk (no src-size operand): the fast path of a tile wholly inside A or B.
 // A's copies (L1 false: L2 only) ask L2 to fetch the chunk's whole 128-byte line (.L2::128B):
-// row-major A ran 1-2% faster back to back, column-major the same (H100, 2026-11-25, 53ce7f4;
+// row-major A ran 1-2% faster back to back, column-major the same (H100;
 // .L2::256B about the same as 128B).
 template <bool L1> __device__ __forceinline__ void cp_async16_full(unsigned dst, const void* src) {
     if constexpr (L1) asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");

@@ -1,4 +1,4 @@
-"""TSM2 with A streamed through shared memory by cp.async (issue #5).
+"""TSM2 with A streamed through shared memory by cp.async.
 
 C (m x k) = A (m x n) @ B (n x k) for small k. The kernels (``tsm2_async.cu``:
 ``tsm2_rowmajor_async`` for row-major A, ``tsm2_colmajor_async`` for column-major A, one body)
@@ -6,18 +6,12 @@ keep S stages of R x TJ tiles of A (and the TJ x KP tiles of B that multiply the
 block through 16-byte ``cp.async`` copies, so the bytes of A in flight per SM are not limited by
 registers as in ``tsm2.cu``'s kernels. See the .cu header for the thread mapping.
 
-Status: H100, 2026-11-23 (benchmarks/results/tsm2-async-h100-2026-11-23-c7624ef.log): 0.89-0.93
-of copy bandwidth at k = 16 and 0.58-0.62 at k = 32 (the register kernel: 0.76-0.79 and
-0.39-0.42). Since 2026-11-25 whole tiles are copied at precomputed addresses: back to back at
-n = 8192 / 16384, k = 16, float32 0.90-0.96 row-major and 0.95-1.01 column-major, float64
-0.92-0.93 / 0.99-1.03 (tsm2-async-fastpath-ab-h100-2026-11-25-fca4c2a.log). Since 9f49309 the
-row-major A stage is unpadded and XOR-swizzled (ncu: 30% fewer L2 sectors read): the full
-tsgemm.py back to back >= 0.917 of copy bandwidth for every k <= 16, both precisions and
-layouts (tsgemm-NVIDIA-H100-80GB-HBM3-2026-11-25-9f49309.json). The planner
-reaches both through ``tsgemm.tsm2``: its online timing tries the ``tsm2.ASYNC_VARIANTS`` knob
-sets for ``tsm2.ASYNC_K`` and keeps the fastest.
-``matmul_rowmajor_async`` is the standalone row-major launcher (benchmarks/tsm2_async_bench.py,
-tests); :class:`AsyncLaunch` launches either layout.
+On an H100 the kernels read A at 0.92 or more of the copy bandwidth back to back for every
+k <= 16, both precisions and layouts (the register kernels 0.76-0.79 at k = 16), and 0.58-0.62
+at k = 32 (0.39-0.42); see docs/tsgemm.md. The planner reaches both through ``tsgemm.tsm2``:
+its measurement tries the ``rules.ASYNC_VARIANTS`` knob sets for ``rules.ASYNC_K`` and keeps the
+fastest. ``matmul_rowmajor_async`` is the standalone row-major launcher
+(benchmarks/tsm2_async_bench.py, tests); :class:`AsyncLaunch` launches either layout.
 
 Config knobs (``config`` dict; missing keys come from :func:`default_config`):
 
@@ -38,8 +32,12 @@ import math
 
 import numpy as np
 
+from ...core import device as device_mod
+from ...core.features import Features
 from ...core.xp import cupy_module
 from .. import _cuda
+from .launch import launch as register_launch
+from .rules import default_params, layout_of
 
 SOURCE = "tsgemm/tsm2_async.cu"
 #: The default knobs per (itemsize, largest k of the bucket): (wr, wj, tr, rr, cc, tj, stages).
@@ -57,7 +55,7 @@ KEYS = ("wr", "wj", "tr", "rr", "cc", "tj", "stages")
 DEFAULT_MINB = 2
 #: Presets whose accumulators need more than 65536 / (2 * threads) registers take minb = 1:
 #: float64 k = 32 (64 accumulators, 2 x 8 B each) spilled 76-100 bytes a thread with minb 2 and
-#: ran at 0.39-0.60 of the copy bandwidth, 0.66-0.75 with minb 1 (H100, 2026-11-25, fca4c2a).
+#: ran at 0.39-0.60 of the copy bandwidth, 0.66-0.75 with minb 1 (H100).
 PRESET_MINB = {(8, 32): 1}
 #: Shared memory a block may opt into when the device cannot be asked (H100: 227 KB).
 SMEM_OPTIN_DEFAULT = 227 * 1024
@@ -140,7 +138,7 @@ def kernel_name(dtype, config: dict, bvec: int, col: bool = False) -> str:
 
 def _smem_optin() -> int:
     """Opt-in shared memory per block of the current device (read once per device: this runs on
-    every launch and inside the planner's online timing of the kernel)."""
+    every launch and inside the planner's measurement of the kernel)."""
     try:
         return _cuda.device_attribute("MaxSharedMemoryPerBlockOptin", cupy_module().cuda.Device().id)
     except Exception:  # noqa: BLE001  a runtime that cannot say: the H100's figure
@@ -229,8 +227,8 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
     with n * itemsize % 16 == 0, or a row-padded view). B: C-contiguous (n, k) CuPy array of the
     same dtype. out: optional (m, k) CuPy array of the dtype (any element strides). config: knobs
     overriding :func:`default_config` (see the module docstring). An A that fails the alignment
-    needs raises ValueError unless ``fallback`` is true, which runs the planner's choice instead
-    (existing TSM2 kernel or cuBLAS).
+    needs raises ValueError unless ``fallback`` is true, which runs TSM2's register kernel instead
+    (:func:`register_kernel_matmul`).
     """
     cp = cupy_module()
     if cp is None:
@@ -264,8 +262,7 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
     except ValueError:
         if not fallback:
             raise
-        from matplan import planner
-        return planner.plan(A, B).run(A, B, out=out)
+        return register_kernel_matmul(A, B, out)
 
     C = cp.empty((m, k), dtype=A.dtype) if out is None else out
     go = AsyncLaunch(A, B, C, config, lda)   # checks the knobs, also for empty products
@@ -278,10 +275,30 @@ def matmul_rowmajor_async(A, B, *, out=None, config: dict | None = None, fallbac
     return C
 
 
+def register_kernel_matmul(A, B, out=None):
+    """C = A @ B by TSM2's register kernel (``tsm2.cu``) with the model's parameters for the GPU in
+    use: the fallback for an A this kernel cannot stream. ValueError (naming A) for an A with no
+    unit stride along its rows or columns."""
+    cp = cupy_module()
+    layout, lda = layout_of(A)
+    (m, n), k = A.shape, B.shape[1]
+    C = cp.empty((m, k), dtype=A.dtype) if out is None else out
+    if m == 0 or k == 0:
+        return C
+    if n == 0:
+        C.fill(0)
+        return C
+    f = Features(op="tsgemm", dtype=str(A.dtype), backend="gpu", m=m, n=n, k=k,
+                 layout="C" if layout == "row" else "F")
+    p = default_params(device_mod.current(), f)
+    register_launch(A, layout, lda, B, C, p["t1"], p["t2"], p["t3"])
+    return C
+
+
 class AsyncLaunch:
     """One launch of the async kernel with the knobs, B's chunk width, the grid and the scalar
     arguments worked out once for arrays of these shapes, strides and alignment (A checked by
-    :func:`check_a`); calling it only launches. tsm2._launch_for keeps one per shapes and strides. ``col``:
+    :func:`check_a`); calling it only launches. The TSM2 kernel keeps one per shapes and strides. ``col``:
     A is column-major (tsm2_colmajor_async)."""
 
     def __init__(self, A, B, C, config: dict | None = None, lda: int | None = None, col: bool = False):

@@ -76,7 +76,7 @@ static __device__ __forceinline__ long long b_slot(long long kk, int c) {
 
 // B split and laid out in fragment order once per call, so the main kernel stages it by 16-byte
 // cp.async copies (staging it tile by tile with the conversions cost column-major A ~20% at
-// k = 32: H100, 2026-11-24). Bf: ceil(k / 8 NT) passes of n_pad x 8 NT x 2 floats (n_pad: n
+// k = 32: H100). Bf: ceil(k / 8 NT) passes of n_pad x 8 NT x 2 floats (n_pad: n
 // rounded up to the tile); rows past n and columns past k are zeros.
 template <bool COL, int NT>
 __global__ void tsm2_tc_b(const float* __restrict__ B, long long ldb, int n, int k, long long n_pad,

@@ -15,28 +15,12 @@ magnitudes it is less exact than FP32: TF32's subnormal step is 2^-136 (float32'
 low parts lose bits for values below ~2^-110 (H100: max |error| / (|A| @ |B|) 3.3e-8 at 2^-100,
 1.6e-5 at 2^-115, 2.6e-3 at 2^-126, cuBLAS 2.6e-8); MATPLAN_TF32X3=0 for such data.
 
-Status: a planner candidate by default since 2026-11-24 (:data:`ENABLED`; environment
-``MATPLAN_TF32X3=0`` turns it off; it was opt-in while Inf gave NaN): the online TSM2 timing
-tries its :func:`variants` for float32 with k in :data:`TC_K` and keeps one where it is
-fastest. H100, 2026-11-24
-(benchmarks/results/tsm2-tc-h100-2026-11-24.log), single calls, fraction of copy bandwidth at
-k = 32: column-major 0.82-0.85 at n = 16384 and 0.59-0.62 at n = 8192 (d1), 1.17-1.30x cuBLAS;
-row-major 0.70 / 0.56 (r1d4), 1.20-1.32x cuBLAS; at k = 64 (two passes) row-major 1.10x cuBLAS,
-column-major 0.89-0.94x. benchmarks/tsgemm.py --n 8192 16384 with it enabled (9c2a778): float32
-1.49x cuBLAS row-major and 1.31x column-major, plan.run never slower than cuBLAS in float32
-(tsgemm-tf32x3-h100-2026-11-24-9c2a778.log).
-
-What was measured on the way: B split and staged tile by tile inside the kernel held k = 32
-column-major at 0.70; a build that skipped the staging ran 0.86, and B prepared once a call in
-fragment order (tsm2_tc_b) and copied by cp.async brought 0.85-0.90. The tensor cores are not the
-limit: mma.sync m16n8k8 TF32 runs at 1.67 clocks an SM on an H100 (321 TFLOPS;
-benchmarks/mma_rate.py), and a build doing one product a term instead of three was only 0-7%
-faster. Leaving a_lo to the mma to truncate (LO = 0) saves ~3% at no measured error; one block
-of 255 registers an SM was slower. Row-major A wants fewer rows a warp and longer runs of each:
-with two 16-row tiles a warp it read 32 rows 64-128 bytes at a time and reached 0.61-0.65; one
-tile a warp with 4 steps in flight (r1d4, 256 bytes a row, no spills) 0.70. Column-major stays
-at 0.82-0.91 for n >= 16384 and ~0.6 at n = 8192. Left to try: A staged through shared memory by
-cp.async (tsm2_async.cu's pipeline), wgmma.
+A planner candidate by default (:data:`ENABLED`; environment ``MATPLAN_TF32X3=0`` turns it off):
+the planner's measurement of TSM2 tries its :func:`variants` for float32 with k in :data:`TC_K`
+and keeps one where it is fastest. On an H100, single calls at k = 32: column-major 0.82-0.85 of
+the copy bandwidth at n = 16384 and 0.59-0.62 at n = 8192, 1.17-1.30x cuBLAS; row-major 0.70 /
+0.56, 1.20-1.32x cuBLAS; at k = 64 (two passes) row-major 1.10x cuBLAS, column-major 0.89-0.94x
+(see docs/tsgemm.md for what was tried on the way).
 
 :class:`TcLaunch` is one launch for arrays of given shapes and strides, :func:`matmul` the
 standalone call (tests, benchmarks/tsm2_tc_bench.py).
@@ -49,16 +33,19 @@ import numpy as np
 
 from ...core.xp import cupy_module
 from .. import _cuda
+from .launch import SplitSum, resident_blocks, sms, split_waves
+from .rules import layout_of
+from .tsm2_async import check_a as async_check_a
 
 SOURCE = "tsgemm/tsm2_tc.cu"
 #: Variants (warps a block W, 16-row tiles a warp RT, min resident blocks MB, 16-column steps of
 #: A in flight D, LO: 1 rounds a's low part to TF32, 0 leaves the mma to truncate it, FL: 1 adds
 #: each tile's mma sums into float32 sums); each comes with NT = 2 and 4 n-tiles (k <= 16: 2, else
-#: 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps (benchmarks/results/
-#: tsm2-tc-h100-2026-11-24.log): FL = 1 took max |error| / max |C| at n = 16384 from 1.4e-5 to
-#: 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at D = 1 (02417d3); LO = 0 costs ~3% of
-#: time less than LO = 1 at no measured error; one block of 255 registers per SM was slower; on
-#: row-major A one tile a warp with D = 4 (r1d4) beat two tiles with D = 1-2 by 20-30% (9c2a778).
+#: 4 a pass). Must match tsm2_tc.cu's instantiations. H100 sweeps: FL = 1 took max |error| /
+#: max |C| at n = 16384 from 1.4e-5 to 1.0-3.2e-6 (the FP32 kernels 2-3e-6) for 0-2% of time at
+#: D = 1; LO = 0 costs ~3% of time less than LO = 1 at no measured error; one block of 255
+#: registers per SM was slower; on row-major A one tile a warp with D = 4 (r1d4) beat two tiles
+#: with D = 1-2 by 20-30%.
 VARIANTS = {"d1": (8, 2, 2, 1, 0, 1), "d2": (8, 2, 2, 2, 0, 1), "r1d2": (8, 1, 2, 2, 0, 1), "r1d4": (8, 1, 2, 4, 0, 1)}
 #: Variants for row-major A only (RT = 1: column-major A needs tiles in pairs).
 ROW_ONLY = ("r1d2", "r1d4")
@@ -66,12 +53,12 @@ ROW_ONLY = ("r1d2", "r1d4")
 KC = 64
 #: Most slices of n (split-K) a launch uses.
 MAX_SPLIT = 64
-#: k for which the planner's online timing tries this kernel when enabled: at k <= 16 the FP32
+#: k for which the planner's measurement tries this kernel when enabled: at k <= 16 the FP32
 #: kernels already stream A at about the copy bandwidth (and are exact to FP32 FMA).
 TC_K = (17, 64)
-#: Whether the planner's online TSM2 timing also tries this kernel for float32 (set this before
-#: planning, or the environment MATPLAN_TF32X3=0 to turn it off). A shape bucket timed while it was
-#: off keeps its winner (tsm2.T1_STORE) until the store is cleared.
+#: Whether the planner's measurement of TSM2 also tries this kernel for float32 (set this before
+#: planning, or the environment MATPLAN_TF32X3=0 to turn it off). Its configs are timed and cached
+#: like any other, so turning it on later times only them.
 ENABLED = os.environ.get("MATPLAN_TF32X3", "1") != "0"
 
 
@@ -102,32 +89,30 @@ def threads(variant: str) -> int:
     return 32 * VARIANTS[variant][0]
 
 
-def eligible(dtype, k: int, layout: str, m: int, n: int) -> bool:
-    """Whether the planner's online timing tries this kernel: ENABLED, float32, k in TC_K, A's
+def eligible(dtype, k: int, layout: str, m: int, n: int, compute_capability: str = "8.0") -> bool:
+    """Whether the planner's measurement tries this kernel: ENABLED, float32, k in TC_K, A's
     rows (row-major: n % 4 == 0) or columns (column-major: m % 4 == 0) on 16-byte boundaries
-    in the contiguous layout, and a GPU of compute capability 8.0 or later (mma.sync TF32)."""
+    in the contiguous layout, and a GPU of ``compute_capability`` 8.0 or later (mma.sync TF32;
+    the device spec's, e.g. "9.0")."""
     if not ENABLED or np.dtype(dtype) != np.float32 or not TC_K[0] <= k <= TC_K[1]:
         return False
     if (n if layout == "row" else m) % 4:
         return False
-    cp = cupy_module()
-    return cp is not None and int(cp.cuda.Device().compute_capability) >= 80
+    return float(compute_capability or 0) >= 8.0
 
 
 def check_a(A, layout: str) -> int:
     """A's leading dimension (elements) when this kernel can read it; else ValueError naming A."""
-    from . import tsm2_async
-    return tsm2_async.check_a(A, layout == "col", kernel="tensor-core (3xTF32)")
+    return async_check_a(A, layout == "col", kernel="tensor-core (3xTF32)")
 
 
 class TcLaunch:
     """One call of the 3xTF32 kernel for arrays of these shapes and strides: B's preparation
     (``tsm2_tc_b``: split and in fragment order, once a call), the kernel, the split over n (enough
-    blocks for whole waves of resident blocks, tsm2.split_waves) and the scalar arguments worked
+    blocks for whole waves of resident blocks, launch.split_waves) and the scalar arguments worked
     out once; calling it only allocates the workspace and launches (and sums the slices)."""
 
     def __init__(self, A, B, C, layout: str, lda: int, variant: str = "d1", slices: int | None = None):
-        from . import tsm2
         if variant not in variants(layout):
             raise ValueError(f"variant: {variant!r}; expected one of {list(variants(layout))} for "
                              f"{layout}-major A")
@@ -143,22 +128,22 @@ class TcLaunch:
         self.prep = _cuda.packed(prep, SOURCE, "tsm2_tc_b")
         rows = w * rt * 16
         bx = -(-m // rows)
-        sms = tsm2._sms()
-        slots = tsm2._resident_blocks(self.fn, 32 * w) * sms
+        n_sms = sms()
+        slots = resident_blocks(self.fn, 32 * w) * n_sms
         if slices:
-            S, L = tsm2.split_waves(int(slices), int(slices), bx, n, KC, 0)
+            S, L = split_waves(int(slices), int(slices), bx, n, KC, 0)
         else:
-            S0 = max(1, min(-(-max(slots, sms) // bx), MAX_SPLIT, n // (4 * KC)))
-            S, L = tsm2.split_waves(S0, min(2 * S0, MAX_SPLIT, max(S0, n // (4 * KC))), bx, n, KC, slots)
+            S0 = max(1, min(-(-max(slots, n_sms) // bx), MAX_SPLIT, n // (4 * KC)))
+            S, L = split_waves(S0, min(2 * S0, MAX_SPLIT, max(S0, n // (4 * KC))), bx, n, KC, slots)
         # workspace (float32): prepared B (passes x n_pad x 8 NT x 2; a multiple of 4, so what
         # follows stays 16-byte aligned), then the slices' partial C when split
         n_pad = -(-n // KC) * KC
         bf_pass = n_pad * 8 * nt * 2
         self.bf_size = -(-k // (8 * nt)) * bf_pass
-        self.split = tsm2.SplitSum(A.dtype, m, k, C.strides, S)
+        self.split = SplitSum(A.dtype, m, k, C.strides, S)
         self.S, self.ws_size = S, self.bf_size + self.split.size
         self.grid, self.block = (bx, S), (32 * w,)
-        self.prep_grid = (min(-(-self.bf_size // 2 // 256), 8 * sms),)
+        self.prep_grid = (min(-(-self.bf_size // 2 // 256), 8 * n_sms),)
         self.prep_args = (n, k, n_pad)
         self.lda, self.mid = int(lda), bf_pass // 4
         self.tail = (*self.split.ldc, m, n, k, int(L), self.split.mk)
@@ -185,7 +170,6 @@ def matmul(A, B, out=None, variant: str = "d1", slices: int | None = None):
         raise ValueError(f"A: the 3xTF32 kernel is float32 only, got {A.dtype}")
     if B.dtype != A.dtype:
         raise ValueError(f"B: dtype {B.dtype} does not match A's {A.dtype}")
-    from .tsm2 import layout_of
     layout, _ = layout_of(A)
     lda = check_a(A, layout)
     if B.strides[1] != B.itemsize:

@@ -1,4 +1,9 @@
-"""cuBLAS through CuPy (``cupy.matmul``), a candidate like any other."""
+"""cuBLAS through CuPy (``cupy.matmul``), a candidate like any other.
+
+For tall-and-skinny products its timings are kept by the same shape bucket as TSM2's
+(:meth:`Cublas.measure_key`), so the planner measures it beside TSM2's configs on every plan for
+the GPU in use and reuses both for the bucket.
+"""
 from __future__ import annotations
 
 from ...core.types import Cost
@@ -7,6 +12,8 @@ from ...models import traffic
 from ...models.tsgemm import CUBLAS_GEMM_EFFICIENCY, CUBLAS_TS_EFFICIENCY, LAUNCH_S
 from ..base import VendorKernel
 from ..registry import register
+from .rules import bucket_of_features
+
 
 class Cublas(VendorKernel):
     name = "gemm.cublas"
@@ -19,20 +26,19 @@ class Cublas(VendorKernel):
             eff = CUBLAS_TS_EFFICIENCY.get(f.dtype, 0.5)
             t = traffic.dense_gemm_bytes(f) / (device.mem_bandwidth * eff)
             why = f"cuBLAS on tall-and-skinny B: ~{eff:.2f} of bandwidth (measured on an H100)"
-            from .tsm2 import vendor_ratio   # TSM2's online calibration also times cuBLAS
-            ratio = vendor_ratio(device, f)
-            if ratio is not None:
-                why += f"; calibrated by the online timing: measured/model = {ratio:.2f}"
-                return Cost(0.0, t * ratio + LAUNCH_S, why, calibrated=True)
         else:
             t = traffic.dense_gemm_flops(f) / (device.peak_flops(f.dtype) * CUBLAS_GEMM_EFFICIENCY)
             why = "cuBLAS GEMM, compute bound"
         return Cost(0.0, t + LAUNCH_S, why)
 
+    def measure_key(self, f):
+        """TSM2's shape bucket for tall-and-skinny products (rules.bucket); None otherwise."""
+        return bucket_of_features(f) if f.op == "tsgemm" else None
+
     def runner(self, params):
         """``cupy.matmul(A, B)`` itself when no ``out`` is given: a plan's call then costs what
         cupy.matmul's does (prepare-then-run added 5-10 us to a single 150-170 us call at n = 8192
-        float32 k = 32, 1.05-1.07x, on an H100 host, 2026-11-24)."""
+        float32 k = 32, 1.05-1.07x, on an H100 host)."""
         general = super().runner(params)
         cp = cupy_module()
         if cp is None:

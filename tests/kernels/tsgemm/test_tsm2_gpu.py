@@ -7,8 +7,9 @@ from conftest import check_dense_product, nonzero_random as _random
 
 from matplan import planner
 from matplan.kernels import get
-from matplan.kernels.tsgemm import tsm2
-from matplan.core import device as device_mod
+from matplan.kernels.tsgemm import launch, rules, tsm2
+from matplan.kernels.tsgemm.configs import TSM2Config
+from matplan.planner import measure_cache as mc
 
 pytestmark = pytest.mark.gpu
 
@@ -34,7 +35,7 @@ def _run(cp, A, B, params, out_shape=None):
 
 
 def _params(layout, dtype, k, t1, t2=None, t3=4):
-    t2, t3 = tsm2.kernel_params(layout, dtype, k, t2 or k, t3)
+    t2, t3 = rules.kernel_params(layout, dtype, k, t2 or k, t3)
     return {"layout": layout, "t1": t1, "t2": t2, "t3": t3}
 
 
@@ -48,7 +49,7 @@ def test_tsm2_matches_numpy(cp, rng, dtype, k, order):
     B = cp.asarray(B_h)
     layout = "row" if order == "C" else "col"
     t2 = _params(layout, dtype, k, 64)["t2"]
-    fits = tsm2.t1_candidates(layout, dtype, t2)
+    fits = rules.t1_candidates(layout, dtype, t2)
     for t1 in sorted({fits[0], max(t for t in fits if t <= 256)}):
         C = _run(cp, A, B, _params(layout, dtype, k, t1))
         _check(C, A_h, B_h, dtype)
@@ -81,10 +82,10 @@ def test_row_kernel_lane_groups(cp, rng, dtype):
     for t2, t3, g, u, d in ((19, 1, 1, None, 1), (19, 3, 2, None, 1), (19, 4, 4, 1, 1),
                             (10, 4, 4, None, 1), (3, 3, 2, 3, 1), (3, 1, 4, None, 1),
                             (19, 3, 2, 2, 2), (10, 4, 4, 4, 4), (3, 2, 4, 2, 2)):
-        assert t3 * -(-t2 // g) <= tsm2.MAX_ROW_ACC[item]
+        assert t3 * -(-t2 // g) <= rules.MAX_ROW_ACC[item]
         for t1 in (64, 512):
             C.fill(cp.nan)
-            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
+            launch.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
             _check(C, A_h, B_h, dtype)
 
 
@@ -100,19 +101,19 @@ def test_row_kernel_depths(cp, rng, dtype, k):
     A, B = cp.asarray(A_h), cp.asarray(B_h)
     item = np.dtype(dtype).itemsize
     C = cp.empty((m, k), dtype=dtype)
-    t2 = tsm2.balance_t2(k, k, "row", item)
+    t2 = rules.balance_t2(k, k, "row", item)
     runs = []
     for t3 in (2, 4, 8):
-        g = tsm2.row_groups(t2, t3, item)
-        if t3 * -(-t2 // g) > tsm2.MAX_ROW_ACC[item]:
+        g = rules.row_groups(t2, t3, item)
+        if t3 * -(-t2 // g) > rules.MAX_ROW_ACC[item]:
             continue
-        u = tsm2.row_steps(t2, g, 16 // item, item)
-        runs += [(t3, g, u, d) for d in tsm2.row_depths(t3, g, u) if d > 1]
+        u = rules.row_steps(t2, g, 16 // item, item)
+        runs += [(t3, g, u, d) for d in rules.row_depths(t3, g, u) if d > 1]
     runs += [(4, 4, 4, 4), (2, 4, 2, 2), (6, 4, 2, 2), (3, 2, 2, 2)]   # (t3, groups, steps, depth)
     for t3, g, u, d in runs:
         for t1 in (64, 384, 512):
             C.fill(cp.nan)
-            tsm2.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
+            launch.launch(A, "row", n, B, C, t1, t2, t3, groups=g, steps=u, depth=d)
             _check(C, A_h, B_h, dtype)
 
 
@@ -131,7 +132,7 @@ def test_tsm2_views_with_unit_stride(cp, rng, dtype):
     ]
     for A, A_h, layout in views:
         assert not (A.flags.c_contiguous or A.flags.f_contiguous)
-        assert tsm2.layout_of(A)[0] == layout
+        assert rules.layout_of(A)[0] == layout
         _check(_run(cp, A, B, _params(layout, dtype, 5, 128)), A_h, B_h, dtype)
 
 
@@ -181,7 +182,8 @@ def test_tsm2_is_deterministic(cp, rng):
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_planner_tsgemm_on_gpu(cp, rng, order, dtype):
-    """The planner times t1 online, caches it, explains the choice and runs correctly."""
+    """The planner measures TSM2's configs (and cuBLAS), keeps the fastest (the cache holds every
+    config's timing, the plan's is the least), explains the choice and runs correctly."""
     m, n, k = 4096, 3000, 8
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
     A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
@@ -190,12 +192,12 @@ def test_planner_tsgemm_on_gpu(cp, rng, order, dtype):
     assert {"tsgemm.tsm2", "gemm.cublas"} <= set(cands)
     tc = cands["tsgemm.tsm2"]
     assert tc.params["layout"] == ("row" if order == "C" else "col")
-    assert tc.params["t1_source"] == "timed on the device"
-    assert "t2threshold" in tc.why
-    key = tsm2.t1_key(p.device, dtype, tc.params["layout"], k, n, m)
-    best = tsm2.T1_STORE.get(key)
-    assert (best["t1"], best["t3"]) == (tc.params["t1"], tc.params["t3"])
-    assert best.get("depth", 1) == tc.params.get("depth", 1)
+    assert tc.source == cands["gemm.cublas"].source == "measured"
+    assert "t2threshold" in tc.why and "fastest of" in tc.why
+    bucket = mc.canonical(["bucket", list(rules.bucket(dtype, tc.params["layout"], m, n, k))])
+    timed = {TSM2Config.of(e.key.config.params()): e.seconds for e in mc.cache().entries("tsgemm.tsm2")
+             if e.key.problem == bucket and e.key.config.params()["t2"] == tc.params["t2"]}
+    assert len(timed) >= 2 and TSM2Config.of(tc.params) == min(timed, key=timed.get)
     _check(p.run(A, B), A_h, B_h, dtype)
     # forced TSM2 through the planner too
     q = planner.plan(A, B, kernels=["tsgemm.tsm2"])
@@ -215,11 +217,11 @@ def test_empty_and_tiny(cp, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("variant", sorted(tsm2.ASYNC_VARIANTS))
+@pytest.mark.parametrize("variant", sorted(rules.ASYNC_VARIANTS))
 @pytest.mark.parametrize("k", [1, 4, 9, 16, 32, 33])
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_async_variant_through_the_kernel_interface(cp, rng, dtype, variant, k, order):
-    """Params carrying the cp.async kernel (what the online timing stores when it wins) run
+    """Params carrying the cp.async kernel (what the planner's measurement keeps when it wins) run
     through TSM2.prepare/run, row-major (C order) and column-major (F order) A: NaN-poisoned
     output, m and n off every tile, vector B too."""
     m, n = 1532, 1000 + 36                     # m, n * itemsize multiples of 16 (the kernel's need)
@@ -235,7 +237,7 @@ def test_async_variant_through_the_kernel_interface(cp, rng, dtype, variant, k, 
 
 
 def test_async_params_refuse_misaligned_a(cp, rng):
-    """A plan whose online timing chose the cp.async kernel refuses, naming A, an A whose rows
+    """A plan whose measurement chose the cp.async kernel refuses, naming A, an A whose rows
     (row-major) or columns (column-major) do not start on 16-byte boundaries (a slice), instead
     of reading it wrong."""
     A = cp.asarray(_random(rng, (300, 1001), np.float32))[:, :999]
@@ -251,14 +253,14 @@ def test_async_params_refuse_misaligned_a(cp, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_planner_k16_matches_numpy(cp, rng, dtype, order):
-    """The planner's TSM2 choice at k = 16 (the online timing also tries the cp.async kernel, for
+    """The planner's TSM2 choice at k = 16 (the measurement also tries the cp.async kernel, for
     both layouts) gives NumPy's product, whichever kernel won."""
     m, n, k = 20000, 4096, 16
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, k), dtype)
     A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
     plan = planner.plan(A, B, kernels=["tsgemm.tsm2"])
     assert plan.kernel == "tsgemm.tsm2"
-    assert tsm2.async_eligible("row" if order == "C" else "col", dtype, k, m, n)
+    assert rules.async_eligible("row" if order == "C" else "col", dtype, k, m, n)
     _check(plan.run(A, B), A_h, B_h, dtype)
 
 
@@ -351,7 +353,7 @@ def test_kept_launch_hands_out_a_spare_c_once(cp, rng, monkeypatch, async_varian
     launch (the spare), NaN-poisoned here: every element written. Each call's C is its own
     (earlier results intact), another stream gets a spare of its own, and the spares are
     SPARE_CACHE_SIZE at most."""
-    monkeypatch.setattr(tsm2, "_SPARES", {})
+    tsm2._SPARES.clear()
     dtype = np.float64
     m, n, kk = 300, 1024, 8
     A_h, B_h = _random(rng, (m, n), dtype), _random(rng, (n, kk), dtype)
@@ -391,74 +393,3 @@ def test_cublas_plan_runs_cupy_matmul(cp, rng, order):
     out = cp.full((500, 5), cp.nan, dtype=dtype)
     assert plan.run(A, B, out=out) is out
     _check(out, A_h, B_h, dtype)
-
-
-@pytest.mark.parametrize("layout", ["row", "col"])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_duel_problem_has_the_planned_rows_where_memory_allows(cp, monkeypatch, layout, dtype):
-    """The duel times the planned rows (up to DUEL_ELEMENTS), in A's layout, with random data;
-    the search's capped rows where the GPU's free memory is short."""
-    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 16)
-    monkeypatch.setattr(tsm2, "DUEL_ELEMENTS", 1 << 20)
-    m, n, k = 4096, 512, 8
-    A, B, C = tsm2._duel_problem(dtype, layout, m, n, k)
-    assert A.shape == (2048, n) and B.shape == (n, k) and C.shape == (2048, k)
-    assert A.dtype == B.dtype == C.dtype == dtype
-    assert tsm2.layout_of(A) == (layout, n if layout == "row" else 2048)
-    assert 0.4 < float(A.mean()) < 0.6 and float(A.min()) >= 0 and float(B.std()) > 0.2
-    monkeypatch.setattr(tsm2, "DUEL_MEMORY", 1e-12)
-    A, _, _ = tsm2._duel_problem(dtype, layout, m, n, k)
-    assert A.shape == (tsm2.timed_rows(m, n), n) == (128, n)
-
-
-def test_duel_calibrates_both_on_the_duel_rows(cp, monkeypatch):
-    """The search runs on the capped rows, the duel on the planned ones; both ratios are kept
-    under the key of the duel's rows, the winner's against the model at those rows."""
-    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 20)
-    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
-    store = tsm2.InProcessT1Store()
-    monkeypatch.setattr(tsm2, "T1_STORE", store)
-    seen = []
-    real = tsm2._timing_problem
-
-    def spy(dtype, layout, m, n, k, rows=None):
-        A, B, C = real(dtype, layout, m, n, k, rows)
-        seen.append(A.shape[0])
-        return A, B, C
-    monkeypatch.setattr(tsm2, "_timing_problem", spy)
-    dev = device_mod.current()
-    m, n, k = 8192, 1024, 4
-    t2, t3 = tsm2.kernel_params("row", np.float32, k, k, 2)
-    best, timings = tsm2.tune_t1(dev, np.float32, "row", m, n, k, t2, [t3], [256])
-    assert seen == [1024, 8192]                    # the search's rows, then the duel's
-    key = tsm2.t1_key(dev.name, np.float32, "row", k, n, m)
-    assert key[-1] == 8192 and store.get(key) == best and timings
-    assert 0.2 < store.ratio(key) < 5 and 0.2 < tsm2.VENDOR_RATIO[key] < 5
-
-
-def test_search_compiles_first_warms_up_once_and_scores_a_failing_candidate_inf(cp, monkeypatch):
-    """tune_t1 builds every candidate's launch before timing any (once each), warms the GPU up
-    once with a working one, and a candidate whose launch raises scores infinity with a
-    RuntimeWarning naming it while the others are timed."""
-    monkeypatch.setattr(tsm2, "TIMING_ELEMENTS", 1 << 20)
-    monkeypatch.setattr(tsm2, "DUEL_ELEMENTS", 1 << 20)
-    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
-    monkeypatch.setattr(tsm2, "T1_STORE", tsm2.InProcessT1Store())
-    built, warmed, real = [], [], tsm2._candidate_launch
-
-    def launch(A, B, C, layout, lda, k, t2, c):
-        built.append(c)
-        if c[0] == "async":
-            raise RuntimeError("no launch for this one")
-        return real(A, B, C, layout, lda, k, t2, c)
-    monkeypatch.setattr(tsm2, "_candidate_launch", launch)
-    monkeypatch.setattr(tsm2, "warm_up", lambda fn, s: warmed.append(s) or fn())
-    dev = device_mod.current()
-    t2, t3 = tsm2.kernel_params("row", np.float32, 8, 8, 2)
-    with pytest.warns(RuntimeWarning, match="1 of [0-9]+ candidates failed.*no launch for this one"):
-        best, timings = tsm2.tune_t1(dev, np.float32, "row", 1024, 1024, 8, t2, [t3], [128, 256],
-                                     async_variants=("preset",))
-    assert sorted(map(str, built)) == sorted(map(str, timings)) and len(built) >= 3   # each once
-    assert warmed == [tsm2.WARM_UP_S]
-    assert timings[("async", "preset")] == float("inf") and "async" not in best
-    assert best["t1"] in (128, 256) and all(0 < t < 1 for c, t in timings.items() if c[0] != "async")

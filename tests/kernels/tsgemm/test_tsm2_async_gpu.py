@@ -149,7 +149,7 @@ def test_async_rejects_bad_inputs(cp, rng):
 
 
 def test_async_fallback_for_unaligned_rows(cp, rng):
-    """fallback=True runs the planner's choice (existing TSM2 kernel or cuBLAS) instead of refusing."""
+    """fallback=True runs TSM2's register kernel (no planner) instead of refusing."""
     A_h, B_h = _random(rng, (300, 401), np.float64), _random(rng, (401, 4), np.float64)
     A = cp.asarray(A_h)[:, :]                       # rows of 3208 bytes: not 16-byte multiples
     with pytest.raises(ValueError, match="16-byte"):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 SPEC = importlib.util.spec_from_file_location(
-    "tsgemm_bounds", Path(__file__).resolve().parents[1] / "benchmarks" / "tsgemm_bounds.py")
+    "tsgemm_bounds", Path(__file__).resolve().parents[3] / "benchmarks" / "tsgemm_bounds.py")
 bounds_mod = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bounds_mod)
 

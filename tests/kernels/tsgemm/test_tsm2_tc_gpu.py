@@ -137,30 +137,34 @@ def test_tc_rejects_bad_inputs(cp, rng):
         tsm2_tc.matmul(A[:, :256], B)
 
 
-def _fresh_tuning(monkeypatch, enabled):
-    from matplan.kernels.tsgemm import tsm2
+def _fresh_tuning(monkeypatch, tmp_path, enabled):
+    """tsm2_tc.ENABLED set, an empty measurement cache, and the list of its new entries."""
+    from matplan.planner import measure_cache as mc
     monkeypatch.setattr(tsm2_tc, "ENABLED", enabled)
-    monkeypatch.setattr(tsm2, "T1_STORE", tsm2.InProcessT1Store())
-    monkeypatch.setattr(tsm2, "VENDOR_RATIO", {})
-    return tsm2
+    monkeypatch.setenv(mc.CACHE_ENV, str(tmp_path / f"m{int(enabled)}.sqlite"))
+    monkeypatch.setattr(mc, "_CACHES", {})
+    got = []
+    monkeypatch.setattr(mc, "LISTENERS", [got.extend])
+    return got
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_planner_times_tc_only_when_enabled(cp, rng, monkeypatch, order):
-    """The online TSM2 timing tries every tsm2_tc variant for float32 k in TC_K when ENABLED (the default)
-    and none otherwise; a plan that carries a tc variant runs it through plan.run (kept launch) and
-    matches NumPy in a NaN-poisoned output; its why names the kernel when it won."""
+def test_planner_times_tc_only_when_enabled(cp, rng, monkeypatch, tmp_path, order):
+    """The planner's measurement of TSM2 tries every tsm2_tc variant for float32 k in TC_K when
+    ENABLED (the default) and none otherwise; a plan that carries a tc variant runs it through
+    plan.run (kept launch) and matches NumPy in a NaN-poisoned output; its why names the kernel
+    when it won."""
     import dataclasses
     from matplan import planner
+    from matplan.kernels.tsgemm import rules
     m, n, k = 1024, 2048, 32
     A_h, B_h = _random(rng, (m, n), np.float32), _random(rng, (n, k), np.float32)
     A, B = cp.asarray(A_h, order=order), cp.asarray(B_h)
     for enabled in (False, True):
-        tsm2 = _fresh_tuning(monkeypatch, enabled)
-        plan = planner.plan(A, B, kernels=["tsgemm.tsm2"], measure="never")
-        (timings,) = tsm2.T1_STORE.timings.values()
-        tc = sorted(label for label in timings if label.startswith("tc="))
-        assert tc == (sorted(f"tc={v}" for v in tsm2_tc.variants(tsm2.layout_of(A)[0])) if enabled else [])
+        timed = _fresh_tuning(monkeypatch, tmp_path, enabled)
+        plan = planner.plan(A, B, kernels=["tsgemm.tsm2"])
+        tc = sorted(e.key.config.params()["tc"] for e in timed if "tc" in e.key.config.params())
+        assert tc == (sorted(tsm2_tc.variants(rules.layout_of(A)[0])) if enabled else [])
         if plan.params.get("tc"):
             assert "3xTF32" in next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2").why
     forced = dataclasses.replace(plan, params={**plan.params, "tc": "d1"})
