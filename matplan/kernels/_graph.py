@@ -9,6 +9,8 @@ call before the GPU starts. A graph bakes in every argument, the outputs' addres
 allocations for the next launch (``cuGraphExecKernelNodeSetParams`` changes only later launches
 of the graph): the allocations and updates overlap the GPU's work instead of preceding it.
 
+A :class:`ReplayCache` keeps replays by key within a bound, reported by ``matplan.cache_info()``.
+
 The driver is reached through ctypes (CuPy wraps stream capture, not node updates). Every pointer
 parameter of a recorded launch must point inside a live allocation (none one past its end): a
 move rebases the parameters that fall inside a moved output (:func:`rebased`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
+from ..core.cache import BoundedCache
 from ..core.xp import cupy_module
 from . import _cuda
 
@@ -197,4 +200,35 @@ class Replay:
         return sum(getattr(h, "nbytes", 0) for h in self.graph.held) + sum(a.nbytes for a in self.arrays)
 
 
-__all__ = ["KernelGraph", "Replay", "available", "rebased"]
+class ReplayCache(BoundedCache):
+    """Replays by key, at most ``maxsize``, least recently used dropped first; reported by
+    ``matplan.cache_info()`` with the device bytes each holds (:attr:`Replay.nbytes`). Read like a
+    dict too (``cache[key]``, iteration over the keys) without counting a lookup, for inspection."""
+
+    def __init__(self, name: str, maxsize: int):
+        super().__init__(name, maxsize, sizeof=lambda rep: getattr(rep, "nbytes", 0))
+
+    def record(self, key, build):
+        """Keep ``build()``'s replay under ``key`` and return it. Room is made first, so a dropped
+        replay's memory is freed before the new one's is allocated; callers serialise this with
+        their lookups of ``key``."""
+        self.put(key, None)   # drops the least recently used replay past maxsize
+        try:
+            rep = build()
+        except BaseException:
+            self.discard(key)
+            raise
+        self.put(key, rep)
+        return rep
+
+    def __getitem__(self, key):
+        rep = self.peek(key)
+        if rep is None:
+            raise KeyError(key)
+        return rep
+
+    def __iter__(self):
+        return iter([key for key, _ in self.items()])
+
+
+__all__ = ["KernelGraph", "Replay", "ReplayCache", "available", "rebased"]

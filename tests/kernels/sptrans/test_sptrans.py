@@ -1,4 +1,4 @@
-"""CPU tests of the segmented-merge SpTRANS: the NumPy port of sptrans.cu against SciPy.
+"""CPU tests of SpTRANS: the NumPy port of its .cu files against SciPy, and the host side.
 
 The port runs the kernels' exact partitioning and rounds; tiny tiles (block 4, items 2) make
 columns span many tiles, so the binary-tree rounds of the cross-merge phase run several times.
@@ -9,6 +9,11 @@ import scipy.sparse as sp
 
 import sptrans_reference as ref
 from conftest import messy_csr, random_csr
+
+import matplan
+from matplan.kernels import _cuda, _graph
+from matplan.kernels.sptrans import compiled, gpu, kernel, launches, replay
+from matplan.models import sptrans as model
 
 SMALL = dict(block=4, items=2)
 
@@ -107,8 +112,7 @@ def test_out_of_range_column_flagged(rng):
 
 
 def test_module_imports_without_cupy():
-    from matplan.kernels.sptrans import gpu as sptrans
-    assert callable(sptrans.transpose)
+    assert callable(gpu.transpose)
 
 
 def test_out_of_range_unchecked_stays_in_bounds(rng):
@@ -230,11 +234,10 @@ def test_segsort_out_of_range(rng):
 
 
 def test_segsort_bins_validated():
-    from matplan.kernels.sptrans import gpu as sptrans
-    assert sptrans._check_bins(sptrans.BINS) == sptrans.BINS
+    assert launches._check_bins(model.BINS) == model.BINS
     for bad in ((0, 8, 32), (33, 64, 64), (8, 4, 32), (4, 513, 64), (4, 8, 48), (4, 8, 8192)):
         with pytest.raises(ValueError, match="bins"):
-            sptrans._check_bins(bad)
+            launches._check_bins(bad)
 
 
 @pytest.mark.parametrize("method", ["segsort", "radix"])
@@ -243,23 +246,22 @@ def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
     """One scratch allocation a call: the front (keys or radix buffers) 16-byte aligned, then the
     zeroed workspace, whose parts (control words, 8-byte status words, lists or radix words, the
     n + 1 column counts last) follow one another without overlap."""
-    from matplan.kernels.sptrans import gpu as sptrans
-    layout = sptrans._layout(n, nnz, method, 8, sptrans.BINS, sptrans.RADIX_TILE)
+    layout = launches._layout(n, nnz, method, 8, model.BINS, compiled.RADIX_TILE)
     front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
     status, lists, huge, hist, ticket, look, counts = offs
     assert front % 16 == 0 and front >= (16 * nnz if method == "segsort" else 0)
-    assert status >= sptrans._CTRL and status % 2 == 0          # uint64 words after the control words
-    assert lists == status + 2 * scan_tiles and scan_tiles * sptrans.SCAN_TILE >= n + 1
+    assert status >= compiled._CTRL and status % 2 == 0          # uint64 words after the control words
+    assert lists == status + 2 * scan_tiles and scan_tiles * compiled.SCAN_TILE >= n + 1
     assert lists <= huge <= hist <= ticket <= look <= counts and ws_bytes == 4 * (counts + n + 1)
     if method == "segsort":
         assert huge - lists == n and hist - huge == max_huge + 1 and counts == hist
     else:
         assert (ticket - hist, look - ticket, counts - look) == (passes * 256, passes, passes * tiles * 256)
-        assert tiles == -(-nnz // sptrans.RADIX_TILE)
+        assert tiles == -(-nnz // compiled.RADIX_TILE)
         # the tile is part of the cache's key: a build with other tiles gets its own layout
-        half = sptrans._layout(n, nnz, method, 8, sptrans.BINS, sptrans.RADIX_TILE // 2)
-        assert half[6] == -(-2 * nnz // sptrans.RADIX_TILE)
-        assert passes * bits >= max(1, (n - 1).bit_length()) and bits <= sptrans.RADIX_BITS
+        half = launches._layout(n, nnz, method, 8, model.BINS, compiled.RADIX_TILE // 2)
+        assert half[6] == -(-2 * nnz // compiled.RADIX_TILE)
+        assert passes * bits >= max(1, (n - 1).bit_length()) and bits <= model.RADIX_BITS
 
 
 def test_segsort_scatter_matches_phase_scatter(rng):
@@ -279,14 +281,13 @@ def test_segsort_scatter_matches_phase_scatter(rng):
 def test_radix_passes_and_auto_method():
     """Digit passes cover column n - 1 in as few passes of at most 8 bits as can; 'auto' takes the
     radix method for at most two passes or long mean columns, the segsort otherwise."""
-    from matplan.kernels.sptrans import gpu as st
-    assert st.radix_passes(1) == (1, 1) and st.radix_passes(256) == (1, 8) and st.radix_passes(257) == (2, 5)
-    assert st.radix_passes(65536) == (2, 8) and st.radix_passes(65537) == (3, 6)
-    assert st.radix_passes(1 << 24) == (3, 8) and st.radix_passes((1 << 24) + 1) == (4, 7)
-    assert st.auto_method(65536, 10) == "radix"
-    assert st.auto_method(262144, 7 * 262144) == "segsort"
-    assert st.auto_method(262144, st.RADIX_MEAN_COLUMN * 262144) == "radix"
-    assert st.auto_method(100, st.RADIX_NNZ_LIMIT) == "segsort"
+    assert model.radix_passes(1) == (1, 1) and model.radix_passes(256) == (1, 8) and model.radix_passes(257) == (2, 5)
+    assert model.radix_passes(65536) == (2, 8) and model.radix_passes(65537) == (3, 6)
+    assert model.radix_passes(1 << 24) == (3, 8) and model.radix_passes((1 << 24) + 1) == (4, 7)
+    assert model.auto_method(65536, 10) == "radix"
+    assert model.auto_method(262144, 7 * 262144) == "segsort"
+    assert model.auto_method(262144, model.RADIX_MEAN_COLUMN * 262144) == "radix"
+    assert model.auto_method(100, model.RADIX_NNZ_LIMIT) == "segsort"
 
 
 # ---- the radix method: its NumPy port against SciPy ----------------------------------------------
@@ -318,25 +319,23 @@ def test_radix_packed_keys_fit_and_their_buffers_align():
     """radix_rowbits: the row's bits where they and the column's bits left after the first digit
     fit 31 (none for one pass or RADIX_PACK off); the packed keys' buffers keep the values
     aligned to their element whatever nnz."""
-    from matplan.kernels.sptrans import gpu as sptrans
-    assert sptrans.radix_rowbits(262144, 262144) == 18         # 3 passes of 6: 18 + 12 bits
-    assert sptrans.radix_rowbits(1 << 20, 65536) == 20         # 2 passes of 8: 20 + 8
-    assert sptrans.radix_rowbits(1 << 24, 262144) == 0         # 24 + 12 > 31
-    assert sptrans.radix_rowbits(3000, 256) == 0               # one pass: no keys between
-    assert sptrans.radix_rowbits(1, 1000) == 1
+    assert launches.radix_rowbits(262144, 262144) == 18         # 3 passes of 6: 18 + 12 bits
+    assert launches.radix_rowbits(1 << 20, 65536) == 20         # 2 passes of 8: 20 + 8
+    assert launches.radix_rowbits(1 << 24, 262144) == 0         # 24 + 12 > 31
+    assert launches.radix_rowbits(3000, 256) == 0               # one pass: no keys between
+    assert launches.radix_rowbits(1, 1000) == 1
     for nnz in (1, 3, 1001):
         for item in (4, 8):
-            between, total, keys = sptrans._radix_between(3, item, nnz, 4)
+            between, total, keys = launches._radix_between(3, item, nnz, 4)
             assert between == 2 and keys % 16 == 0 and keys >= 2 * 4 * nnz
             assert total == keys + 2 * item * nnz
-            assert sptrans._radix_between(3, item, nnz)[2] == -(-16 * nnz // 16) * 16
+            assert launches._radix_between(3, item, nnz)[2] == -(-16 * nnz // 16) * 16
 
 
 def test_recording_keeps_launches_zeroings_and_holds_in_order(monkeypatch):
     """_cuda.recording: Launcher calls, zeroings and held allocations are recorded in order
     (pointers as addresses), nothing reaches the driver; outside it a launch goes to the driver."""
     import types
-    from matplan.kernels import _cuda
 
     class FakeArray:
         def __init__(self, ptr):
@@ -361,12 +360,43 @@ def test_recording_keeps_launches_zeroings_and_holds_in_order(monkeypatch):
 def test_graph_moves_only_pointers_inside_moved_outputs():
     """_graph.rebased: a pointer parameter inside a moved range [old, old + nbytes) moves by
     new - old; one past the end, null, other allocations and non-pointer parameters stay."""
-    from matplan.kernels._graph import rebased
     moves = [(1000, 400, 9000), (5000, 16, 7000)]
     values = [1000, 1399, 1400, 0, 5008, 1200, 3]
-    assert rebased(values, (0, 1, 2, 3, 4), moves) == [9000, 9399, 1400, 0, 7008, 1200, 3]
-    assert rebased(values, (2, 3), moves) is None
+    assert _graph.rebased(values, (0, 1, 2, 3, 4), moves) == [9000, 9399, 1400, 0, 7008, 1200, 3]
+    assert _graph.rebased(values, (2, 3), moves) is None
     assert values == [1000, 1399, 1400, 0, 5008, 1200, 3]   # not modified in place
+
+
+def test_replay_cache_makes_room_before_recording_and_reports_bytes():
+    """_graph.ReplayCache: a new replay is built after the least recently used one is dropped (its
+    memory freed first), counted as an eviction; a lookup makes a replay the most recently used;
+    the bytes are the replays' nbytes; reads by key and iteration count no lookup; a build that
+    fails keeps nothing under its key."""
+    import types
+    cache = _graph.ReplayCache("test.replays", 2)
+    kept_while_building = []
+
+    def build(nbytes):
+        def make():
+            kept_while_building.append(sorted(cache))
+            return types.SimpleNamespace(nbytes=nbytes)
+        return make
+    cache.record("a", build(100))
+    cache.record("b", build(10))
+    assert cache.get("a").nbytes == 100          # "b" is now the least recently used
+    cache.record("c", build(1))
+    assert kept_while_building[-1] == ["a", "c"] and sorted(cache) == ["a", "c"]
+    info = cache.info()
+    assert (info.entries, info.nbytes, info.evictions, info.hits, info.misses) == (2, 101, 1, 1, 0)
+    assert cache["c"].nbytes == 1 and cache.info().hits == 1
+    with pytest.raises(KeyError):
+        cache["b"]
+
+    def fail():
+        raise RuntimeError("no graph")
+    with pytest.raises(RuntimeError):
+        cache.record("d", fail)
+    assert list(cache) == ["c"] and "test.replays" in matplan.cache_info()
 
 
 def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeypatch):
@@ -374,13 +404,11 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
     run (transpose), its second records a graph, later calls replay it; int64 A never records;
     at most GRAPH_CACHE_SIZE graphs are kept and the keys remembered stay bounded."""
     import types
-    from matplan.kernels import _graph
-    from matplan.kernels.sptrans import gpu as sptrans
     ns = types.SimpleNamespace
-    monkeypatch.setattr(sptrans, "cupy_module", lambda: ns(cuda=ns(runtime=ns(getDevice=lambda: 0),
+    monkeypatch.setattr(replay, "cupy_module", lambda: ns(cuda=ns(runtime=ns(getDevice=lambda: 0),
                                                                  get_current_stream=lambda: ns(ptr=7))))
     monkeypatch.setattr(_graph, "available", lambda: True)
-    monkeypatch.setattr(sptrans, "PATTERN_REPLAYS", False)   # its pattern is a GPU transpose
+    monkeypatch.setattr(replay, "PATTERN_REPLAYS", False)   # its pattern is a GPU transpose
 
     class FakeReplay:
         made = []
@@ -394,8 +422,8 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
             self.runs += 1
             return ("indptr", "indices", "data")
     monkeypatch.setattr(_graph, "Replay", FakeReplay)
-    monkeypatch.setattr(sptrans, "_result", lambda A, *arrays: ("replayed", A.name))
-    monkeypatch.setattr(sptrans.SpTrans, "run", lambda self, prepared, B, out=None: ("general", prepared.arrays["A"].name))
+    monkeypatch.setattr(replay, "_result", lambda A, *arrays: ("replayed", A.name))
+    monkeypatch.setattr(kernel.SpTrans, "run", lambda self, prepared, B, out=None: ("general", prepared.arrays["A"].name))
 
     def arr(ptr, dtype, size):
         return ns(data=ns(ptr=ptr), dtype=np.dtype(dtype), size=size)
@@ -403,7 +431,7 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
     def csr(name, base, index=np.int32):
         return ns(name=name, shape=(50, 40), dtype=np.dtype(np.float64), data=arr(base, np.float64, 90),
                   indices=arr(base + 1000, index, 90), indptr=arr(base + 2000, index, 51))
-    run = sptrans.SpTrans().runner({"method": "segsort"})
+    run = kernel.SpTrans().runner({"method": "segsort"})
     A, B64 = csr("A", 10_000), csr("B64", 20_000, np.int64)
     assert [run(A, None) for _ in range(4)] == [("general", "A")] + [("replayed", "A")] * 3
     assert len(FakeReplay.made) == 1 and FakeReplay.made[0].runs == 3
@@ -411,9 +439,9 @@ def test_plan_runner_records_at_a_keys_second_call_and_bounds_its_graphs(monkeyp
     for i in range(3):   # three more matrices, twice each: the oldest graphs go
         M = csr(f"M{i}", 100_000 * (i + 1))
         assert [run(M, None) for _ in range(2)] == [("general", M.name), ("replayed", M.name)]
-        assert len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
+        assert len(run.graphs) <= replay.GRAPH_CACHE_SIZE
     for i in range(20):   # each once: nothing recorded
         assert run(csr(f"N{i}", 10_000_000 * (i + 1)), None)[0] == "general"
-    assert len(FakeReplay.made) == 4 and len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
+    assert len(FakeReplay.made) == 4 and len(run.graphs) <= replay.GRAPH_CACHE_SIZE
     with pytest.raises(TypeError, match="B"):
         run(A, A)

@@ -9,16 +9,20 @@ import scipy.sparse as sp
 from conftest import int64_indices, messy_csr, random_csr
 from test_sptrans import _same_as_scipy, as_dtype
 
+from matplan import corpus, planner
+from matplan.kernels.sptrans import gpu, launches
+from matplan.kernels.sptrans.kernel import SpTrans
+from matplan.models import sptrans as model
+
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
 def st(cp):
-    from matplan.kernels.sptrans import gpu as sptrans
     junk = cp.full(1 << 26, np.nan)   # poison the pool: slots the kernels miss show as NaN / garbage
     junk2 = cp.full(1 << 25, -1, dtype=cp.int32)
     del junk, junk2
-    return sptrans
+    return gpu
 
 
 def _dev(cp, M, dtype=np.float64):
@@ -127,7 +131,6 @@ def test_long_columns_many_tiles(cp, st, rng, method):
 
 def test_matches_cupy_transpose_large(cp, st, rng):
     """R-MAT scale 15 (~0.5M nonzeros, power-law columns): equal to cupyx A.T.tocsr() entry for entry."""
-    from matplan import corpus
     A = corpus.rmat(scale=15, edge_factor=16, seed=int(rng.integers(1 << 30)))
     A = sp.csr_matrix(A, dtype=np.float64)
     A.data = (rng.random(A.nnz) + 0.5) * rng.choice([-1.0, 1.0], A.nnz)
@@ -248,13 +251,13 @@ def test_radix_pass_counts(cp, st, rng, monkeypatch, n, pack):
     """Column counts at the digit edges: 1, 2, 3 and 4 passes (n = 2^24 + 1 columns would be 4);
     the columns hit the largest index so every digit of the last pass is used. The keys between
     passes packed in one int (12 row bits here) and as int2."""
-    monkeypatch.setattr(st, "RADIX_PACK", pack)
+    monkeypatch.setattr(launches, "RADIX_PACK", pack)
     m = 3000
-    assert bool(st.radix_rowbits(m, n)) == (pack and st.radix_passes(n)[0] > 1)
+    assert bool(launches.radix_rowbits(m, n)) == (pack and model.radix_passes(n)[0] > 1)
     A = random_csr(rng, m, n, min(1.0, 6 / n))
     edge = sp.csr_matrix((np.ones(3), ([0, 1, m - 1], [n - 1, 0, n - 1])), shape=(m, n))
     T = _check(cp, st, A + edge, method="radix")
-    assert st.radix_passes(n)[0] == max(1, -(-max(1, (n - 1).bit_length()) // 8))
+    assert model.radix_passes(n)[0] == max(1, -(-max(1, (n - 1).bit_length()) // 8))
     assert T.shape == (n, m)
 
 
@@ -263,8 +266,8 @@ def test_radix_four_passes(cp, st, rng, m):
     """n past 2^24 columns: four passes of 7 bits; 50 rows pack the keys between passes (6 + 21
     bits), 3000 do not (12 + 21 > 31: int2 keys)."""
     n = (1 << 24) + 5
-    assert st.radix_passes(n) == (4, 7)
-    assert st.radix_rowbits(m, n) == (6 if m == 50 else 0)
+    assert model.radix_passes(n) == (4, 7)
+    assert launches.radix_rowbits(m, n) == (6 if m == 50 else 0)
     A = sp.csr_matrix((rng.random(4000) + 0.5, (rng.integers(0, m, 4000), rng.integers(0, n, 4000))),
                       shape=(m, n))
     _check(cp, st, A, method="radix")
@@ -277,7 +280,7 @@ def test_auto_on_either_side(cp, st, rng, shape, nnz_per_col, expect):
     segsort) and gives SciPy's transpose on both sides."""
     m, n = shape
     A = random_csr(rng, m, n, nnz_per_col / m)
-    assert st.auto_method(n, A.nnz) == expect
+    assert model.auto_method(n, A.nnz) == expect
     _check(cp, st, A, method="auto")
 
 
@@ -300,7 +303,6 @@ def test_plan_transpose_picks_by_the_longest_column(cp, st, rng, dtype):
     17 >= RADIX_MEAN_COLUMN); a matrix with a hub column of 30,000 entries takes the radix method.
     plan.run(A) and the bound plan give exactly SciPy's A.T; the vendor path is a scored candidate,
     and deterministic=True rejects it."""
-    from matplan import planner
     n = 200_000
     banded = sp.diags([rng.random(n - abs(o)) + 0.5 for o in range(-8, 9)], list(range(-8, 9)),
                       shape=(n, n), format="csr")
@@ -319,7 +321,7 @@ def test_plan_transpose_picks_by_the_longest_column(cp, st, rng, dtype):
             _same_as_scipy(as_dtype(A, dtype), T.get())
         strict = planner.plan_transpose(Ad, deterministic=True)
         assert {c.kernel: c.source for c in strict.candidates}["sptrans.cusparse"] == "rejected"
-    assert st.auto_method(n, banded.nnz) == "radix"   # the shape rule's miss the planner avoids
+    assert model.auto_method(n, banded.nnz) == "radix"   # the shape rule's miss the planner avoids
 
 
 @pytest.mark.parametrize("case", ["messy", "float32", "empty", "int64"])
@@ -327,7 +329,6 @@ def test_plan_transpose_vendor_and_merge_candidates_run(cp, st, rng, case):
     """Every GPU candidate of a SpTRANS plan runs and matches SciPy when the plan is restricted to
     it (kernels=...): messy input (duplicates, unsorted rows, a long row, empty rows), float32, an
     empty matrix and int64 indices."""
-    from matplan import planner
     dtype = np.float32 if case == "float32" else np.float64
     A = sp.csr_matrix((40, 30)) if case == "empty" else as_dtype(messy_csr(rng, 500, 300), dtype)
     Ad = _dev(cp, A, dtype)
@@ -347,5 +348,5 @@ def test_plan_transpose_vendor_and_merge_candidates_run(cp, st, rng, case):
             assert abs(U - S.T.tocsr()).max() <= tol
         else:
             _same_as_scipy(A, T)
-    merge = st.SpTrans().run(st.SpTrans().prepare(Ad, {"method": "merge"}), None)
+    merge = SpTrans().run(SpTrans().prepare(Ad, {"method": "merge"}), None)
     _same_as_scipy(A, merge.get())

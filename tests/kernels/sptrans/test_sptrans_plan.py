@@ -8,10 +8,12 @@ from conftest import messy_csr, random_csr
 from test_sptrans import _same_as_scipy
 
 from matplan import planner
-from matplan.kernels.sptrans import gpu as sptrans
+from matplan.kernels.sptrans.kernel import SpTrans
 from matplan.kernels.sptrans.vendor import CusparseTranspose
+from matplan.models import sptrans as model
 from matplan.core import device as device_mod
 from matplan.core import features as stats
+from matplan.core.validation import normalize_transpose
 
 
 @pytest.mark.parametrize("make", ["random", "messy", "empty"])
@@ -31,7 +33,7 @@ def test_host_plan_runs_and_matches_scipy(rng, make):
 
 def test_transpose_features(rng):
     A = messy_csr(rng, 200, 50)
-    f = stats.compute(planner.choose.normalize_transpose(A), device_mod.current())
+    f = stats.compute(normalize_transpose(A), device_mod.current())
     assert (f.op, f.k, f.m, f.n, f.nnz) == ("sptrans", 0, 200, 50, A.nnz)
     assert f.col_max == np.bincount(A.indices, minlength=50).max()
     assert f.row_max == np.diff(A.indptr).max() and f.row_mean == A.nnz / 200
@@ -71,7 +73,7 @@ def test_cost_models_follow_the_longest_column(dtype):
     method for long ones (wordnet: longest 59,512) and for small matrices (its fixed cost is
     lower); cuSPARSE is never predicted cheapest on these, as measured."""
     h100 = device_mod.known("H100")
-    kern, vendor = sptrans.SpTrans(), CusparseTranspose()
+    kern, vendor = SpTrans(), CusparseTranspose()
 
     def costs(f):
         c = {m["method"]: kern.cost(f, m, h100).run_s for m in kern.candidates(f, h100)}
@@ -91,6 +93,6 @@ def test_cost_models_follow_the_longest_column(dtype):
 
 
 def test_radix_not_offered_past_its_limit():
-    f = _features(1000, sptrans.RADIX_NNZ_LIMIT, 5)
-    assert [p["method"] for p in sptrans.SpTrans().candidates(f, None)] == ["segsort", "merge"]
-    assert sptrans.SpTrans().supports(_features(2**31, 10, 1)) is not None
+    f = _features(1000, model.RADIX_NNZ_LIMIT, 5)
+    assert [p["method"] for p in SpTrans().candidates(f, None)] == ["segsort", "merge"]
+    assert SpTrans().supports(_features(2**31, 10, 1)) is not None

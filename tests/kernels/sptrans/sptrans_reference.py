@@ -1,6 +1,7 @@
-"""NumPy port of matplan/kernels/sptrans.cu, phase by phase, thread by thread: the segmented
-merge (``transpose``), the segsort (``segsort_transpose``) and, at the end of the file, the radix
-method (``radix_transpose``, tile by tile: stable ranks by warp, the look-back's earlier-tile counts).
+"""NumPy port of SpTRANS's kernels (matplan/kernels/sptrans/*.cu), phase by phase, thread by thread:
+the segmented merge (``transpose``, merge.cu), the segsort (``segsort_transpose``, count_scan.cu and
+segsort.cu) and, at the end of the file, the radix method (``radix_transpose``, radix.cu, tile by
+tile: stable ranks by warp, the look-back's earlier-tile counts).
 
 Same partitioning (merge path over (ends, positions), SPT_TILE steps a block, ITEMS a thread),
 same rounds (thread-local odd-even sort, log2(BLOCK) shared-memory merge rounds, binary-tree
@@ -259,7 +260,8 @@ def transpose(A, rng, block=256, items=8, info=None, check=True):
 
 
 # ------------------------------------------------------------------------------------------------
-# The segsort method (sptrans.cu spt_count, spt_scan, spt_scatter, spt_sort_short, spt_sort_big).
+# The segsort method (count_scan.cu: spt_count, spt_scan; segsort.cu: spt_scatter, spt_sort_short,
+# spt_sort_big).
 # Atomics (global and shared) happen in an order drawn from ``rng``; the result must not depend on it.
 
 def segsort_count(indices, n, rng, chunk=2048, hash_bits=11, probes=4):

@@ -1,4 +1,4 @@
-"""GPU tests of SpTRANS plans replayed as CUDA graphs (sptrans.SpTrans.runner, matplan.kernels._graph):
+"""GPU tests of SpTRANS plans replayed as CUDA graphs (sptrans.replay.runner, matplan.kernels._graph):
 every call against SciPy float64, the next call's spare outputs poisoned before it runs, earlier
 results intact after later calls, A changed in place, several matrices and streams, and the inputs
 that take the general path (int64 indices, an empty matrix)."""
@@ -10,18 +10,20 @@ from conftest import int64_indices, messy_csr, random_csr
 from test_sptrans import _same_as_scipy, as_dtype
 from test_sptrans_gpu import _col_lengths, _dev, returns_before_the_gpu
 
+from matplan import planner
+from matplan.kernels import _graph
+from matplan.kernels.sptrans import kernel, replay
+
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
 def runner(cp):
-    from matplan.kernels import _graph
-    from matplan.kernels.sptrans import gpu as sptrans
     if not _graph.available():
         pytest.fail("the driver's graph API did not load on a GPU machine")
 
     def make(method):
-        return sptrans.SpTrans().runner({"method": method})
+        return kernel.SpTrans().runner({"method": method})
     return make
 
 
@@ -96,7 +98,6 @@ def test_replay_reads_a_changed_in_place(cp, runner, rng, method):
 def test_matrices_and_streams_get_graphs_of_their_own(cp, runner, rng):
     """Each A (its arrays) and stream is a graph of its own, at most GRAPH_CACHE_SIZE kept: three
     matrices in turn and a second stream all give SciPy's A.T."""
-    from matplan.kernels.sptrans import gpu as sptrans
     run = runner("radix")
     mats = [random_csr(rng, 4000, 3000, 0.005) for _ in range(3)]
     devs = [_dev(cp, M) for M in mats]
@@ -104,7 +105,7 @@ def test_matrices_and_streams_get_graphs_of_their_own(cp, runner, rng):
         for M, Md in zip(mats, devs):
             _poison(run)
             _same_as_scipy(M, run(Md, None).get())
-            assert len(run.graphs) <= sptrans.GRAPH_CACHE_SIZE
+            assert len(run.graphs) <= replay.GRAPH_CACHE_SIZE
     s = cp.cuda.Stream(non_blocking=True)
     with s:
         T = run(devs[0], None)
@@ -147,7 +148,6 @@ def test_replay_does_not_wait_for_the_gpu(cp, runner, rng, method):
 def test_plan_run_replays(cp, rng):
     """plan_transpose(A).run(A) goes through the runner: a plan choosing the segsort or radix
     method keeps one graph after its first call and gives SciPy's A.T on every call."""
-    from matplan import planner
     A = random_csr(rng, 20000, 20000, 0.0005)
     Ad = _dev(cp, A)
     p = planner.plan_transpose(Ad, kernels=["sptrans.transpose"], measure="never")
@@ -159,9 +159,8 @@ def test_plan_run_replays(cp, rng):
 def test_first_call_of_each_matrix_keeps_no_graph(cp, runner, rng):
     """A plan applied once to each of many matrices records nothing: a matrix's first call goes
     through transpose, its second records; the matrices remembered stay bounded."""
-    from matplan.kernels.sptrans import gpu as sptrans
     run = runner("segsort")
-    mats = [random_csr(rng, 500, 400, 0.01) for _ in range(4 * sptrans.GRAPH_CACHE_SIZE + 3)]
+    mats = [random_csr(rng, 500, 400, 0.01) for _ in range(4 * replay.GRAPH_CACHE_SIZE + 3)]
     devs = [_dev(cp, M) for M in mats]
     for M, Md in zip(mats, devs):
         _same_as_scipy(M, run(Md, None).get())
