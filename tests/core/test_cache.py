@@ -51,3 +51,14 @@ def test_same_name_is_listed_twice_under_distinct_names():
 def test_bad_bounds_are_refused_by_name(bad):
     with pytest.raises(ValueError, match="maxsize"):
         BoundedCache("test.bad", bad)
+
+
+def test_get_fast_counts_but_does_not_reorder():
+    c = BoundedCache("test.fast", 2)
+    c.put("a", 1)
+    c.put("b", 2)
+    assert c.get_fast("a") == 1 and c.get_fast("z") is None
+    c.put("c", 3)                   # a was not refreshed: it is the oldest and goes
+    assert "a" not in c and "b" in c
+    i = c.info()
+    assert (i.hits, i.misses) == (1, 1)

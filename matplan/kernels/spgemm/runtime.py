@@ -53,7 +53,7 @@ def _compiled(kernel_name: str, device_id: int):
     the launch path skips _cuda.function's argument normalisation, and the Launcher's signature is
     read from the kernel's declaration in its .cu (_cuda.signature)."""
     key = (kernel_name, device_id, NVRTC_DEFINES)
-    got = _LAUNCHERS.get(key)
+    got = _LAUNCHERS.get_fast(key)   # on every launch: no lock
     if got is None:
         cu = _SOURCE_OF[kernel_name.split("<")[0]]
         fn = _cuda.compiled(cu, kernel_name, SOURCES[cu], options=NVRTC_DEFINES)
