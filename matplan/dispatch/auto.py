@@ -24,6 +24,12 @@ conversion, see ``planner.plan``):
   with a costlier conversion could win at a larger reuse. The format is prepared
   again only when the choice changes.
 
+``out`` and ``check`` follow :mod:`matplan.core.validation`'s rules, as ``Plan.run`` does:
+``out`` is checked once per call here (shape, dtype, side, no overlap with A or B); A's CSR
+structure is checked when a plan is made (a miss) and when a hit on the host binds the cached
+plan to a new A, and not on other hits, whose A equals a checked one (bit for bit, or by the
+GPU's full digests). ``check=False`` skips it.
+
 ``assume_unchanged`` trades the check of a hit on a copied format for a promise.
 By default (False) a hit on a format made from the entry's copy of A (ELL-R, BRC,
 BRCP, merge-path CSR: any kernel without ``reads_a_at_run``) compares A bit for bit
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import threading
 
-from ..core.validation import normalize
+from ..core.validation import check_int, check_result_out, normalize
 from ..core.xp import cupy_module
 from ..kernels import all_kernels
 from ..planner import BoundPlan
@@ -64,17 +70,20 @@ def check_args(reuse, deterministic, assume_unchanged=None) -> None:
     if assume_unchanged is not None and not isinstance(assume_unchanged, bool):
         raise TypeError(f"assume_unchanged: expected None (the plan cache's setting), True or False, "
                         f"got {assume_unchanged!r}")
-    if reuse is not None and (isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1):
-        raise ValueError("reuse: expected None (estimated from the plan cache) or a positive integer "
-                         f"(applications of the plan to the same A), got {reuse!r}")
+    if reuse is not None:
+        check_int(reuse, "reuse", "None (estimated from the plan cache) or a positive integer "
+                  "(applications of the plan to the same A)")
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic: expected True or False, got {deterministic!r}")
 
 
-def matmul(A, B, *, reuse=None, deterministic=False, assume_unchanged=None):
+def matmul(A, B, *, out=None, reuse=None, deterministic=False, assume_unchanged=None, check=True):
     """C = A @ B, planned once per distinct A and reused from this thread's plan cache.
 
-    A, B: as for ``planner.plan`` (SciPy/cupyx sparse, NumPy/CuPy arrays, ...).
+    A, B: as for ``planner.plan`` (SciPy/cupyx sparse, NumPy/CuPy arrays, ...); C has NumPy's
+        dtype and shape for them (a vector B gives a vector C).
+    out: None, or an array of exactly C's shape and dtype on A's side, sharing no memory with
+        A or B (``matplan.core.validation.check_out``); C is written into it and it is returned.
     reuse: None estimates it from the cache's history (see the module docstring); an
         int is passed to the planner.
     deterministic: admit only bitwise-reproducible kernels; part of the cache key.
@@ -83,6 +92,8 @@ def matmul(A, B, *, reuse=None, deterministic=False, assume_unchanged=None):
         BRCP, merge-path CSR) skips its bit-for-bit comparison with A; None takes the
         cache's setting (False unless ``PlanCache.set_assume_unchanged(True)``). See the
         module docstring.
+    check: check A's CSR structure when a plan is made for it (see the module docstring);
+        False skips it for arrays you vouch for.
 
     By default a changed A (values or structure, in place or not) is never served a
     stale prepared format: see ``dispatch.fingerprint`` for what a hit checks. For a
@@ -90,7 +101,11 @@ def matmul(A, B, *, reuse=None, deterministic=False, assume_unchanged=None):
     avoids even the identity check.
     """
     check_args(reuse, deterministic, assume_unchanged)
-    return _dispatch(A, B, reuse, deterministic, None, assume_unchanged)
+    if reuse is not None:
+        reuse = int(reuse)
+    if not isinstance(check, bool):
+        raise TypeError(f"check: expected True or False, got {check!r}")
+    return _dispatch(A, B, reuse, deterministic, None, assume_unchanged, out, check)
 
 
 def busy() -> bool:
@@ -106,15 +121,19 @@ def run(problem, reuse=None, deterministic=False, assume_unchanged=None):
 _MISS = object()
 
 
-def _dispatch(A, B, reuse, deterministic, problem, assume_unchanged):
+def _dispatch(A, B, reuse, deterministic, problem, assume_unchanged, out=None, check=True):
     """The identity fast path (no validation, no fingerprint) when it applies, else the full path."""
     found = identity_key(A, B, deterministic)
     if found is not None:
-        C = _identity_hit(found[0], found[1], A, B, reuse, deterministic, assume_unchanged)
+        if out is not None:   # exact array / CSR types of one dtype (identity_key): no normalize needed
+            _check_out(out, _op_of(A, B), found[0] != "cpu", A.dtype, A, B)
+        C = _identity_hit(found[0], found[1], A, B, reuse, deterministic, assume_unchanged, out)
         if C is not _MISS:
             return C
     if problem is None:
         problem = normalize(A, B)
+        if out is not None and found is None:
+            _check_out(out, problem.op, problem.backend == "gpu", problem.dtype, problem.A, problem.B)
     key = found[1] if found is not None and problem.A is A and problem.B is B else None
     _load_kernels_once()
     _state.depth = getattr(_state, "depth", 0) + 1
@@ -124,13 +143,28 @@ def _dispatch(A, B, reuse, deterministic, problem, assume_unchanged):
             dev = device_of(problem.A)
             if dev != cp.cuda.runtime.getDevice():      # run where A lives
                 with cp.cuda.Device(dev):
-                    return _run(problem, reuse, deterministic, key, assume_unchanged)
-        return _run(problem, reuse, deterministic, key, assume_unchanged)
+                    return _run(problem, reuse, deterministic, key, assume_unchanged, out, check)
+        return _run(problem, reuse, deterministic, key, assume_unchanged, out, check)
     finally:
         _state.depth -= 1
 
 
-def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
+def _op_of(A, B) -> str:
+    """The op of exact CSR / array operands, as far as ``out`` cares (a sparse result or a sparse A)."""
+    return "spgemm" if hasattr(B, "indptr") else "spmm" if hasattr(A, "indptr") else "gemm"
+
+
+def _check_out(out, op, gpu, dtype, A, B) -> None:
+    shape = None if hasattr(B, "indptr") else (A.shape[0],) if B.ndim == 1 else (A.shape[0], B.shape[1])
+    check_result_out(out, op, "gpu" if gpu else "cpu", dtype, shape, B, A)
+
+
+def _apply(entry, B, out):
+    """The cached kernel on B (validated for the entry's fingerprint), into ``out`` (checked) if given."""
+    return entry.run(B) if out is None else entry.kernel.run(entry.bound.prepared, B, out=out)
+
+
+def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged, out=None):
     """C from the entry registered under identity ``key`` once A is known to be unchanged, else _MISS.
 
     A and B are as ``normalize`` would return them (the key says so). A format that is A's
@@ -155,7 +189,7 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
             check = start_product_check(limit, A, B, device)
         if check is not None:                       # a vendor SpGEMM (aliases A and B) with a limit
             try:
-                C = entry.run(B)
+                C = _apply(entry, B, out)
             except Exception:
                 if not check.ok():                  # past its limit the vendor routine may raise
                     return _MISS
@@ -163,16 +197,16 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
             if not check.ok():
                 return _MISS
         elif entry.reference is None or (trusted and entry.pins is not None):
-            C = entry.run(B)
+            C = _apply(entry, B, out)
         elif device == "cpu":
             if not same_content(A, entry.reference):
                 return _MISS
-            C = entry.run(B)
+            C = _apply(entry, B, out)
         else:
             pending = start_compare(A, entry.reference, device)
             if pending is None:
                 return _MISS
-            C = entry.run(B)
+            C = _apply(entry, B, out)
             if not pending.same():
                 return _MISS
         if trusted and entry.pins is None:          # A just compared equal: trust its ids from now on
@@ -184,8 +218,9 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged):
         _state.depth -= 1
 
 
-def _run(problem, reuse, deterministic, key, assume_unchanged):
-    """The full path: fingerprint, lookup (confirmed on the host), plan on a miss."""
+def _run(problem, reuse, deterministic, key, assume_unchanged, out=None, check=True):
+    """The full path: fingerprint, lookup (confirmed on the host), plan on a miss (checking A's
+    structure unless ``check`` is False)."""
     A, B = problem.A, problem.B
     fp = fingerprint(problem, deterministic)
     cache = cache_for(fp.device)
@@ -194,41 +229,45 @@ def _run(problem, reuse, deterministic, key, assume_unchanged):
     entry = cache.lookup(fp, (lambda ref: same_content(A, ref)) if host else None)
     if entry is None:
         want = reuse if reuse is not None else cache.estimate_reuse(fp)
-        plan = _plan(A, problem.B, want, deterministic, trusted)
+        plan = _plan(A, problem.B, want, deterministic, trusted, check)
         if not cache.fits(nbytes_of(A)):
             cache.decline(fp)
-            return plan.bind(A)(problem.B)
+            return plan.bind(A, check=False)(problem.B, out=out)
         bound, reference = _prepare(plan, A)
         cache.insert(fp, bound, plan.reuse * REPLAN_FACTOR, reference, key, _pins(key, reference, A, B, trusted))
-        return bound(problem.B)
+        return bound(problem.B, out=out)
     if entry.reference is None and (key is not None or not aliases(entry.bound.prepared, A)):
-        bound = entry.bound.plan.bind(A)         # the format aliases another object: A's arrays instead
+        # the format aliases another object: A's arrays instead (checked on the host, where the hit
+        # rests on sampled digests; the GPU's full digests say A's structure is the checked one's)
+        bound = entry.bound.plan.bind(A, check=check and host)
         if not aliases(bound.prepared, A):       # (converted on the way: right for this call only)
-            return bound(problem.B)
+            return bound(problem.B, out=out)
         cache.replace(entry, bound, None, replan=False)
         cache.claim(entry, key, _pins(key, None, A, B, trusted))
     elif entry.reference is not None and key is not None:
         cache.claim(entry, key, _pins(key, entry.reference, A, B, trusted))
     _maybe_replan(cache, entry, A, problem.B, reuse, deterministic, key, trusted)
-    return entry.run(problem.B)
+    return _apply(entry, problem.B, out)
 
 
-def _plan(A, B, reuse, deterministic, trusted):
+def _plan(A, B, reuse, deterministic, trusted, check=False):
     """planner.plan, charging each format copied from A the comparison its GPU hits will make
-    (unless the caller vouches for A), so such a format wins only if it still wins after it."""
+    (unless the caller vouches for A), so such a format wins only if it still wins after it.
+    ``check``: check A's structure (a miss; a re-plan's A equals a checked one)."""
     return make_plan(A, B, reuse=reuse, deterministic=deterministic,
-                        per_call=None if trusted else hit_check)
+                     per_call=None if trusted else hit_check, check=check)
 
 
 def _prepare(plan, A):
     """(BoundPlan, private copy of A or None): the chosen format on A's own arrays when the
-    kernel aliases them (it cannot go stale), else on a copy the cache owns (A may change later)."""
+    kernel aliases them (it cannot go stale), else on a copy the cache owns (A may change later).
+    A was checked when planned (or the caller vouched for it): bind checks nothing again."""
     if aliasing_kernel(plan.kernel):
-        bound = plan.bind(A)
+        bound = plan.bind(A, check=False)
         if aliases(bound.prepared, A):
             return bound, None
     copy = _private_copy(A)
-    return plan.bind(copy), copy
+    return plan.bind(copy, check=False), copy
 
 
 def _pins(key, reference, A, B, trusted):
@@ -251,7 +290,7 @@ def _maybe_replan(cache, entry, A, B, reuse, deterministic, key, trusted=False) 
     if (plan.kernel, plan.params) == (old.plan.kernel, old.plan.params):
         cache.replace(entry, BoundPlan(plan, old.prepared), entry.reference)
     elif entry.reference is not None:            # A equals the entry's copy: prepare from the copy
-        cache.replace(entry, plan.bind(entry.reference), entry.reference)
+        cache.replace(entry, plan.bind(entry.reference, check=False), entry.reference)
     else:
         bound, reference = _prepare(plan, A)
         cache.replace(entry, bound, reference)
