@@ -150,6 +150,30 @@ class FeatureSchema:
         return {"version": self.version, "columns": list(self.columns), "kernels": list(self.kernels),
                 "ranges": {k: list(v) for k, v in self.ranges.items()}}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "FeatureSchema":
+        """The schema :meth:`to_dict` wrote; ValueError naming what is missing or malformed."""
+        if not isinstance(d, dict):
+            raise ValueError(f"feature_schema: expected an object, got {type(d).__name__}")
+        if d.get("version") != FEATURE_SCHEMA_VERSION:
+            raise ValueError(f"feature schema {d.get('version')}, this matplan computes schema "
+                             f"{FEATURE_SCHEMA_VERSION}")
+        columns, kernels, ranges = d.get("columns"), d.get("kernels"), d.get("ranges")
+        if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)
+                and len(set(columns)) == len(columns)):
+            raise ValueError("feature_schema.columns: expected a list of distinct names")
+        if not (isinstance(kernels, list) and all(isinstance(k, str) for k in kernels)):
+            raise ValueError("feature_schema.kernels: expected a list of kernel names")
+        needed = [f"op_{op}" for op in OPS] + list(RANGE_CHECKED) + [f"kernel:{k}" for k in kernels]
+        absent = [c for c in needed if c not in columns]
+        if absent:
+            raise ValueError(f"feature_schema.columns: missing {', '.join(absent)}")
+        if not (isinstance(ranges, dict) and set(ranges) == set(RANGE_CHECKED)
+                and all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
+                        for v in ranges.values())):
+            raise ValueError(f"feature_schema.ranges: expected [low, high] of each of {', '.join(RANGE_CHECKED)}")
+        return cls(tuple(columns), tuple(kernels), {c: (float(lo), float(hi)) for c, (lo, hi) in ranges.items()})
+
 
 __all__ = ["Query", "FeatureSchema", "base_features", "log_floor", "FEATURE_SCHEMA_VERSION", "TIME_FLOOR_S",
            "OPS", "RANGE_CHECKED"]

@@ -27,10 +27,11 @@ import numpy as np
 
 from ..core.version import __version__
 from ..kernels import get
-from ..models import learned
+from ..models import learned, learned_fit
 from ..planner.choose import TIE_MARGIN, _param_key, pick
 from ..core.types import Candidate
 from .dataset import load_dataset
+from .progress import Stages
 from .store import open_db
 
 METHODS = ("analytic", "learned", "combined")
@@ -38,7 +39,8 @@ METHODS = ("analytic", "learned", "combined")
 TARGET_GEOMEAN, TARGET_WORST = 1.05, 1.5
 #: How many of the worst picks each method's summary lists (those past the tie margin).
 WORST_LISTED = 8
-DEFAULT_OUT = Path("benchmarks") / "results"
+#: Where the JSON and plots go unless ``out`` names a folder: the current one.
+DEFAULT_OUT = Path(".")
 
 
 def _analytic_predictions(ds) -> tuple:
@@ -72,15 +74,16 @@ def _installed_model(ds) -> dict | None:
             "same_timings": trained_on == ds.hash()}
 
 
-def _leave_family_out(ds, kind, model_params) -> np.ndarray:
+def _leave_family_out(ds, kind, model_params, stages) -> np.ndarray:
     pred = np.full((len(ds), 2), np.nan)
     groups = np.array(ds.groups())
     for fam in sorted(set(groups)):
+        stages.step(f"{kind} model without {fam}")
         test = np.flatnonzero(groups == fam)
         train = np.flatnonzero(groups != fam)
-        if len(train) < learned.MIN_SAMPLES:
+        if len(train) < learned_fit.MIN_SAMPLES:
             continue
-        model = learned.LearnedCostModel(kind=kind, cv=0, **model_params).fit(ds.queries(train), ds.y(train))
+        model = learned_fit.LearnedCostModel(kind=kind, cv=0, **model_params).fit(ds.queries(train), ds.y(train))
         pred[test] = model.predict(ds.queries(test))
     return pred
 
@@ -115,12 +118,14 @@ def _summary(regrets, labels, picks, pred_err):
 
 
 def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None, plots: bool = True,
-             model_params: dict | None = None) -> dict:
-    """Evaluate the analytic, learned and combined models; write JSON (and plots) under ``out``.
+             model_params: dict | None = None, progress: bool = False) -> dict:
+    """Evaluate the analytic, learned and combined models; write JSON (and plots) into the folder
+    ``out`` (default the current folder, created if missing; False: write nothing).
 
-    ``model_params``: LearnedCostModel parameters for the fitted models (e.g. ``{"max_iter": 100}``).
+    ``db`` must exist (TuningDBError otherwise). ``model_params``: LearnedCostModel parameters
+    for the fitted models (e.g. ``{"max_iter": 100}``). ``progress``: a bar on stderr over the fits.
     """
-    store = open_db(db)
+    store = open_db(db, create=False)
     try:
         ds = load_dataset(store, device_class)
     finally:
@@ -128,11 +133,20 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
             store.close()
     if not ds.rows:
         raise ValueError(f"no usable timings for device class {ds.device_class!r}")
+    steps = 1 + 2 * len(set(ds.groups())) + len(reuses) + (out is not False)
+    with Stages(steps, "matplan report", progress) as stages:
+        report = _evaluate(ds, reuses, out, plots, model_params, stages)
+    return report
+
+
+def _evaluate(ds, reuses, out, plots, model_params, stages) -> dict:
+    """:func:`evaluate` on a loaded dataset, each step named on ``stages``."""
     with ds.calibrated():   # tsgemm scored as the live planner scores it: calibrated by its online timing
+        stages.step("analytic costs")
         analytic, calibrated = _analytic_predictions(ds)
         preds = {"analytic": analytic}
         for kind in ("learned", "combined"):
-            preds[kind] = _leave_family_out(ds, kind, dict(model_params or {}))
+            preds[kind] = _leave_family_out(ds, kind, dict(model_params or {}), stages)
             preds[kind][calibrated] = analytic[calibrated]
     measured = ds.y()
     by_problem: dict = {}
@@ -150,6 +164,7 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
               "model_params": dict(model_params or {}), "results": {}}
     regret_curves = {}
     for reuse in reuses:
+        stages.step(f"scoring reuse={reuse}")
         res = {}
         for method in METHODS:
             p = preds[method]
@@ -179,6 +194,7 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
                 "learned_better_than_analytic": min(l_["geomean_regret"], c["geomean_regret"]) < a["geomean_regret"]}
         report["results"][str(reuse)] = res
     if out is not False:
+        stages.step("writing")
         out_dir = Path(out) if out is not None else DEFAULT_OUT
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / f"learned_report_{ds.device_class.lower()}.json"

@@ -1,4 +1,6 @@
-"""The learned cost model: fit, save/load with metadata, refusal of tampered files, planner use, report."""
+"""The learned cost model: fit, save/load with metadata, refusal of tampered files, planner use, report.
+
+Loading safety, load failures and staleness: test_learned_files.py and test_learned_fingerprint.py."""
 import json
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import pytest
 from sklearn.base import clone
 
 from matplan import planner
-from matplan.models import learned
+from matplan.models import learned, learned_fit
 from matplan.tuning_db import tune as tune_mod
 from matplan.tuning_db import units as units_mod
 from matplan.tuning_db.dataset import load_dataset
@@ -41,9 +43,10 @@ def tuned_db(tmp_path_factory, kernels):
 
 @pytest.fixture(autouse=True)
 def model_dir(tmp_path, monkeypatch):
-    """Each test has its own empty user model folder and no cached model."""
+    """Each test has its own empty user model folder (where train saves), no named model, no cached model."""
     d = tmp_path / "models"
     monkeypatch.setenv(learned.MODEL_DIR_ENV, str(d))
+    monkeypatch.delenv(learned.MODEL_ENV, raising=False)
     monkeypatch.delenv(learned.COST_MODEL_ENV, raising=False)
     learned.clear_cache()
     yield d
@@ -67,7 +70,7 @@ def test_dataset_rows(dataset):
     assert dense_prep and min(dense_prep) > 0
 
 
-@pytest.mark.parametrize("kind", learned.KINDS)
+@pytest.mark.parametrize("kind", learned_fit.KINDS)
 def test_fit_predict_and_validation(dataset, kind):
     model = fit(dataset, kind=kind, cv=3, max_iter=150)
     pred = model.predict(dataset.queries())
@@ -85,16 +88,15 @@ def test_fit_predict_and_validation(dataset, kind):
     assert ("log_analytic_run" in model.schema_.columns) == (kind == "combined")
 
 
-def test_fast_prediction_matches_scikit_learn(dataset):
-    """The flat-forest walk gives scikit-learn's predictions, missing values (NaN) included."""
+def test_numpy_forests_match_scikit_learn(dataset):
+    """The exported NumPy forests give scikit-learn's predictions, missing values (NaN) included."""
     model = fit(dataset, kind="learned", cv=0, max_iter=80)
-    assert model._fast() is not None
     Z = model.schema_.transform(dataset.queries())
     Z[::3, 5] = np.nan
     Z[1::4] = Z[1::4] * 1.7
-    ref = np.exp(model._route(model.models_, Z))   # scikit-learn's regressors, routed by op
+    ref = np.exp(model._route(model.regressors_, Z))   # scikit-learn's regressors, routed by op
     model.fixed_prepare_ = {}   # compare the tree walks alone (see test_fixed_prepare)
-    np.testing.assert_allclose(model._predict_z(Z), ref, rtol=1e-12)
+    np.testing.assert_allclose(model.predict_z(Z), ref, rtol=1e-12)
 
 
 def test_fixed_prepare(dataset):
@@ -113,15 +115,16 @@ def test_fixed_prepare(dataset):
 
 def test_fixed_prepare_is_the_mean_of_a_bimodal_sample():
     """Two modes (35 us x 3, 65 us x 2): the median is the fast mode, the expected time is 47 us."""
-    from matplan.models.learned import Query, _fixed_prepare
+    from matplan.models.learned import Query
+    from matplan.models.learned_fit import _fixed_prepare
     queries = [Query(None, "spmv.csr_vector", {"W": 8}, None, reads_a_at_run=True) for _ in range(5)]
     y = np.array([[1e-5, 35e-6]] * 3 + [[1e-5, 65e-6]] * 2)
     assert _fixed_prepare(queries, y) == {"spmv.csr_vector": pytest.approx(47e-6)}
 
 
 def test_sklearn_conventions(dataset):
-    m = learned.LearnedCostModel(kind="learned", max_iter=50)
-    assert m.get_params()["max_iter"] == 50 and not hasattr(m, "models_")
+    m = learned_fit.LearnedCostModel(kind="learned", max_iter=50)
+    assert m.get_params()["max_iter"] == 50 and not hasattr(m, "forests_")
     c = clone(m).set_params(max_iter=20)
     assert c.max_iter == 20 and m.max_iter == 50
     with pytest.raises(RuntimeError, match="not fitted"):
@@ -134,9 +137,9 @@ def test_sklearn_conventions(dataset):
     with pytest.raises(ValueError, match="at least 10 timings"):
         m.fit(q[:3], y[:3])
     with pytest.raises(ValueError, match="kind: expected one of"):
-        learned.LearnedCostModel(kind="magic").fit(q, y)
+        learned_fit.LearnedCostModel(kind="magic").fit(q, y)
     with pytest.raises(ValueError, match="cv: expected"):
-        learned.LearnedCostModel(cv=1).fit(q, y)
+        learned_fit.LearnedCostModel(cv=1).fit(q, y)
     bad = y.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="finite"):
@@ -145,7 +148,7 @@ def test_sklearn_conventions(dataset):
 
 def test_train_save_load_roundtrip_with_metadata(tuned_db, dataset, model_dir):
     path, model = train(tuned_db, kind="combined", cv=3)
-    assert path == model_dir / "cpu.joblib" and path.with_suffix(".json").is_file()
+    assert path == model_dir / "cpu.npz" and path.with_suffix(".json").is_file()
     meta = json.loads(path.with_suffix(".json").read_text())
     import hashlib
     import sklearn
@@ -156,10 +159,12 @@ def test_train_save_load_roundtrip_with_metadata(tuned_db, dataset, model_dir):
     assert meta["feature_schema"]["columns"] == list(model.schema_.columns)
     assert meta["training_set_hash"] == dataset.hash()
     assert meta["training_set"]["families"] == sorted(FAMILIES)
-    loaded = learned.load("cpu")
+    assert meta["format"] == 2 and meta["sources"] == learned.learned_fingerprint.current()
+    loaded = learned.load_file(path)
+    assert type(loaded) is learned.CostModel
     np.testing.assert_array_equal(loaded.predict(dataset.queries()), model.predict(dataset.queries()))
     assert loaded.metadata_["name"] == "cpu" and "learned model 'cpu'" in loaded.describe()
-    assert learned.load("V100") is None  # no model for that class anywhere
+    assert learned.find("cpu") is None     # saved, but not named: the planner does not load it
     with pytest.raises(learned.ModelLoadError, match="device class 'cpu', not 'H100'"):
         learned.load_file(path, device_class="H100")
 
@@ -173,12 +178,14 @@ def trained(tuned_db, tmp_path_factory):
 
 
 @pytest.fixture
-def saved(trained, model_dir):
+def saved(trained, model_dir, monkeypatch):
+    """A copy of the trained model in the test's model folder, named by MATPLAN_MODEL."""
     model_dir.mkdir(parents=True, exist_ok=True)
-    for suffix in (".joblib", ".json"):
+    for suffix in (".npz", ".json"):
         (model_dir / f"cpu{suffix}").write_bytes(trained.with_suffix(suffix).read_bytes())
+    monkeypatch.setenv(learned.MODEL_ENV, str(model_dir / "cpu.npz"))
     learned.clear_cache()
-    return model_dir / "cpu.joblib"
+    return model_dir / "cpu.npz"
 
 
 def test_tampered_model_is_refused(saved):
@@ -186,29 +193,22 @@ def test_tampered_model_is_refused(saved):
     raw[len(raw) // 2] ^= 0xFF
     saved.write_bytes(bytes(raw))
     with pytest.raises(learned.ModelLoadError, match=f"{saved}.*SHA-256"):
-        learned.load("cpu")
-
-
-def test_models_load_only_from_allowed_folders(saved, tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    for suffix in (".joblib", ".json"):
-        (elsewhere / f"cpu{suffix}").write_bytes(saved.with_suffix(suffix).read_bytes())
-    with pytest.raises(learned.ModelLoadError, match="refusing to load .* models load only from"):
-        learned.load_file(elsewhere / "cpu.joblib")
+        learned.load_file(saved)
 
 
 def test_version_and_schema_mismatch(saved):
+    """Another scikit-learn version is no matter (the trees are plain arrays); another schema is refused."""
     meta_path = saved.with_suffix(".json")
     meta = json.loads(meta_path.read_text())
     meta["versions"]["sklearn"] = "0.0.1"
     meta_path.write_text(json.dumps(meta))
-    with pytest.warns(learned.ModelVersionWarning, match="sklearn 0.0.1"):
-        assert learned.load("cpu") is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert learned.load_file(saved) is not None
     meta["feature_schema"]["version"] = learned.FEATURE_SCHEMA_VERSION + 1
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(learned.ModelLoadError, match="feature schema"):
-        learned.load("cpu")
+        learned.load_file(saved)
 
 
 def _spmv_problem():
@@ -235,8 +235,9 @@ def test_planner_falls_back_to_analytic(kernels, saved, monkeypatch):
     monkeypatch.setenv(learned.COST_MODEL_ENV, "analytic")
     assert {c.source for c in planner.plan(A, x).candidates} <= {"analytic", "rejected"}
     monkeypatch.delenv(learned.COST_MODEL_ENV)
-    saved.unlink()                                    # no model for the class
-    assert {c.source for c in planner.plan(A, x).candidates} <= {"analytic", "rejected"}
+    saved.unlink()                                    # the named model is gone: one warning, analytic costs
+    with pytest.warns(learned.ModelWarning, match="cannot be read"):
+        assert {c.source for c in planner.plan(A, x).candidates} <= {"analytic", "rejected"}
 
 
 def test_planner_keeps_analytic_costs_outside_the_training_range(kernels, saved):
@@ -253,7 +254,7 @@ def test_planner_keeps_analytic_costs_outside_the_training_range(kernels, saved)
 def test_planner_warns_and_falls_back_on_a_tampered_model(kernels, saved):
     saved.write_bytes(saved.read_bytes()[:-10] + b"0123456789")
     A, x = _spmv_problem()
-    with pytest.warns(RuntimeWarning, match="analytic models.*SHA-256"):
+    with pytest.warns(learned.ModelWarning, match="analytic costs.*SHA-256"):
         p = planner.plan(A, x)
     assert {c.source for c in p.candidates} <= {"analytic", "rejected"}
 
@@ -315,7 +316,7 @@ def test_report_leave_family_out(tuned_db, tmp_path):
         assert rep["plots"] == []
 
 
-def test_report_says_whether_the_installed_model_saw_its_timings(tuned_db, dataset, model_dir):
+def test_report_says_whether_the_installed_model_saw_its_timings(tuned_db, dataset, model_dir, monkeypatch):
     """The report records its timings' training-set hash and whether the model the planner loads for
     the device class was fitted on exactly those timings (else the report's figures are not its own)."""
     def report():
@@ -323,6 +324,8 @@ def test_report_says_whether_the_installed_model_saw_its_timings(tuned_db, datas
     rep = report()
     assert rep["training_set_hash"] == dataset.hash() and rep["installed_model"] is None
     path, _ = train(tuned_db, cv=0, model_params={"max_iter": 20})
+    assert report()["installed_model"] is None       # saved, but the planner loads only a named model
+    monkeypatch.setenv(learned.MODEL_ENV, str(path))
     rep = report()
     assert rep["installed_model"] == {"name": path.stem, "folder": str(model_dir), "same_timings": True,
                                       "training_set_hash": dataset.hash()}
@@ -339,7 +342,8 @@ def test_cli_train_and_report(tuned_db, tmp_path, capsys, model_dir):
     assert main(["train", "--db", str(tuned_db), "--name", "cli-model", "--cv", "2",
                  "--max-iter", "40"]) == 0
     out = capsys.readouterr().out
-    assert "cli-model.joblib" in out and "learned model 'cli-model'" in out
+    assert "cli-model.npz" in out and "learned model 'cli-model'" in out
+    assert f"{learned.MODEL_ENV}={model_dir / 'cli-model.npz'}" in out
     assert (model_dir / "cli-model.json").is_file()
     assert main(["report", "--db", str(tuned_db), "--out", str(tmp_path), "--no-plots", "--reuse", "1",
                  "--max-iter", "40"]) == 0
@@ -362,44 +366,32 @@ def test_save_refuses_bad_names(dataset, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         learned.save(model, "ok-name_1.2", device_class="cpu", dir=tmp_path)
+    assert learned.load_file(tmp_path / "ok-name_1.2").metadata_["name"] == "ok-name_1.2"
+    with pytest.raises(ValueError, match="named after its device class"):
+        learned.save(model, "mine", device_class="cpu", dir=learned.PACKAGE_DIR)
 
 
 def test_shipped_h100_model_loads_and_checks_out():
-    """The default model shipped in the package: its file hash matches, and it predicts finite times."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a scikit-learn version other than the one it was saved with
-        model = learned.load_file(learned.PACKAGE_DIR / "h100.joblib", device_class="H100")
+    """The default model shipped in the package: its file hash matches, and it knows the main kernels."""
+    model = learned.load_file(learned.PACKAGE_DIR / "h100.npz", device_class="H100")
     assert model.metadata_["device_class"] == "H100" and model.n_samples_ >= 400
     assert {"spmv.csr_vector", "tsgemm.tsm2", "spgemm.hash"} <= set(model.kernels_)
 
 
 def test_per_op_regressors(dataset, monkeypatch):
     """Ops with PER_OP_MIN_SAMPLES timings get regressors of their own, and their rows are predicted
-    by them; per_op=False keeps one pair for every op; the flat forests agree with both."""
+    by them; per_op=False keeps one pair for every op; the NumPy forests agree with both."""
     ops = [q.features.op for q in dataset.queries()]
     assert {"spmv", "spmm"} <= set(ops)
-    monkeypatch.setattr(learned, "PER_OP_MIN_SAMPLES", min(ops.count("spmv"), ops.count("spmm")))
+    monkeypatch.setattr(learned_fit, "PER_OP_MIN_SAMPLES", min(ops.count("spmv"), ops.count("spmm")))
     model = fit(dataset, kind="combined", cv=0, max_iter=40, per_op=True)
-    assert set(model.models_) == {"*", "spmv", "spmm"}
+    assert set(model.regressors_) == set(model.forests_) == {"*", "spmv", "spmm"}
     Z = model.schema_.transform(dataset.queries())
     rows = np.array(ops) == "spmm"
-    own = np.column_stack([m.predict(Z[rows]) for m in model.models_["spmm"]])
-    np.testing.assert_allclose(model._route(model.models_, Z)[rows], own, rtol=1e-12)
-    assert model._fast() is not None
+    own = np.column_stack([m.predict(Z[rows]) for m in model.regressors_["spmm"]])
+    np.testing.assert_allclose(model._route(model.regressors_, Z)[rows], own, rtol=1e-12)
+    np.testing.assert_allclose(model._route(model.forests_, Z), model._route(model.regressors_, Z), rtol=1e-12)
     pooled = fit(dataset, kind="combined", cv=0, max_iter=40, per_op=False)
-    assert set(pooled.models_) == {"*"} and pooled._fast() is not None
-    np.testing.assert_allclose(pooled._route(pooled.models_, Z),
-                               np.column_stack([m.predict(Z) for m in pooled.models_["*"]]), rtol=1e-12)
-
-
-def test_models_saved_before_per_op_still_predict(dataset):
-    """A model pickled before per_op held its two regressors as a list: it predicts as fitted."""
-    model = fit(dataset, kind="combined", cv=0, max_iter=30)
-    Z = model.schema_.transform(dataset.queries())
-    want = model._predict_z(Z)
-    model.models_ = model.models_["*"]          # the old layout
-    model.__dict__.pop("_flat", None)
-    del model.__dict__["per_op"]                # and no such attribute: the class default
-    assert model._fast() is not None and model.get_params()["per_op"] is False
-    np.testing.assert_allclose(model._predict_z(Z), want, rtol=1e-12)
+    assert set(pooled.forests_) == {"*"}
+    np.testing.assert_allclose(pooled._route(pooled.forests_, Z),
+                               np.column_stack([m.predict(Z) for m in pooled.regressors_["*"]]), rtol=1e-12)
