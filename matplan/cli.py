@@ -9,9 +9,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import corpus, planner
+from .core import device as device_mod
+from .core.version import __version__
 from .core.xp import cupy_module, cupyx_sparse, gpu_available, to_host
-from .corpus.io import read_mtx
+from .corpus.io import read_matrix
 from .tuning_db import cli as tuning_cli
+from .tuning_db.cli import INTERRUPTED_EXIT, positive_int
 
 
 def _to_device(x, gpu: bool):
@@ -31,19 +34,26 @@ def _use_gpu(args) -> bool:
 
 
 def cmd_plan(args) -> int:
-    A = read_mtx(args.A)
+    if args.B and args.k is not None:
+        raise SystemExit("matplan plan: give B (a matrix file) or --k, not both")
+    A = read_matrix(args.A)
     rng = np.random.default_rng(args.seed)
-    if args.B and args.k:
-        raise SystemExit("matplan plan: give B.mtx or --k, not both")
     if args.B:
-        B = read_mtx(args.B)
-    elif args.k:
+        B = read_matrix(args.B)
+    elif args.k is not None:
         B = rng.random((A.shape[1], args.k)) + 0.5
     else:
         B = rng.random(A.shape[1]) + 0.5
     gpu = _use_gpu(args)
+    device = args.device
+    if device is not None and not gpu:
+        device_mod.known(device)      # a misspelt name is still an error
+        print(f"matplan plan: note: --device {device} ignored: "
+              + ("--cpu given" if args.cpu else "no GPU here (CuPy with an NVIDIA GPU is not available)")
+              + ", so this is the host's plan (NumPy/SciPy); --device applies on a GPU machine", file=sys.stderr)
+        device = None
     p = planner.plan(_to_device(A, gpu), _to_device(B, gpu), reuse=args.reuse,
-                     deterministic=args.deterministic, device=args.device, measure=args.measure)
+                     deterministic=args.deterministic, device=device, measure=args.measure)
     print(p.to_json() if args.json else p)
     return 0
 
@@ -109,6 +119,7 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="matplan", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"matplan {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def where(p):
@@ -117,15 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--cpu", action="store_true", help="run on the host even if a GPU is present")
         p.add_argument("--seed", type=int, default=0)
 
-    p = sub.add_parser("plan", help="print the plan for A.mtx times B.mtx, a dense k-column B, or a vector")
-    p.add_argument("A")
-    p.add_argument("B", nargs="?")
-    p.add_argument("--k", type=int, help="B is dense with K columns (random)")
-    p.add_argument("--reuse", type=int, default=1)
+    p = sub.add_parser("plan", help="print the plan for A times B (.mtx, .mtx.gz or .npz files), "
+                                    "a dense k-column B, or a vector")
+    p.add_argument("A", help="matrix file: Matrix Market (.mtx, .mtx.gz) or .npz")
+    p.add_argument("B", nargs="?", help="second matrix file (SpGEMM)")
+    p.add_argument("--k", type=positive_int, help="B is dense with K >= 1 columns (random)")
+    p.add_argument("--reuse", type=positive_int, default=1)
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--measure", choices=["auto", "always", "never"], default="auto",
                    help="time the finalists on the GPU (planner.plan's measure; default auto)")
-    p.add_argument("--device", help="plan for a known GPU (H100, A100, K40c, ...) instead of the one in use")
+    p.add_argument("--device", help="plan for a known GPU (H100, A100, K40c, ...) instead of the one in use; "
+                                    "ignored, with a note, when the plan is for the host")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     where(p)
     p.set_defaults(func=cmd_plan)
@@ -146,6 +159,9 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"matplan: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"matplan {args.cmd}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ def read_mtx(path, seed=0) -> sp.csr_matrix:
     return A
 
 
+def read_matrix(path, seed=0) -> sp.csr_matrix:
+    """A matrix file by its suffix: ``.npz`` (the shared format or ``scipy.sparse.save_npz``'s) or
+    Matrix Market (``.mtx``, ``.mtx.gz``); float64 CSR either way."""
+    p = _existing_file(path, "read_matrix")
+    return load_npz_matrix(p, seed) if p.suffix == ".npz" else read_mtx(p, seed)
+
+
 def write_mtx(path, A) -> Path:
     """Write a sparse matrix or dense 2-D array to ``path`` exactly (no suffix added).
 
@@ -88,6 +95,8 @@ def load_npz_matrix(path, seed=0) -> sp.csr_matrix:
     p = _existing_file(path, "load_npz_matrix")
     try:
         with np.load(p, allow_pickle=False) as z:
+            if "format" in z.files and z["format"].item() not in (b"csr", "csr"):
+                return _canonical(sp.load_npz(p))        # scipy.sparse.save_npz of another format
             missing = {"shape", "indptr", "indices"} - set(z.files)
             if missing:
                 raise ValueError(f"missing arrays {sorted(missing)} (has {sorted(z.files)})")
@@ -173,4 +182,4 @@ def real_matrices(dir=None, seed=0):
         name = matrix_name(p)
         if name is None or not p.is_file():
             continue
-        yield name, (load_npz_matrix(p, seed) if p.suffix == ".npz" else read_mtx(p, seed))
+        yield name, read_matrix(p, seed)

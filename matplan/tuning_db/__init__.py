@@ -9,7 +9,7 @@ The workflow on a GPU machine::
 
     matplan tune --size small medium spgemm        # resumable; --n-jobs 2 on two GPUs
     matplan train                                  # -> the user's model folder; --package to ship it
-    matplan report                                 # leave-family-out regret -> benchmarks/results/
+    matplan report --out results                   # leave-family-out regret -> results/
     matplan db export timings.jsonl                # pool with `matplan db import` elsewhere
 
 Submodules load lazily so that importing the planner never imports the tuner. (``tune`` and

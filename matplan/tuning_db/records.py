@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 #: A timing ran and was checked (``ok``) or raised (``failed``).
 STATUSES = ("ok", "failed")
@@ -91,16 +92,70 @@ RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": Timi
                  "calibration": CalibrationRecord}
 
 
+#: Fields of a natural key: a non-empty string.
+_KEYS = {"key", "device_class", "backend", "name", "fingerprint", "op", "dtype", "device_key", "problem",
+         "kernel", "params", "matplan_version"}
+#: Fields holding milliseconds: a finite number >= 0 (or None).
+_TIMES = {"prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max"}
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _field_problem(name: str, type_: str, v) -> str | None:
+    """What is wrong with value ``v`` of field ``name`` (annotated ``type_``), or None."""
+    if type_ == "str":
+        if not isinstance(v, str):
+            return "expected a string"
+        if name in _KEYS and not v:
+            return "expected a non-empty string"
+        if name == "params":
+            try:
+                parsed = json.loads(v)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                return "expected a JSON object (the kernel's parameters)"
+    elif type_ == "int":
+        if not (isinstance(v, int) and not isinstance(v, bool)) or v < 0:
+            return "expected a non-negative integer"
+    elif type_ == "float | None":
+        if v is not None and not _is_number(v):
+            return "expected a number or null"
+        if v is not None and name in _TIMES and not (math.isfinite(v) and v >= 0):
+            return "expected a finite number of milliseconds >= 0"
+    elif type_ == "bool | None":
+        if v is not None and not isinstance(v, bool):
+            return "expected true, false or null"
+    elif type_ == "dict" and not isinstance(v, dict):
+        return "expected a JSON object"
+    return None
+
+
 def record_from_dict(kind: str, d: dict):
-    """The ``kind`` record ('device', 'problem', 'timing', 'calibration') of an export line's fields."""
+    """The ``kind`` record ('device', 'problem', 'timing', 'calibration') of an export line's or a
+    row's fields, every field checked: ValueError naming the field otherwise. Unknown fields (a
+    newer matplan's) are ignored."""
+    if kind not in RECORD_TYPES:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {sorted(RECORD_TYPES)}")
+    if not isinstance(d, dict):
+        raise ValueError(f"{kind} record: expected a JSON object, got {type(d).__name__}")
     cls = RECORD_TYPES[kind]
-    names = {f.name for f in dataclasses.fields(cls)}
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-               and f.name not in d]
+    fields = dataclasses.fields(cls)
+    missing = [f.name for f in fields if f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and f.name not in d]
     if missing:
         raise ValueError(f"{kind} record lacks {missing}")
-    return cls(**{k: v for k, v in d.items() if k in names})
+    for f in fields:
+        if f.name in d:
+            wrong = _field_problem(f.name, f.type, d[f.name])
+            if wrong:
+                raise ValueError(f"{kind} record: {f.name}: {wrong}, got {d[f.name]!r}")
+    try:
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d})
+    except ValueError as e:
+        raise ValueError(f"{kind} record: {e}") from e
 
 
 __all__ = ["DeviceRecord", "ProblemRecord", "TimingRecord", "CalibrationRecord", "canonical_params",

@@ -19,6 +19,7 @@ from ..core.features import Features
 from ..core.validation import normalize
 from ..corpus.io import matrices_dir as default_matrices
 from .identity import problem_fingerprint
+from .progress import bar
 from .store import TuningDB
 from .units import WorkUnit
 
@@ -36,32 +37,46 @@ def _unit(problem, matrices_dir):
     return unit
 
 
-def refresh_features(store: TuningDB, matrices_dir=None, progress=print) -> dict:
+def refresh_features(store: TuningDB, matrices_dir=None, log=None, progress: bool = False) -> dict:
     """Add missing feature keys to every stored problem that lacks some; returns counts
     ``{'updated', 'current', 'skipped'}`` (skipped: operands not rebuildable or fingerprint
-    differs; each is reported through ``progress``)."""
+    differs; each is reported through ``log``, a function of one line, default printing it).
+    ``progress``: a bar on stderr over the problems to rebuild (each costs its matrix's build)."""
     matrices_dir = matrices_dir if matrices_dir is not None else default_matrices()
     counts = {"updated": 0, "current": 0, "skipped": 0}
     updates = {}
+    todo = []
     for p in store.problems():
         missing = _missing(p.features)
-        if not missing:
+        if missing:
+            todo.append((p, missing))
+        else:
             counts["current"] += 1
-            continue
-        try:
-            unit = _unit(p, matrices_dir)
-            A, B = unit.build()
-            if problem_fingerprint(unit.op, A, B) != p.fingerprint:
-                raise ValueError("the rebuilt operands have another fingerprint (generator or file changed)")
-            fresh = stats.compute(normalize(A, B), device_mod.current()).to_dict()
-        except (OSError, ValueError, TypeError) as e:
-            counts["skipped"] += 1
-            progress(f"skipped {p.source}: {e}")
-            continue
-        updates[p.fingerprint] = dict(p.features, **{k: fresh[k] for k in missing})
-        counts["updated"] += 1
+    with bar(len(todo), "matplan db refresh-features", "problem", progress) as shown:
+        say = log or shown.write
+        for p, missing in todo:
+            fresh = _fresh(p, matrices_dir, say)
+            shown.update(1)
+            if fresh is None:
+                counts["skipped"] += 1
+                continue
+            updates[p.fingerprint] = dict(p.features, **{k: fresh[k] for k in missing})
+            counts["updated"] += 1
     store.update_features(updates)
     return counts
+
+
+def _fresh(p, matrices_dir, say) -> dict | None:
+    """The features of problem ``p`` rebuilt from its source, or None (said why) when it cannot be."""
+    try:
+        unit = _unit(p, matrices_dir)
+        A, B = unit.build()
+        if problem_fingerprint(unit.op, A, B) != p.fingerprint:
+            raise ValueError("the rebuilt operands have another fingerprint (generator or file changed)")
+        return stats.compute(normalize(A, B), device_mod.current()).to_dict()
+    except (OSError, ValueError, TypeError) as e:
+        say(f"skipped {p.source}: {e}")
+        return None
 
 
 __all__ = ["refresh_features"]

@@ -40,6 +40,8 @@ from typing import Iterable, Iterator
 from ..core.paths import user_folder
 from .records import (RECORD_TYPES, CalibrationRecord, DeviceRecord, ProblemRecord, TimingRecord,
                       record_from_dict)
+from .schema import (MIGRATIONS, VERSION_TABLE, apply_migrations, describe_schema, expected_schema,
+                     latest_version, schema_differences)
 
 #: Environment variable naming the database file.
 DB_ENV = "MATPLAN_TUNING_DB"
@@ -58,45 +60,6 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 class TuningDBError(Exception):
     """The database file cannot be used (corrupt, foreign, newer schema, unreadable export)."""
-
-
-# --- schema and migrations ---------------------------------------------------------------
-_V1 = [
-    """CREATE TABLE devices (
-        key TEXT PRIMARY KEY, device_class TEXT NOT NULL, backend TEXT NOT NULL, name TEXT NOT NULL,
-        compute_capability TEXT NOT NULL DEFAULT '', sms INTEGER NOT NULL DEFAULT 0,
-        memory_bytes INTEGER NOT NULL DEFAULT 0, driver TEXT NOT NULL DEFAULT '',
-        cuda TEXT NOT NULL DEFAULT '', cupy TEXT NOT NULL DEFAULT '', spec TEXT NOT NULL)""",
-    """CREATE TABLE problems (
-        fingerprint TEXT PRIMARY KEY, op TEXT NOT NULL, dtype TEXT NOT NULL, source TEXT NOT NULL,
-        family TEXT NOT NULL, matrix TEXT NOT NULL, features TEXT NOT NULL)""",
-    "CREATE INDEX problems_source ON problems(source)",
-    """CREATE TABLE timings (
-        id INTEGER PRIMARY KEY,
-        device_key TEXT NOT NULL REFERENCES devices(key),
-        problem TEXT NOT NULL REFERENCES problems(fingerprint),
-        kernel TEXT NOT NULL, params TEXT NOT NULL, matplan_version TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-        prepare_ms REAL, run_ms_median REAL, run_ms_min REAL, run_ms_max REAL,
-        repeats INTEGER NOT NULL DEFAULT 0, matched INTEGER, max_error REAL,
-        error TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, host TEXT NOT NULL DEFAULT '',
-        UNIQUE (device_key, problem, kernel, params, matplan_version))""",
-    "CREATE INDEX timings_problem ON timings(problem)",
-]
-
-#: (version, statements): applied in order to bring a file from the version before to this one.
-#: Add a step (never edit a released one) when the schema changes.
-MIGRATIONS: list[tuple[int, list[str]]] = [
-    (1, _V1),
-    (2, ["""CREATE TABLE calibrations (
-        device_key TEXT NOT NULL REFERENCES devices(key), kernel TEXT NOT NULL, key TEXT NOT NULL,
-        value TEXT NOT NULL, matplan_version TEXT NOT NULL, created_at TEXT NOT NULL,
-        UNIQUE (device_key, kernel, key, matplan_version))"""]),
-]
-
-
-def latest_version(migrations=None) -> int:
-    return (migrations or MIGRATIONS)[-1][0]
 
 
 def default_path() -> Path:
@@ -130,7 +93,8 @@ class TuningDB:
         if exists:
             self._check_header()
         elif not create:
-            raise TuningDBError(f"tuning database {self.path} does not exist")
+            raise TuningDBError(f"tuning database {self.path} does not exist (check the path; "
+                                "`matplan tune` and `matplan db import` create one)")
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -179,15 +143,9 @@ class TuningDB:
     def _migrate(self, conn):
         """Apply the missing steps inside the caller's write transaction (re-read under the lock)."""
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-        current = row[0] or 0
-        for version, statements in self._migrations:
-            if version <= current:
-                continue
-            for sql in statements:
-                conn.execute(sql)
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        conn.execute(VERSION_TABLE)
+        current = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+        apply_migrations(conn, self._migrations, current)
 
     @property
     def schema_version(self) -> int:
@@ -197,8 +155,11 @@ class TuningDB:
             return 0
         return self._conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
 
-    def check(self) -> None:
-        """SQLite's full integrity check; raises TuningDBError naming the file on damage."""
+    def check(self) -> list[str]:
+        """Check the whole file: SQLite's integrity check, the schema (every table, column with its
+        type and constraints, foreign key and index the migrations build) and that every timing and
+        calibration refers to a recorded device and problem. Raises TuningDBError naming the file
+        and listing every difference; returns what was checked."""
         try:
             rows = self._conn.execute("PRAGMA integrity_check").fetchall()
         except sqlite3.DatabaseError as e:
@@ -206,6 +167,22 @@ class TuningDB:
         messages = [r[0] for r in rows]
         if messages != ["ok"]:
             raise TuningDBError(f"tuning database {self.path} is damaged: " + "; ".join(messages[:5]))
+        want = expected_schema(self._migrations)
+        diffs = schema_differences(describe_schema(self._conn), want)
+        if diffs:
+            raise TuningDBError(f"tuning database {self.path} does not have the schema of version "
+                                f"{self.schema_version} ({len(diffs)} differences):\n  " + "\n  ".join(diffs))
+        dangling = self._query("PRAGMA foreign_key_check")
+        if dangling:
+            by_table: dict = {}
+            for r in dangling:
+                key = f"{r[0]} -> {r[2]}"
+                by_table[key] = by_table.get(key, 0) + 1
+            raise TuningDBError(f"tuning database {self.path}: records refer to rows that do not exist: "
+                                + ", ".join(f"{n} {k}" for k, n in sorted(by_table.items())))
+        return ["integrity", f"schema v{self.schema_version}: {len(want)} tables, "
+                f"{sum(len(t['columns']) for t in want.values())} columns, "
+                f"{sum(len(t['indexes']) for t in want.values())} indexes", "references"]
 
     def close(self):
         self._conn.close()
@@ -237,10 +214,11 @@ class TuningDB:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 out = fn(self._conn)
+                self._conn.execute("COMMIT")    # may fail too (a deferred foreign key): then roll back
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
             return out
         try:
             return self._retry(attempt)
@@ -314,7 +292,11 @@ class TuningDB:
             for c in calibrations:
                 self._insert_calibration(conn, c)
             return sum(self._insert_timing(conn, t) for t in timings)
-        return self._write(write)
+        try:
+            return self._write(write)
+        except sqlite3.IntegrityError as e:
+            raise TuningDBError(f"tuning database {self.path}: {e} (a timing or calibration must refer to a "
+                                "device and problem recorded before or with it); nothing was written") from e
 
     def update_features(self, features: dict) -> int:
         """Replace the stored features of problems: ``{fingerprint: features dict}``; rows changed."""
@@ -350,10 +332,10 @@ class TuningDB:
         return out
 
     def devices(self) -> list[DeviceRecord]:
-        return [self._device(r) for r in self._query("SELECT * FROM devices ORDER BY key")]
+        return [self._record("device", r) for r in self._query("SELECT * FROM devices ORDER BY key")]
 
     def problems(self) -> list[ProblemRecord]:
-        return [self._problem(r) for r in self._query("SELECT * FROM problems ORDER BY fingerprint")]
+        return [self._record("problem", r) for r in self._query("SELECT * FROM problems ORDER BY fingerprint")]
 
     def timings(self, device_class: str | None = None, status: str | None = None) -> list[TimingRecord]:
         sql = "SELECT t.* FROM timings t JOIN devices d ON d.key = t.device_key WHERE 1=1"
@@ -365,7 +347,7 @@ class TuningDB:
             sql += " AND t.status = ?"
             args.append(status)
         sql += " ORDER BY t.device_key, t.problem, t.kernel, t.params, t.matplan_version"
-        return [self._timing(r) for r in self._query(sql, args)]
+        return [self._record("timing", r) for r in self._query(sql, args)]
 
     def calibrations(self, device_class: str | None = None, kernel: str | None = None) -> list[CalibrationRecord]:
         sql = "SELECT c.* FROM calibrations c JOIN devices d ON d.key = c.device_key WHERE 1=1"
@@ -375,35 +357,28 @@ class TuningDB:
                 sql += f" AND {col} = ?"
                 args.append(value)
         sql += " ORDER BY c.device_key, c.kernel, c.key, c.matplan_version"
-        out = []
-        for row in self._query(sql, args):
-            d = dict(row)
-            d["value"] = json.loads(d["value"])
-            out.append(record_from_dict("calibration", d))
-        return out
+        return [self._record("calibration", r) for r in self._query(sql, args)]
 
     def device_classes(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT device_class FROM devices ORDER BY 1")]
 
-    @staticmethod
-    def _device(row) -> DeviceRecord:
-        d = dict(row)
-        d["spec"] = json.loads(d["spec"])
-        return record_from_dict("device", d)
+    #: Columns stored as JSON text, by record kind.
+    _JSON_COLUMNS = {"device": "spec", "problem": "features", "calibration": "value"}
 
-    @staticmethod
-    def _problem(row) -> ProblemRecord:
-        d = dict(row)
-        d["features"] = json.loads(d["features"])
-        return record_from_dict("problem", d)
-
-    @staticmethod
-    def _timing(row) -> TimingRecord:
+    def _record(self, kind: str, row):
+        """The ``kind`` record of a row read back; TuningDBError naming the file and row if invalid
+        (a row an older matplan imported unchecked)."""
         d = dict(row)
         d.pop("id", None)
-        if d["matched"] is not None:
-            d["matched"] = bool(d["matched"])
-        return record_from_dict("timing", d)
+        try:
+            col = self._JSON_COLUMNS.get(kind)
+            if col is not None:
+                d[col] = json.loads(d[col])
+            if kind == "timing" and d["matched"] is not None:
+                d["matched"] = bool(d["matched"])
+            return record_from_dict(kind, d)
+        except (ValueError, TypeError) as e:
+            raise TuningDBError(f"tuning database {self.path}: a stored {kind} is invalid: {e}") from e
 
     # -- pooling ----------------------------------------------------------------------------
     def records(self) -> Iterator[tuple[str, object]]:
@@ -440,48 +415,84 @@ class TuningDB:
         os.replace(tmp, path)
         return counts
 
-    def merge(self, path, batch: int = 500) -> dict:
-        """Import the records of an export (JSON lines or SQLite copy); returns counts added/present.
+    def merge(self, path) -> dict:
+        """Import the records of an export (JSON lines or an SQLite copy), all or nothing.
 
-        Existing records win, except that an 'ok' timing replaces a 'failed' one.
+        Every record is checked first: its fields (types, required ones, numbers that are
+        numbers), and that each timing's device and problem and each calibration's device are in
+        the file or already in this database. A bad record raises TuningDBError naming its line
+        (or, in an SQLite copy, its key) and nothing is imported; the good ones are then written in
+        one transaction. Returns counts added and read. Existing records win, except that an
+        'ok' timing replaces a 'failed' one; importing a file twice adds nothing.
         """
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"merge: no file at {path}")
-        with open(path, "rb") as f:
-            is_sqlite = f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-        if is_sqlite:
-            other = TuningDB(path, create=False)
-            try:
-                return self._merge_records(other.records(), batch)
-            finally:
-                other.close()
-        return self._merge_records(_read_export(path), batch)
+            raise FileNotFoundError(f"import: no file at {path}")
+        try:
+            source = self._import_source(path)
+            self._check_references(path, source())
+            return self._write(lambda conn: self._insert_all(conn, source()))
+        except (sqlite3.IntegrityError, TuningDBError) as e:
+            where = "" if isinstance(e, TuningDBError) else f"import {path}: "
+            raise TuningDBError(f"{where}{e}\nnothing was imported (the import is one transaction): "
+                                "fix the file and run the same command again") from e
 
-    def _merge_records(self, records, batch) -> dict:
-        added = dict.fromkeys(RECORD_TYPES, 0)
-        seen = dict.fromkeys(added, 0)
+    def _insert_all(self, conn, records) -> dict:
+        """Insert (where, kind, record) items inside the caller's transaction; counts added and read."""
+        conn.execute("PRAGMA defer_foreign_keys = ON")   # a record may come before its device
         inserters = {"device": self._insert_device, "problem": self._insert_problem,
                      "timing": self._insert_timing, "calibration": self._insert_calibration}
-        chunk: list = []
-
-        def flush():
-            def write(conn):
-                for kind, rec in chunk:
-                    added[kind] += inserters[kind](conn, rec)
-            self._write(write)
-            chunk.clear()
-        for kind, rec in records:
+        added, seen = dict.fromkeys(RECORD_TYPES, 0), dict.fromkeys(RECORD_TYPES, 0)
+        for _, kind, rec in records:
             seen[kind] += 1
-            chunk.append((kind, rec))
-            if len(chunk) >= batch:
-                flush()
-        if chunk:
-            flush()
+            added[kind] += inserters[kind](conn, rec)
         return {f"{k}s_added": added[k] for k in added} | {f"{k}s_read": seen[k] for k in seen}
+
+    @staticmethod
+    def _import_source(path: Path):
+        """A function returning an iterator of (where, kind, record) over the file's records."""
+        with open(path, "rb") as f:
+            is_sqlite = f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+        if not is_sqlite:
+            return lambda: _read_export(path)
+        with TuningDB(path, create=False) as other:
+            records = [(f"{kind} {getattr(rec, _KEY_OF[kind])!r}", kind, rec) for kind, rec in other.records()]
+        return lambda: iter(records)
+
+    def _check_references(self, path, records) -> None:
+        """TuningDBError naming the first records whose device or problem is neither among
+        ``records`` nor in this database."""
+        devices, problems, refs = set(), set(), []
+        for where, kind, rec in records:
+            if kind == "device":
+                devices.add(rec.key)
+            elif kind == "problem":
+                problems.add(rec.fingerprint)
+            else:
+                refs.append((where, kind, "device", rec.device_key))
+                if kind == "timing":
+                    refs.append((where, kind, "problem", rec.problem))
+        for what, keys, table, col in (("device", devices, "devices", "key"),
+                                       ("problem", problems, "problems", "fingerprint")):
+            wanted = {key for _, _, w, key in refs if w == what} - keys
+            if wanted:     # those already in this database
+                keys |= {r[0] for r in self._query(f"SELECT {col} FROM {table}") if r[0] in wanted}
+        bad = [(where, kind, what, key) for where, kind, what, key in refs
+               if key not in (devices if what == "device" else problems)]
+        if bad:
+            lines = [f"{path}, {where}: the {kind} refers to {what} {key!r}, which is neither in the file "
+                     "nor in the database" for where, kind, what, key in bad[:5]]
+            more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+            raise TuningDBError("\n".join(lines) + more)
+
+
+#: The attribute naming each kind of record (where an SQLite copy's bad record is reported).
+_KEY_OF = {"device": "key", "problem": "fingerprint", "timing": "key", "calibration": "natural_key"}
 
 
 def _read_export(path: Path):
+    """(where, kind, record) of every line of a JSON-lines export, each checked; TuningDBError
+    naming the line otherwise."""
     with open(path) as f:
         try:
             head = json.loads(f.readline() or "null")
@@ -498,11 +509,11 @@ def _read_export(path: Path):
                 continue
             try:
                 d = json.loads(line)
+                if not isinstance(d, dict) or "kind" not in d:
+                    raise ValueError("expected a JSON object with a 'kind'")
                 kind = d.pop("kind")
-                if kind not in RECORD_TYPES:
-                    raise ValueError(f"unknown kind {kind!r}")
-                yield kind, record_from_dict(kind, d)
-            except (ValueError, KeyError, TypeError) as e:
+                yield f"line {lineno}", kind, record_from_dict(kind, d)
+            except (ValueError, TypeError) as e:
                 raise TuningDBError(f"{path}, line {lineno}: bad record: {e}") from e
 
 

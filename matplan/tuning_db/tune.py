@@ -28,15 +28,14 @@ import dataclasses
 import importlib
 import multiprocessing
 import os
+import signal
 import socket
-import sys
 import time
 import traceback
 
 import joblib
 import numpy as np
 import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from ..core import device as device_mod
 from ..core import features as stats
@@ -45,6 +44,7 @@ from ..core.version import __version__
 from ..core.xp import cupy_module, cupyx_sparse, gpu_available
 from ..kernels import kernels_for
 from . import calibration, identity
+from .progress import bar as progress_bar
 from .reference import check_reference_fits, max_error, reference, tolerance
 from .records import ProblemRecord, TimingRecord, canonical_params
 from .store import TuningDB, open_db
@@ -327,6 +327,15 @@ class TuneSummary:
         return s
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`tune`: every problem finished before it is recorded (``summary``
+    counts them), so the same call resumes the run."""
+
+    def __init__(self, summary: TuneSummary):
+        super().__init__(f"interrupted after {summary.units} problems")
+        self.summary = summary
+
+
 def _gpu_count() -> int:
     cp = cupy_module()
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
@@ -378,10 +387,7 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     pending = {u.key: u for u in units}
     t0 = time.perf_counter()
     try:
-        tty = sys.stderr.isatty()
-        bar = tqdm(total=len(units), desc="matplan tune", unit="problem", disable=not progress,
-                   dynamic_ncols=tty, mininterval=0.1 if tty else 15.0)    # logs: a line every 15 s
-        with bar:
+        with progress_bar(len(units), "matplan tune", "problem", progress) as bar:
             restarts = 0
             while pending:
                 done = {u: store.done_for_source(u.key, settings.version, include_failed=not retry_failed)
@@ -402,6 +408,9 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
                               f"starting fresh workers for the {len(pending)} problems left "
                               f"(restart {restarts} of at most {MAX_RESTARTS})")
         summary.restarts = restarts
+    except KeyboardInterrupt:
+        summary.seconds = time.perf_counter() - t0
+        raise Interrupted(summary) from None
     finally:
         summary.seconds = time.perf_counter() - t0
         if opened_here:
@@ -427,6 +436,12 @@ def _record(store, res, summary, bar):
     if res.context_lost:
         bar.write(f"matplan tune: {res.timings[-1].kernel} left the device unusable on {res.unit.key}; "
                   "recorded as failed, the rest of that problem runs in a fresh worker")
+
+
+def _ignore_sigint():
+    """Loky workers' initializer: Ctrl-C (sent to the whole process group) is the calling
+    process's to handle; a worker that took it would print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _results(units, done, settings, n_jobs, scheduler, backend, bar):
@@ -455,7 +470,8 @@ def _results(units, done, settings, n_jobs, scheduler, backend, bar):
                 for i in range(n_jobs):
                     pool.put(i)
             jobs = (joblib.delayed(run_unit)(u, done[u], isolated, pool) for u in units)
+            stack.enter_context(joblib.parallel_config(backend="loky", initializer=_ignore_sigint))
         yield from joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs)
 
 
-__all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "measure"]
+__all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "Interrupted", "measure"]

@@ -10,7 +10,7 @@ import numpy as np
 from .. import corpus
 from ..core.validation import TSGEMM_MAX_K, TSGEMM_MIN_ASPECT
 from ..corpus._common import make_rng, random_values
-from ..corpus.io import MATRIX_SUFFIXES
+from ..corpus.io import MATRIX_SUFFIXES, read_matrix
 from ..corpus.io import matrix_name as _file_matrix_name
 
 #: Default dense-B widths for SpMM, and k for the tall-and-skinny products.
@@ -71,8 +71,7 @@ class WorkUnit:
         if self.origin == "corpus":
             A = corpus.load(self.family, self.size, seed=self.seed)
         elif self.origin == "file":
-            p = Path(self.path)
-            A = corpus.load_npz_matrix(p, self.seed) if p.suffix == ".npz" else corpus.read_mtx(p, self.seed)
+            A = read_matrix(self.path, self.seed)
         else:
             raise ValueError(f"origin: expected 'corpus' or 'file', got {self.origin!r}")
         A = A.astype(dtype)
