@@ -11,9 +11,10 @@ import scipy.sparse as sp
 from . import corpus, planner
 from .core import device as device_mod
 from .core.version import __version__
-from .core.xp import cupy_module, cupyx_sparse, gpu_available, to_host
+from .core.xp import cupy_module, cupyx_sparse, to_host, why_no_gpu
+from .kernels import _store as kernel_store, prebuild
 from .corpus.io import read_matrix
-from .tuning_db import cli as tuning_cli
+from .tuning_db import cli as tuning_cli, progress
 from .tuning_db.cli import INTERRUPTED_EXIT, positive_int
 
 
@@ -28,9 +29,19 @@ def _to_device(x, gpu: bool):
 def _use_gpu(args) -> bool:
     if args.cpu:
         return False
-    if args.gpu and not gpu_available():
-        raise SystemExit("matplan: --gpu given but CuPy with an NVIDIA GPU is not available")
-    return gpu_available()
+    why = why_no_gpu()
+    if args.gpu and why:
+        raise SystemExit(f"matplan: --gpu given but there is no GPU to use: {why}")
+    return why is None
+
+
+def _where(args, gpu: bool) -> str:
+    """'the GPU (NVIDIA H100 80GB HBM3)', or 'the CPU' and why."""
+    if gpu:
+        cp = cupy_module()
+        name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+        return f"the GPU ({name.decode() if isinstance(name, bytes) else name})"
+    return "the CPU (" + ("--cpu given" if args.cpu else why_no_gpu()) + ")"
 
 
 def cmd_plan(args) -> int:
@@ -107,7 +118,7 @@ def cmd_demo(args) -> int:
                      f"{ms:.3f}", f"{'ok' if ok else 'FAIL'} ({err:.1e})"))
     head = ("op", "matrix", "nnz", "kernel", "params", "ms", "check vs SciPy")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    print(f"matplan demo on the {'GPU' if gpu else 'CPU (no GPU found)'}")
+    print(f"matplan demo on {_where(args, gpu)}")
     for r in [head] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     if args.explain:
@@ -115,6 +126,39 @@ def cmd_demo(args) -> int:
             print(f"\n{p}")
     print(f"{len(rows) - failures}/{len(rows)} results match SciPy")
     return 1 if failures else 0
+
+
+def _shape(text: str) -> tuple:
+    """'20000x20000x8' -> (20000, 20000, 8)."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers (e.g. 20000x20000x8), got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def cmd_warmup(args) -> int:
+    why = why_no_gpu()
+    if why:
+        raise SystemExit(f"matplan warmup: needs CuPy and an NVIDIA GPU ({why})")
+    def bar(desc):
+        def wrap(items):
+            with progress.bar(len(items), desc, "module", not args.no_progress) as b:
+                for item in items:
+                    yield item
+                    b.update(1)
+        return wrap
+
+    start = time.perf_counter()
+    units = prebuild.warmup(bar("matplan warmup"))
+    kernels = sum(n for _, n, _ in units)
+    print(f"matplan warmup: {kernels} kernels of {len(units)} modules ready in "
+          f"{time.perf_counter() - start:.1f} s on {_where(args, True)}")
+    if args.tsgemm:
+        start = time.perf_counter()
+        mods = prebuild.warmup_tsgemm(args.tsgemm, bar("TSM2 register kernels"))
+        print(f"matplan warmup: {sum(n for n, _ in mods)} TSM2 register kernels of {len(mods)} modules ready "
+              f"in {time.perf_counter() - start:.1f} s (kept in {kernel_store.user_dir()})")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="also print every plan in full")
     where(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("warmup", help="load (or compile once) every kernel for the GPU in use, for images "
+                                      "that bake the cost in")
+    p.add_argument("--tsgemm", type=_shape, nargs="+", metavar="MxNxK",
+                   help="also compile TSM2's register kernels that planning these products times")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_warmup)
 
     tuning_cli.add_subparsers(sub)
     return ap

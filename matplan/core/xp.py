@@ -9,13 +9,30 @@ import numpy as np
 @functools.lru_cache(maxsize=None)
 def cupy_module():
     """CuPy if it imports and sees a GPU, else None (cached per process)."""
+    return None if why_no_gpu() else _cupy
+
+
+_cupy = None
+
+
+@functools.lru_cache(maxsize=None)
+def why_no_gpu() -> str | None:
+    """Why matplan runs on the host here, in one line for a user; None when CuPy sees a GPU."""
+    global _cupy
     try:
         import cupy
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return None
-        return cupy
-    except Exception:  # ImportError, or CUDA driver missing/broken
-        return None
+    except ImportError:
+        return "CuPy is not installed: pip install 'matplan[cuda]'"
+    except Exception as exc:  # noqa: BLE001  a broken install: say what it raised
+        return f"CuPy failed to import ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001  no driver, or a driver too old for CuPy's CUDA
+        return f"CuPy found no usable NVIDIA driver ({type(exc).__name__}: {exc})"
+    if count < 1:
+        return "CuPy found no NVIDIA GPU"
+    _cupy = cupy
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,9 +1,10 @@
 """Loading the ``.cu`` files beside the kernel modules as CuPy RawModules, once per device.
 
 Kernel families call :func:`module` with the source file name and the template
-instantiations they launch (``name_expressions``); the compiled module is
-memoised per (file, names, options, device) like CuPy's own kernel factories,
-and NVRTC's output is cached on disk by CuPy.
+instantiations they launch (``name_expressions``); the module is memoised per (file, names,
+options, device) like CuPy's own kernel factories. It is loaded from a kept binary where one
+fits (``_store``: the package's prebuilt kernels, then those compiled earlier on this machine);
+otherwise NVRTC compiles it once for this GPU and it is kept for later processes.
 """
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import hashlib
 import os
 import re
 import struct
+import sys
 import threading
+import time
 
 import numpy as np
 
 from ..core.xp import cupy_module
+from . import _nvrtc, _store
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Options passed to NVRTC for every module.
@@ -69,15 +73,94 @@ def compiled_source(filename: str) -> str:
     return f"{source(filename)}\n// headers {digest}\n"
 
 
-@functools.lru_cache(maxsize=None)
 def _module(filename: str, name_expressions: tuple, options: tuple, device_id: int):
+    key = (filename, name_expressions, options, device_id)
+    got = _LOADED.get(key)
+    if got is None:
+        got = _LOADED.setdefault(key, _load(*key))
+    return got
+
+
+#: Loaded modules by (file, instantiations, options, device).
+_LOADED: dict = {}
+
+
+def _load(filename: str, name_expressions: tuple, options: tuple, device_id: int):
+    cp = cupy_module()
+    major, minor = cp.cuda.Device(device_id).compute_capability
+    cc = (int(major), int(minor))
+    code = compiled_source(filename)
+    key = _store.digest(code, NVRTC_OPTIONS + options)
+    store = _store.default_store()
+    hit = store.find(filename, key, name_expressions, _store.targets_for(cc))
+    if hit is None:
+        with _COMPILE_LOCK:   # one compilation of a module at a time in a process
+            hit = store.find(filename, key, name_expressions, _store.targets_for(cc))
+            if hit is None:
+                return _compile(filename, code, key, name_expressions, options, f"sm_{cc[0]}{cc[1]}")
+    path, lowered, _ = hit
+    return Loaded(cp.RawModule(path=str(path)), lowered)
+
+
+_COMPILE_LOCK = threading.Lock()
+#: Modules compiled at run time in this process: (file, instantiations, target, seconds).
+COMPILED: list = []
+
+
+def _compile(filename: str, code: str, key: str, name_expressions: tuple, options: tuple, target: str):
+    """Compile a module no kept binary holds, for this GPU, with NVRTC; keep it in the user's
+    kernel cache (_store) and say so in one line. Without a libnvrtc of our own to drive, CuPy
+    compiles it (and caches it its own way)."""
     cp = cupy_module()
     # -I: a family's .cu includes its .cuh headers by name (NVRTC has no file path of its own)
     include = ("-I" + os.path.dirname(os.path.join(_HERE, filename)),)
-    mod = cp.RawModule(code=compiled_source(filename), options=NVRTC_OPTIONS + include + options,
-                       name_expressions=name_expressions)
-    mod.compile()
-    return mod
+    start = time.perf_counter()
+    try:
+        compiler = _nvrtc.Nvrtc()
+    except (FileNotFoundError, OSError):
+        compiler = None
+    if compiler is None:
+        mod = cp.RawModule(code=code, options=NVRTC_OPTIONS + include + options, name_expressions=name_expressions)
+        mod.compile()
+        loaded = Loaded(mod, {n: n for n in name_expressions}, by_expression=True)
+        where = "CuPy's kernel cache"
+    else:
+        binary, lowered = compiler.compile(code, os.path.basename(filename), name_expressions,
+                                           NVRTC_OPTIONS + include + options, target)
+        path = _store.default_store().add(filename, key, target, binary, lowered)
+        loaded = Loaded(cp.RawModule(path=str(path)), lowered)
+        where = str(path.parent)
+    seconds = time.perf_counter() - start
+    COMPILED.append((filename, name_expressions, target, seconds))
+    sys.stderr.write(f"matplan: compiled {filename} ({len(name_expressions)} kernels, no prebuilt binary for "
+                     f"{target}) with NVRTC in {seconds:.1f} s, once: kept in {where}\n")
+    return loaded
+
+
+class Loaded:
+    """A loaded module whose kernels are looked up by name expression (``"k<float, 4>"``): a
+    binary from file knows only lowered names."""
+
+    def __init__(self, module, lowered: dict, by_expression: bool = False):
+        self.module, self.lowered, self.by_expression = module, lowered, by_expression
+
+    def get_function(self, name: str):
+        return self.module.get_function(name if self.by_expression else self.lowered.get(name, name))
+
+
+def available(filename: str, name_expressions, options=()) -> bool:
+    """Whether the module of these instantiations loads for the current GPU without compiling:
+    loaded already, or a kept binary fits."""
+    names, options = tuple(name_expressions), tuple(options)
+    cp = cupy_module()
+    if cp is None:
+        return False
+    device = cp.cuda.Device()
+    if (filename, names, options, device.id) in _LOADED:
+        return True
+    major, minor = device.compute_capability
+    key = _store.digest(compiled_source(filename), NVRTC_OPTIONS + options)
+    return _store.default_store().find(filename, key, names, _store.targets_for((int(major), int(minor)))) is not None
 
 
 def device_id(filename: str) -> int:

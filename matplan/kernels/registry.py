@@ -6,8 +6,14 @@ import threading
 
 from .base import BACKENDS, OPS, Kernel
 
-#: Family modules of this package imported on first use of the registry. Add a new family here.
-BUILTIN_MODULES = ["cpu", "spmv", "tsgemm", "spgemm", "sptrans"]
+#: Family packages of this package and the ops their kernels serve: a family is imported on the
+#: first question about one of its ops or kernels (its kernels register on import), so planning
+#: an SpMV never loads the SpGEMM code. Add a new family here.
+BUILTIN_FAMILIES = {"cpu": OPS, "spmv": ("spmv", "spmm"), "tsgemm": ("tsgemm", "gemm"),
+                    "spgemm": ("spgemm",), "sptrans": ("sptrans",)}
+BUILTIN_MODULES = list(BUILTIN_FAMILIES)
+#: The family of a kernel name's prefix where it differs from the prefix ("gemm.cublas").
+_FAMILY_OF_PREFIX = {"gemm": "tsgemm"}
 
 _REGISTRY: dict[str, Kernel] = {}
 
@@ -26,7 +32,12 @@ def register(kernel: Kernel) -> Kernel:
 
 
 def get(name: str) -> Kernel:
-    _load_builtin()
+    prefix = str(name).split(".")[0]
+    family = _FAMILY_OF_PREFIX.get(prefix, prefix)
+    if name not in _REGISTRY:
+        _load(family if family in BUILTIN_FAMILIES else None)
+    if name not in _REGISTRY:
+        _load(None)
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -35,33 +46,39 @@ def get(name: str) -> Kernel:
 
 def kernels_for(op: str, backend: str | None = None) -> list[Kernel]:
     """Registered kernels for ``op`` (and ``backend``), sorted by name for stable plans."""
-    _load_builtin()
+    for family, ops in BUILTIN_FAMILIES.items():
+        if op in ops:
+            _load(family)
     return sorted((k for k in _REGISTRY.values()
                    if op in k.ops and (backend is None or k.backend == backend)),
                   key=lambda k: k.name)
 
 
 def all_kernels() -> list[Kernel]:
-    _load_builtin()
+    _load(None)
     return sorted(_REGISTRY.values(), key=lambda k: k.name)
 
 
-_LOADED = False
+def family(name: str):
+    """The family package ``name`` (a key of BUILTIN_FAMILIES), imported (and registered) once."""
+    if name not in BUILTIN_FAMILIES:
+        raise ValueError(f"family: expected one of {sorted(BUILTIN_FAMILIES)}, got {name!r}")
+    _load(name)
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+_LOADED: set = set()
 _LOAD_LOCK = threading.Lock()
 
 
-def _load_builtin() -> None:
-    """Import the built-in kernel modules (each registers itself on import), once, thread-safely.
-
-    The flag is set only after every module is imported, so a thread never sees a
-    half-filled registry.
-    """
-    global _LOADED
-    if _LOADED:
+def _load(name: str | None) -> None:
+    """Import the built-in family ``name`` (every family: None) once, thread-safely; a family
+    counts as loaded only after its import finished, so a thread never sees it half-registered."""
+    names = list(BUILTIN_FAMILIES) if name is None else [name]
+    if all(n in _LOADED for n in names):
         return
     with _LOAD_LOCK:
-        if _LOADED:
-            return
-        for mod in BUILTIN_MODULES:
-            importlib.import_module(f"{__package__}.{mod}")
-        _LOADED = True
+        for n in names:
+            if n not in _LOADED:
+                importlib.import_module(f"{__package__}.{n}")
+                _LOADED.add(n)

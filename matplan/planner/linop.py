@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.validation import normalize_matrix
 from ..core.xp import cupy_module
-from ..kernels.sptrans import transpose
+from ..kernels.registry import family
 
 VECTOR_OPS = ("spmv", "spmm", "tsgemm", "gemm")
 
@@ -106,7 +106,7 @@ class _Transposed:
             if not hasattr(A, "indptr"):
                 AT = self.xp.ascontiguousarray(A.T)
             elif self.plan.backend == "gpu":   # matplan's SpTRANS: stable, ~1.3x cuSPARSE's csr2csc
-                AT = transpose(A)
+                AT = family("sptrans").transpose(A)
             else:
                 AT = A.T.tocsr()
             tplan = self.replan(AT, x, reuse=self.plan.reuse, deterministic=self.plan.deterministic)

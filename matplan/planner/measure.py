@@ -134,11 +134,18 @@ def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewher
     if problem.backend == "gpu" and not planning_elsewhere:
         by_bucket = [c for c in scored if _bucket(get(c.kernel), feats) is not None
                      and all(c is not g for g in general)]
-    chosen = general + by_bucket
-    groups = [_configs(c, feats, dev, reuse, extra_s) for c in chosen]
+    pairs = [(c, _configs(c, feats, dev, reuse, extra_s)) for c in general + by_bucket]
+    unready = sum(skipped for _, (_, skipped) in pairs)
+    # a kernel none of whose configs is compiled for this GPU is not timed: it stays predicted
+    chosen = [c for c, (group, _) in pairs if group]
+    groups = [group for _, (group, _) in pairs if group]
     if sum(len(g) for g in groups) < 2:
         return scored, None
-    measured, note = measure(problem, feats, dev, groups, reuse, extra_s, len(general))
+    measured, note = measure(problem, feats, dev, groups, reuse, extra_s,
+                             sum(1 for c in chosen if any(c is g for g in general)))
+    if unready:
+        note += (f" {unready} config(s) not timed: not compiled for this GPU yet (NVRTC would take "
+                 f"seconds each; `matplan warmup --tsgemm MxNxK` compiles them)")
     rest = [c for c in scored if all(c is not m for m in chosen)]
     return measured + rest, note
 
@@ -205,15 +212,20 @@ def _candidate(kernel, params, feats, dev, reuse, extra_s: float = 0.0) -> Candi
                      "analytic", cost.why)
 
 
-def _configs(c, feats, dev, reuse, extra_s) -> list:
-    """The candidates timed for ``c``: its kernel's search space where the kernel keeps its
-    timings by a bucket and has one, else ``c`` alone."""
+def _configs(c, feats, dev, reuse, extra_s) -> tuple:
+    """(the candidates timed for ``c``, how many configs were left out): its kernel's search
+    space where the kernel keeps its timings by a bucket and has one, else ``c`` alone; a kernel
+    with a ``ready(features, params)`` test keeps only the configs timing them compiles nothing
+    for (planning never compiles what it may not run)."""
     kernel = get(c.kernel)
     space = getattr(kernel, "search_space", None)
     if space is None or _bucket(kernel, feats) is None:
-        return [c]
+        return [c], 0
+    params = list(space(feats, dev)) or [c.params]
+    ready = getattr(kernel, "ready", None)
+    kept = [p for p in params if ready(feats, p)] if ready is not None else params
     extra = extra_s(c.kernel)
-    return [_candidate(kernel, p, feats, dev, reuse, extra) for p in space(feats, dev)] or [c]
+    return [_candidate(kernel, p, feats, dev, reuse, extra) for p in kept], len(params) - len(kept)
 
 
 class _Session:

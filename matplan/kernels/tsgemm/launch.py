@@ -56,14 +56,48 @@ def _function(layout, dtype, t1, t2, t3, vec, groups=1, steps=1, depth=1):
     return _COMPILED.get_or_create(key, lambda: _compile(*key))
 
 
-def _compile(layout, dtype, t1, t2, t3, vec, groups, steps, depth, device_id):
-    item = dtype.itemsize
+def module_names(layout, dtype, t1, t2, t3, vec, groups=1, steps=1, depth=1) -> tuple:
+    """(the kernel's name, every name of the module it is compiled in); ValueError naming t1 when
+    that block size's B tile does not fit."""
+    item = np.dtype(dtype).itemsize
     names = tuple(kernel_name(layout, dtype, t, t2, t3, vec, groups, steps, depth) for t in T1_CHOICES
                   if t1_fits(layout, t, t2, item))
     name = kernel_name(layout, dtype, t1, t2, t3, vec, groups, steps, depth)
     if name not in names:
         raise ValueError(f"t1: block size {t1} is not one of {T1_CHOICES} or its B tile does not "
                          f"fit {SMEM_LIMIT} bytes of shared memory (t2={t2}, {np.dtype(dtype)})")
+    return name, names
+
+
+def template_args(layout: str, itemsize: int, vec: int, t2: int, t3: int, groups=None, steps=None,
+                  depth: int = 1) -> tuple:
+    """(groups, steps, depth) the kernel of ``layout`` is instantiated with: the rules' groups and
+    steps unless given, depth lowered to a divisor of the steps (its register slots need it)."""
+    if layout == "col":
+        return 1, 1, 1
+    g = int(groups or row_groups(t2, t3, itemsize))
+    u = int(steps or row_steps(t2, g, vec, itemsize))
+    d = max(1, min(int(depth), u))
+    while u % d:
+        d -= 1
+    return g, u, d
+
+
+def ready(layout, dtype, lda: int, t1, t2, t3, depth=1) -> bool:
+    """Whether the kernel of this config for a 16-byte aligned A of leading dimension ``lda`` is
+    loaded or kept compiled for the current GPU (so timing it compiles nothing)."""
+    item = np.dtype(dtype).itemsize
+    vec = vector_width(item, True, lda, layout, t2)
+    try:
+        _, names = module_names(layout, dtype, t1, t2, t3, vec, *template_args(layout, item, vec, t2, t3,
+                                                                                depth=depth))
+    except ValueError:
+        return False
+    return _cuda.available(SOURCE, names)
+
+
+def _compile(layout, dtype, t1, t2, t3, vec, groups, steps, depth, device_id):
+    name, names = module_names(layout, dtype, t1, t2, t3, vec, groups, steps, depth)
     return _cuda.function(SOURCE, name, names)
 
 
@@ -153,11 +187,7 @@ class Launch:
         m, n = A.shape
         item = A.itemsize
         vec = vector_width_of(A, layout, lda, t2, col_words)
-        g = 1 if layout == "col" else int(groups or row_groups(t2, t3, item))
-        u = 1 if layout == "col" else int(steps or row_steps(t2, g, vec, item))
-        d = 1 if layout == "col" else max(1, min(int(depth), u))
-        while u % d:                                        # the kernel's register slots need d | u
-            d -= 1
+        g, u, d = template_args(layout, item, vec, t2, t3, groups, steps, depth)
         self.fn = _function(layout, A.dtype, t1, t2, t3, vec, g, u, d)
         rows_per_block = t1 * vec if layout == "col" else (t1 // 32) * t3
         n_sms = sms()

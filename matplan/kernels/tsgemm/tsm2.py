@@ -23,6 +23,8 @@ from ...models.tsgemm import LAUNCH_S
 from ..base import Kernel, Prepared
 from ..registry import register
 from .configs import TSM2Config, async_config, default, search_space
+from .. import _cuda
+from . import launch, tsm2_async, tsm2_tc
 from .launch import Launch
 from .rules import bucket_of_features, layout_of, layout_of_features, model_params, model_time
 from .tsm2_async import AsyncLaunch, check_a as async_check_a
@@ -70,6 +72,19 @@ class TSM2(Kernel):
     def search_space(self, f, device):
         """Every config the planner's measurement times for these features (configs.search_space)."""
         return [c.params() for c in search_space(device, f)]
+
+    def ready(self, f, params) -> bool:
+        """Whether running ``params`` for these features on the current GPU compiles nothing (its
+        kernel is loaded, prebuilt or compiled here before): the planner times only such configs."""
+        c = TSM2Config.of(params)
+        col = c.layout == "col"
+        if c.async_variant:
+            cfg = async_config(f.dtype, f.k, c.async_variant, c.layout)
+            bv = tsm2_async.allocator_bvec(cfg, np.dtype(f.dtype).itemsize, f.k, col)
+            return _cuda.available(tsm2_async.SOURCE, (tsm2_async.kernel_name(f.dtype, cfg, bv, col),))
+        if c.tc_variant:
+            return _cuda.available(tsm2_tc.SOURCE, tsm2_tc._names())
+        return launch.ready(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2, c.t3, c.depth)
 
     def measure_key(self, f):
         """The shape bucket the planner's measurement keeps this kernel's timings by (rules.bucket)."""

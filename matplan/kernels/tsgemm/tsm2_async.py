@@ -136,6 +136,14 @@ def kernel_name(dtype, config: dict, bvec: int, col: bool = False) -> str:
             + f",{int(config.get('minb', DEFAULT_MINB))}>")
 
 
+def allocator_bvec(config: dict, itemsize: int, k: int, col: bool = False) -> int:
+    """:func:`_bvec` of a B as CuPy's allocator makes it (C-contiguous, 256-byte aligned, ld = k)."""
+    sh = shape_of(config, itemsize, col)
+    v = sh["vec"]
+    return next((b for b in (v, v // 2, v // 4) if b >= 1 and b * itemsize >= 4 and sh["kp"] % b == 0
+                 and k % b == 0), 1)
+
+
 def _smem_optin() -> int:
     """Opt-in shared memory per block of the current device (read once per device: this runs on
     every launch and inside the planner's measurement of the kernel)."""

@@ -1,0 +1,201 @@
+"""The kernels matplan ships compiled: which instantiations, building them without a GPU, and
+loading them all for the GPU in use (``matplan warmup``).
+
+Every kernel a plan can pick is prebuilt except TSM2's register kernel, one instantiation per
+(t1, t2, t3, vector width, groups, steps, depth) with thousands reachable: NVRTC compiles those
+on first use for the GPU in use, and the planner's measurement times only those already
+compiled (docs/tsgemm.md). Build with ``python -m matplan.kernels.prebuild`` (needs
+``pip install 'nvidia-cuda-nvrtc==13.0.*'``, no GPU); a CPU test fails when a source changed
+after the build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..core import device as device_mod
+from ..core.features import Features
+from . import _cuda, _nvrtc, _store
+from .spgemm import merge as spgemm_merge, runtime as spgemm_runtime
+from .spmv import gpu as spmv_gpu
+from .sptrans import compiled as sptrans_compiled
+from .tsgemm import configs as tsgemm_configs, launch as tsgemm_launch, tsm2_async, tsm2_tc
+from .tsgemm import rules as tsgemm_rules
+from .tsgemm.rules import ASYNC_K, ASYNC_VARIANTS
+
+#: dispatch's fingerprint kernel (its .cu sits beside dispatch/fingerprint.py, above this layer).
+FINGERPRINT = ("../dispatch/fingerprint.cu", ("matplan_fingerprint",))
+#: Instantiations a prebuilt unit holds at most (units build in parallel).
+UNIT_NAMES = 48
+
+
+def _async_names() -> tuple:
+    """The cp.async kernel's instantiations the planner's measurement reaches with B from CuPy's
+    allocator (C-contiguous, ld = k): every variant of every k bucket, both layouts and types."""
+    names = []
+    for dtype in ("float32", "float64"):
+        item = 4 if dtype == "float32" else 8
+        for layout in ("row", "col"):
+            for k in range(1 if layout == "col" else ASYNC_K[0], ASYNC_K[1] + 1):
+                for variant in ASYNC_VARIANTS:
+                    cfg = tsgemm_configs.async_config(dtype, k, variant, layout)
+                    try:
+                        tsm2_async.check_config(cfg, item, layout == "col")
+                    except ValueError:
+                        continue
+                    bv = tsm2_async.allocator_bvec(cfg, item, k, layout == "col")
+                    names.append(tsm2_async.kernel_name(dtype, cfg, bv, layout == "col"))
+    return tuple(dict.fromkeys(names))
+
+
+def instances() -> dict:
+    """Source file (relative to matplan/kernels) -> the instantiations prebuilt from it."""
+    spmv = tuple(dict.fromkeys(n for ct in ("float", "double") for it in ("int", "long long")
+                               for n in spmv_gpu._names(ct, it)))
+    out = {spmv_gpu.CU: spmv, **spgemm_runtime.SOURCES, spgemm_merge.SOURCE: spgemm_merge._NAMES,
+           **sptrans_compiled.SOURCES, tsgemm_launch.SOURCE: tsgemm_launch.SPLIT_SUM_NAMES,
+           tsm2_tc.SOURCE: tsm2_tc._names(), tsm2_async.SOURCE: _async_names()}
+    out[FINGERPRINT[0]] = FINGERPRINT[1]
+    return out
+
+
+def units() -> list:
+    """(file, names) of every prebuilt unit: each file's instantiations in chunks of UNIT_NAMES."""
+    return [(cu, names[i:i + UNIT_NAMES]) for cu, names in instances().items()
+            for i in range(0, len(names), UNIT_NAMES)]
+
+
+def _build_one(job):
+    cu, names, target, folder = job
+    code = _cuda.compiled_source(cu)
+    include = ("-I" + os.path.dirname(os.path.join(os.path.dirname(_cuda.__file__), cu)),)
+    start = time.perf_counter()
+    binary, lowered = _nvrtc.Nvrtc().compile(code, os.path.basename(cu), names,
+                                              _cuda.NVRTC_OPTIONS + include, target)
+    key = _store.digest(code, _cuda.NVRTC_OPTIONS)
+    stem = f"{cu.replace('../', '').replace('/', '.').removesuffix('.cu')}.{_store.digest(''.join(names), ())[:8]}"
+    name = f"{stem}.{target}" + (".cubin" if target.startswith("sm_") else ".ptx") + ".xz"
+    (Path(folder) / name).write_bytes(lzma.compress(binary, preset=9))
+    return {"format": _store.FORMAT, "file": cu, "digest": key, "target": target, "binary": name,
+            "names": lowered}, time.perf_counter() - start
+
+
+def build(folder: Path = _store.PACKAGE_DIR, targets=_store.TARGETS, jobs: int | None = None,
+          progress=print) -> dict:
+    """Compile every unit for every target into ``folder`` and write its manifest (replacing
+    the folder's binaries). Returns the manifest."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.xz"):
+        old.unlink()
+    work = [(cu, names, t, str(folder)) for cu, names in units() for t in targets]
+    records, start = [], time.perf_counter()
+    with ProcessPoolExecutor(jobs or os.cpu_count()) as pool:
+        for i, (record, seconds) in enumerate(pool.map(_build_one, work), 1):
+            records.append(record)
+            progress(f"[{i}/{len(work)}] {record['file']} {record['target']}: {len(record['names'])} "
+                     f"kernels in {seconds:.1f} s")
+    manifest = {"format": _store.FORMAT, "nvrtc": _nvrtc.Nvrtc().version(), "targets": list(targets),
+                "options": list(_cuda.NVRTC_OPTIONS), "units": records}
+    (folder / _store.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    progress(f"{len(records)} units in {time.perf_counter() - start:.0f} s, "
+             f"{sum(f.stat().st_size for f in folder.iterdir()) / 1e6:.1f} MB in {folder}")
+    return manifest
+
+
+def stale(folder: Path = _store.PACKAGE_DIR) -> list:
+    """What the package's manifest lacks or holds out of date, as lines (empty: current)."""
+    path = Path(folder) / _store.MANIFEST
+    if not path.is_file():
+        return [f"{path}: missing; run python -m matplan.kernels.prebuild"]
+    manifest = json.loads(path.read_text())
+    have = {}
+    for r in manifest["units"]:
+        have.setdefault((r["file"], r["target"]), (r["digest"], set()))[1].update(r["names"])
+    out = []
+    for cu, names in instances().items():
+        key = _store.digest(_cuda.compiled_source(cu), _cuda.NVRTC_OPTIONS)
+        for target in manifest["targets"]:
+            digest, built = have.get((cu, target), (None, set()))
+            if digest != key:
+                out.append(f"{cu} ({target}): source changed since the build")
+            elif set(names) - built:
+                out.append(f"{cu} ({target}): {len(set(names) - built)} instantiations not built")
+            elif not all((Path(folder) / r["binary"]).is_file() for r in manifest["units"] if r["file"] == cu):
+                out.append(f"{cu} ({target}): a binary is missing")
+    return out
+
+
+def warmup(progress=None) -> list:
+    """Load (or, where no prebuilt binary fits this GPU, compile once) every prebuilt kernel
+    for the current GPU. Returns (file, kernels, seconds) per unit."""
+    done = []
+    for cu, names in (progress or (lambda x: x))(units()):
+        start = time.perf_counter()
+        module = _cuda.module(cu, names)
+        for name in names:
+            module.get_function(name)
+        done.append((cu, len(names), time.perf_counter() - start))
+    return done
+
+
+def tsgemm_modules(device, shape, dtypes=("float32", "float64"), orders=("C", "F")) -> list:
+    """The register-kernel modules (name tuples of tsm2.cu) the planner's measurement times for
+    an ``(m, n, k)`` product of A in these types and orders (16-byte aligned, as allocated)."""
+    m, n, k = (int(v) for v in shape)
+    out = []
+    for dtype in dtypes:
+        item = np.dtype(dtype).itemsize
+        for order in orders:
+            layout = {"C": "row", "F": "col"}[order]
+            f = Features(op="tsgemm", dtype=dtype, backend="gpu", m=m, n=n, k=k, layout=order)
+            for c in tsgemm_configs.search_space(device, f):
+                if c.async_variant or c.tc_variant:
+                    continue   # prebuilt
+                vec = tsgemm_rules.vector_width(item, True, n if layout == "row" else m, layout, c.t2)
+                args = tsgemm_launch.template_args(layout, item, vec, c.t2, c.t3, depth=c.depth)
+                _, names = tsgemm_launch.module_names(layout, dtype, c.t1, c.t2, c.t3, vec, *args)
+                if names not in out:
+                    out.append(names)
+    return out
+
+
+def warmup_tsgemm(shapes, progress=None, dtypes=("float32", "float64"), orders=("C", "F")) -> list:
+    """Compile (once, kept in the user's kernel cache) TSM2's register kernels for the planner's
+    measurement of each ``(m, n, k)`` in ``shapes``. Returns (kernels, seconds) per module."""
+    device = device_mod.current()
+    modules = [names for shape in shapes for names in tsgemm_modules(device, shape, dtypes, orders)]
+    done = []
+    for names in (progress or (lambda x: x))(list(dict.fromkeys(modules))):
+        start = time.perf_counter()
+        _cuda.module(tsgemm_launch.SOURCE, names)
+        done.append((len(names), time.perf_counter() - start))
+    return done
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m matplan.kernels.prebuild",
+                                     description="Compile matplan's kernels ahead of time (no GPU needed).")
+    parser.add_argument("--targets", default=",".join(_store.TARGETS),
+                        help="comma-separated NVRTC targets (sm_XY cubins, compute_XY PTX)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compilations (default: CPU count)")
+    parser.add_argument("--out", default=str(_store.PACKAGE_DIR), help="folder (default: the package's)")
+    parser.add_argument("--check", action="store_true", help="only say whether the package's build is current")
+    args = parser.parse_args(argv)
+    if args.check:
+        lines = stale(Path(args.out))
+        print("\n".join(lines) or "prebuilt kernels are current")
+        return 1 if lines else 0
+    build(Path(args.out), tuple(t for t in args.targets.split(",") if t), args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
