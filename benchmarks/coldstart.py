@@ -70,7 +70,8 @@ def _child(op: str) -> dict:
     from matplan.kernels import _cuda
     return dict(op=op, import_s=round(import_s, 4), first_plan_run_s=round(first_s, 4),
                 warm_plan_run_s=round(warm_s, 4), kernel=p.kernel, correct=correct,
-                compiled=[{"file": f, "kernels": len(n), "target": t, "s": round(s, 2)} for f, n, t, s in _cuda.COMPILED])
+                compiled=[{"file": f, "kernels": len(n), "target": t, "s": round(s, 2)} for f, n, t, s in _cuda.COMPILED],
+                loaded=sorted({key[0] for key in _cuda._LOADED}))
 
 
 def _fresh_env(root: Path, prebuilt: bool) -> dict:

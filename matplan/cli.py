@@ -151,7 +151,8 @@ def cmd_warmup(args) -> int:
     start = time.perf_counter()
     units = prebuild.warmup(bar("matplan warmup"))
     kernels = sum(n for _, n, _ in units)
-    print(f"matplan warmup: {kernels} kernels of {len(units)} modules ready in "
+    prebuild.warmup_statistics()   # CuPy's kernels for the statistics of large operands
+    print(f"matplan warmup: {kernels} kernels of {len(units)} modules and the statistics' CuPy kernels ready in "
           f"{time.perf_counter() - start:.1f} s on {_where(args, True)}")
     if args.tsgemm:
         start = time.perf_counter()

@@ -3,7 +3,8 @@
 One pass over ``indptr`` (and over A's ``indices`` for SpGEMM's products per
 row), with the array module of the input (NumPy on the host, CuPy on the GPU),
 so both paths give the same numbers. All figures are gathered into one array
-and moved to the host once.
+and moved to the host once. GPU operands of up to ``xp.HOST_STATS_NNZ`` entries are
+measured on a host copy of their index arrays (CuPy's kernels would compile first).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 
 import numpy as np
 
-from .xp import array_module
+from .xp import array_module, host_index_arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +103,10 @@ def col_spread(A, xp=None, nnz: int | None = None) -> float:
         nnz = int(_host(A.indptr[-1])) if m else 0
     if nnz == 0 or n == 0:
         return 0.0
-    pos = xp.unique(xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64))
+    pos = xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64)
+    keep = xp.ones(pos.shape[0], dtype=bool)   # sorted already: unique without unique's hash or sort
+    keep[1:] = pos[1:] != pos[:-1]
+    pos = pos[keep]
     rows = xp.searchsorted(A.indptr, pos, side="right") - 1
     cols = A.indices[pos].astype(xp.float64)
     return float(_host(xp.abs(cols / n - (rows + 0.5) / m).mean()))
@@ -240,6 +244,10 @@ def compute(problem, device) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
+    if op in ("spmv", "spmm", "sptrans", "spgemm"):   # small GPU operands: statistics on the host
+        A = host_index_arrays(A) or A
+        if op == "spgemm":
+            B = host_index_arrays(B) or B
     base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
     if op == "sptrans":
         base.update(transpose_features(A))

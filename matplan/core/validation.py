@@ -12,7 +12,7 @@ The rules every path of a plan follows (``Plan.run``, ``Plan.bind`` and the boun
 * dtype: a plan computes in its dtype, NumPy's promotion of the dtypes of the A and B it was
   made for. Operands are accepted when NumPy's promotion of A's and B's dtypes gives the
   plan's dtype, and are then cast to it (a float32 operand beside a float64 one is upcast, as
-  ``plan()`` did); ``bind(A)`` accepts an A that promotes to it, and the bound call a B that
+  ``plan()`` did; a sparse operand entry by entry, duplicates kept, before its CSR conversion); ``bind(A)`` accepts an A that promotes to it, and the bound call a B that
   promotes with that A's dtype to it. Anything else is a ValueError naming the dtypes.
 * B's form: a plan for k = 1 takes B as ``(n,)`` or ``(n, 1)``; the result follows NumPy:
   ``(m,)`` for a vector, ``(m, k)`` for an ``(n, k)`` B (:func:`check_operand_shape`).
@@ -33,7 +33,7 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
-from .xp import cupy_module, cupyx_sparse
+from .xp import cupy_module, cupyx_sparse, host_index_arrays
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: B counts as tall and skinny (op "tsgemm") when it has at most this many columns ...
@@ -121,6 +121,9 @@ def check_csr(M, name: str) -> None:
     if data.shape != (nnz,):
         raise ValueError(f"{name}: CSR data has shape {data.shape} but indices has {nnz} entries")
     cp = cupy_module()
+    host = host_index_arrays(M)   # a small GPU operand: checked on the host (no CuPy kernel compiles)
+    if host is not None:
+        indptr, indices = host.indptr, host.indices
     if cp is not None and isinstance(indptr, cp.ndarray):
         with indptr.device:
             bad = _csr_flags(cp, indptr, indices, n, nnz).get()
@@ -193,6 +196,17 @@ def _same(refs, objs) -> bool:
     return True
 
 
+def _cast(x, dtype):
+    """``x`` as ``dtype``, before any CSR conversion: a sparse x keeps its entries as they are
+    (duplicates included), so its product multiplies each as SciPy's does (SciPy's ``astype`` and a
+    COO's ``tocsr`` sum duplicates, which moves NaN and Inf and rounds the sum in x's dtype)."""
+    if not _is_sparse(x):
+        return x.astype(dtype)
+    y = x.copy()
+    y.data = x.data.astype(dtype)
+    return y
+
+
 def _to_csr(x):
     """CSR once; a CSR input is kept as is (duplicates and unsorted indices are allowed)."""
     return x if x.format == "csr" else x.tocsr()
@@ -217,20 +231,20 @@ def normalize(A, B) -> Problem:
         raise ValueError(f"A and B do not conform: A is {A.shape[0]}x{A.shape[1]} "
                          f"but B has {B.shape[0]} rows (expected {A.shape[1]})")
     if a_sparse:
-        A = _to_csr(A)
-        if b_sparse:
-            op, B = "spgemm", _to_csr(B)
-        else:
-            op = "spmv" if B.ndim == 1 else "spmm"
+        op = "spgemm" if b_sparse else "spmv" if B.ndim == 1 else "spmm"
     elif b_sparse:
         raise TypeError("A is dense and B is sparse: not supported; compute (B.T @ A.T).T instead")
     else:
         k = 1 if B.ndim == 1 else B.shape[1]
         op = "tsgemm" if k <= TSGEMM_MAX_K and B.shape[0] >= TSGEMM_MIN_ASPECT * k else "gemm"
     if dt_a != dtype:
-        A = A.astype(dtype)
+        A = _cast(A, dtype)
     if dt_b != dtype:
-        B = B.astype(dtype)
+        B = _cast(B, dtype)
+    if a_sparse:
+        A = _to_csr(A)
+    if b_sparse:
+        B = _to_csr(B)
     return Problem(op, A, B, backend_a, dtype)
 
 
@@ -276,9 +290,8 @@ def bind_matrix(A, plan):
     sparse_op = plan.op in ("spmv", "spmm", "spgemm", "sptrans")
     if sparse_op != _is_sparse(A):
         raise TypeError(f"A: this plan ({plan.op}) expects a {'sparse' if sparse_op else 'dense'} matrix")
-    if sparse_op:
-        A = _to_csr(A)
-    return (A if dt == want else A.astype(want)), dt
+    A = A if dt == want else _cast(A, want)
+    return (_to_csr(A) if sparse_op else A), dt
 
 
 def normalize_matrix(A, plan):
@@ -315,12 +328,12 @@ def normalize_operand(B, plan, a_dtype=None):
     if plan.op == "spgemm":
         if not _is_sparse(B):
             raise TypeError("B: this plan (spgemm) expects a sparse matrix")
-        B = _to_csr(B)
     else:
         if _is_sparse(B):
             raise TypeError(f"B: this plan ({plan.op}) expects a dense array, got a sparse matrix")
         check_operand_shape(B, plan)
-    return B if dt == want else B.astype(want)
+    B = B if dt == want else _cast(B, want)
+    return _to_csr(B) if plan.op == "spgemm" else B
 
 
 def check_operand_shape(B, plan) -> None:

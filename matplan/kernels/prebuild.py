@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import device as device_mod
+from ..core import device as device_mod, features, validation
 from ..core.features import Features
+from ..core.xp import HOST_STATS_NNZ, cupy_module, cupyx_sparse
 from . import _cuda, _nvrtc, _store
 from .spgemm import merge as spgemm_merge, runtime as spgemm_runtime
 from .spmv import gpu as spmv_gpu
@@ -144,6 +145,23 @@ def warmup(progress=None) -> list:
             module.get_function(name)
         done.append((cu, len(names), time.perf_counter() - start))
     return done
+
+
+def warmup_statistics() -> None:
+    """Compute the planner's statistics and structure checks once on the GPU for an operand past
+    ``HOST_STATS_NNZ`` (smaller ones are measured on the host), so CuPy compiles the elementwise
+    and reduction kernels they use now and keeps them in its own kernel cache."""
+    cp, csp = cupy_module(), cupyx_sparse()
+    m = 1 << 12
+    per_row = HOST_STATS_NNZ // m + 1
+    nnz = m * per_row
+    indices = (cp.arange(nnz, dtype=cp.int64) * 7919 % m).astype(cp.int32)
+    A = csp.csr_matrix((cp.ones(nnz), indices, cp.arange(0, nnz + 1, per_row, dtype=cp.int32)), shape=(m, m))
+    validation.check_csr(A, "A")
+    features.sparse_features(A)
+    features.spgemm_features(A, A)
+    features.transpose_features(A)
+    cp.cuda.Device().synchronize()
 
 
 def tsgemm_modules(device, shape, dtypes=("float32", "float64"), orders=("C", "F")) -> list:

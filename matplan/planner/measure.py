@@ -139,8 +139,9 @@ def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewher
     # a kernel none of whose configs is compiled for this GPU is not timed: it stays predicted
     chosen = [c for c, (group, _) in pairs if group]
     groups = [group for _, (group, _) in pairs if group]
-    if sum(len(g) for g in groups) < 2:
+    if sum(len(g) for g in groups) < 2 and not (unready and groups):
         return scored, None
+    # with configs left out, even one candidate is timed: measured ones rank before the predicted
     measured, note = measure(problem, feats, dev, groups, reuse, extra_s,
                              sum(1 for c in chosen if any(c is g for g in general)))
     if unready:

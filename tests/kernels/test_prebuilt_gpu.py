@@ -24,14 +24,14 @@ Ad = csp.csr_matrix(A)
 ok = []
 for B in (rng.random(3000), rng.random((3000, 8))):
     y = matplan.plan(Ad, cp.asarray(B)).run(Ad, cp.asarray(B))
-    ok.append(np.allclose(y.get(), A @ B, rtol=1e-12))
+    ok.append(bool(np.allclose(y.get(), A @ B, rtol=1e-12)))
 C = matplan.plan(Ad, Ad).run(Ad, Ad)
-ok.append(abs(C.get() - A @ A).max() < 1e-12)
+ok.append(bool(abs(C.get() - A @ A).max() < 1e-12))
 T = matplan.planner.plan_transpose(Ad).run(Ad)
-ok.append((T.get() != A.T.tocsr()).nnz == 0)
+ok.append(bool((T.get() != A.T.tocsr()).nnz == 0))
 D, X = rng.random((20000, 2000)), rng.random((2000, 8))
 p = matplan.plan(cp.asarray(D), cp.asarray(X))
-ok.append(np.allclose(p.run(cp.asarray(D), cp.asarray(X)).get(), D @ X, rtol=1e-12))
+ok.append(bool(np.allclose(p.run(cp.asarray(D), cp.asarray(X)).get(), D @ X, rtol=1e-12)))
 print(json.dumps({"ok": ok, "compiled": [c[0] for c in _cuda.COMPILED], "tsgemm": p.kernel,
                   "why": " ".join(p.reasons)}))
 """
@@ -54,7 +54,9 @@ def test_first_plans_compile_nothing(tmp_path):
 
 
 def test_without_prebuilt_kernels_nvrtc_compiles_once_and_keeps_them(tmp_path):
-    code = FIRST_USE.replace('D, X = rng.random((20000, 2000))', 'D, X = rng.random((64, 64))')
+    code = FIRST_USE.replace('D, X = rng.random((20000, 2000)), rng.random((2000, 8))',
+                             'D, X = rng.random((64, 64)), rng.random((64, 8))')
+    assert code != FIRST_USE
     got, stderr = _run(code, tmp_path, MATPLAN_PREBUILT="0")
     assert all(got["ok"]) and got["compiled"], got
     lines = [ln for ln in stderr.splitlines() if ln.startswith("matplan: compiled")]

@@ -24,11 +24,11 @@ from ..base import Kernel, Prepared
 from ..registry import register
 from .configs import TSM2Config, async_config, default, search_space
 from .. import _cuda
-from . import launch, tsm2_async, tsm2_tc
-from .launch import Launch
+from .launch import Launch, ready as register_ready
 from .rules import bucket_of_features, layout_of, layout_of_features, model_params, model_time
-from .tsm2_async import AsyncLaunch, check_a as async_check_a
-from .tsm2_tc import TcLaunch, check_a as tc_check_a
+from .tsm2_async import (SOURCE as ASYNC_SOURCE, AsyncLaunch, allocator_bvec, check_a as async_check_a,
+                         kernel_name as async_kernel_name)
+from .tsm2_tc import SOURCE as TC_SOURCE, TcLaunch, _names as tc_names, check_a as tc_check_a
 
 #: Launch decisions (:class:`.launch.Launch`, tsm2_async.AsyncLaunch, tsm2_tc.TcLaunch) by
 #: everything they depend on: the device, A's shape, dtype, layout, leading dimension and
@@ -80,11 +80,11 @@ class TSM2(Kernel):
         col = c.layout == "col"
         if c.async_variant:
             cfg = async_config(f.dtype, f.k, c.async_variant, c.layout)
-            bv = tsm2_async.allocator_bvec(cfg, np.dtype(f.dtype).itemsize, f.k, col)
-            return _cuda.available(tsm2_async.SOURCE, (tsm2_async.kernel_name(f.dtype, cfg, bv, col),))
+            bv = allocator_bvec(cfg, np.dtype(f.dtype).itemsize, f.k, col)
+            return _cuda.available(ASYNC_SOURCE, (async_kernel_name(f.dtype, cfg, bv, col),))
         if c.tc_variant:
-            return _cuda.available(tsm2_tc.SOURCE, tsm2_tc._names())
-        return launch.ready(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2, c.t3, c.depth)
+            return _cuda.available(TC_SOURCE, tc_names())
+        return register_ready(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2, c.t3, c.depth)
 
     def measure_key(self, f):
         """The shape bucket the planner's measurement keeps this kernel's timings by (rules.bucket)."""
