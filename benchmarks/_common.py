@@ -1,15 +1,17 @@
 """What every benchmark script shares: timing helpers, and its one current result file.
 
 A benchmark writes ``results/<benchmark>-<device>.json`` (``write_result``), overwritten in place
-on every run (git keeps the history), with the device, the commit and the date inside it; then it
-regenerates ``results/SUMMARY.md`` (``summarize.write_summary``). Logs are printed, never written
-to ``results/``.
+on every run (git keeps the history), with the device, the commit read from git at run time, the
+date and the copy bandwidth inside it (``provenance``); then it regenerates ``results/SUMMARY.md``
+(``summarize.write_summary``). Logs are printed, never written to ``results/``.
 
     python3 benchmarks/_common.py slug     # the short name of GPU 0, e.g. "h100" (for shell scripts)
 """
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -20,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from matplan.core import device
 from matplan.core.timing import cuda_queued_s
+from matplan.core.xp import cupy_module
 
 #: The results folder beside this file.
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,29 +49,46 @@ def cuda_device_name(cp) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def commit_info() -> dict:
-    """The commit this tree is at, read from git now, and whether the tree differs from it; where
-    there is no git checkout (the device's copy of the tree), $MATPLAN_COMMIT as the caller states
-    it, else "unknown: no .git". A $MATPLAN_COMMIT that disagrees with git is kept beside it
-    (``commit_given``): a copied tree can carry a stale .git."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    given = os.environ.get("MATPLAN_COMMIT")
+#: The checkout this script runs from: the folder above benchmarks/.
+REPO = Path(__file__).resolve().parent.parent
+#: What the sources' digest covers: the package's code and CUDA sources.
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh")
+NO_GIT = "unknown (no .git)"
+
+
+def _git(*args):
+    """git's stripped output in REPO, or None where git is missing or fails."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here)
-        if head.returncode == 0 and head.stdout.strip():
-            commit = head.stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, cwd=here)
-            info = dict(commit=commit, commit_source="git",
-                        tree_dirty=bool(dirty.stdout.strip()) if dirty.returncode == 0 else None)
-            if given and not commit.startswith(given) and not given.startswith(commit):
-                info["commit_given"] = given
-            return info
-    except OSError:   # no git program: fall through to the environment
-        pass
-    if given:
-        return dict(commit=given, commit_source="MATPLAN_COMMIT (no .git)", tree_dirty=None)
-    return dict(commit="unknown: no .git", commit_source="none", tree_dirty=None)
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
+    except OSError:            # no git program
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def commit_info() -> dict:
+    """The commit of the checkout this script runs from, read from git when the process first
+    asks (``git rev-parse HEAD``), and whether tracked files differ from it; NO_GIT where REPO is
+    not itself a git checkout (a copy without .git, even inside another repository). No
+    environment variable is read: a stated commit can be stale. ``source_digest`` hashes the
+    package's sources, so two results of one tree match even without git."""
+    top = _git("rev-parse", "--show-toplevel")
+    head = _git("rev-parse", "HEAD") if top and Path(top).resolve() == REPO else None
+    if head:
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        info = dict(commit=head, commit_source="git", tree_dirty=None if status is None else bool(status))
+    else:
+        info = dict(commit=NO_GIT, commit_source="none", tree_dirty=None)
+    return dict(info, source_digest=source_digest())
+
+
+def source_digest(root=REPO / "matplan") -> str:
+    """First 16 hex digits of SHA-256 over the package's source files (relative path and bytes, in
+    path order)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def git_commit() -> str:
@@ -75,16 +96,36 @@ def git_commit() -> str:
     return commit_info()["commit"]
 
 
+@functools.lru_cache(maxsize=None)
+def bandwidth_info(device_id: int = 0) -> dict:
+    """The device-to-device copy bandwidth measured now (``device.measure_copy_bandwidth``), beside
+    the figure the planner plans with (``device.current().mem_bandwidth``: its own measurement, or
+    the table's figure for this GPU where that measurement was within ``COPY_BW_SNAP``), in GB/s.
+    Measured once per process and device; {} without a GPU."""
+    cp = cupy_module()
+    if cp is None:
+        return {}
+    with cp.cuda.Device(device_id):
+        measured = device.measure_copy_bandwidth()
+        spec = device.current()
+    snapped = spec.copy_bandwidth > 0 and spec.mem_bandwidth == spec.copy_bandwidth
+    return dict(copy_bandwidth_gbs=measured / 1e9, planner_bandwidth_gbs=spec.mem_bandwidth / 1e9,
+                planner_bandwidth_source=("the table's figure for this GPU (its measurement within "
+                                          f"{device.COPY_BW_SNAP:.0%})" if snapped else "its own measurement"))
+
+
 def provenance(benchmark: str, device_name: str) -> dict:
-    """The fields every result file starts with."""
+    """The fields every result file starts with: benchmark, device, commit (``commit_info``), date,
+    versions and, on a GPU, the copy bandwidth measured beside the planner's (``bandwidth_info``)."""
     versions = dict(python=platform.python_version(), numpy=np.__version__)
     cp = sys.modules.get("cupy")
     if cp is not None:
         versions["cupy"] = cp.__version__
+    bandwidth = bandwidth_info(cp.cuda.Device().id) if cp is not None and cupy_module() is not None else {}
     return dict(benchmark=benchmark, device=device_name, device_slug=device_slug(device_name),
                 **commit_info(),
                 date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                **versions)
+                **versions, **bandwidth)
 
 
 def result_path(out, benchmark: str, device_name: str) -> Path:

@@ -12,8 +12,8 @@
 #                            `tar -xzf bench.tgz -C benchmarks results`
 #   tuning-<device>.jsonl    tests, tune: the timings exported with the planner's online calibrations
 #                            (a model refitted on them ships with it as results/training-<device>.jsonl)
-# A one-line status per step is printed. Set MATPLAN_COMMIT to the commit the device's copy of the tree
-# is at: results record it where the copy has no .git, and beside git's where a copied .git disagrees.
+# A one-line status per step is printed. Results record the commit git reads in this checkout at run
+# time, or "unknown (no .git)" in a copy without .git, with a digest of matplan's sources either way.
 # Real matrices: .data/matrices (git-ignored; carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."

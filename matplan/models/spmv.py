@@ -278,3 +278,32 @@ def cusparse(f, device) -> Cost:
                         f"{CUSPARSE_SPMM_A_EFFICIENCY:.2f} and B, C at ~{CUSPARSE_SPMM_DENSE_EFFICIENCY:.2f} "
                         f"of bandwidth, {missed:,.0f} gathers past L2 (column spread {f.col_spread:.2f}) + "
                         f"{CUSPARSE_SPMM_OVERHEAD_S * 1e6:.0f} us per call")
+
+
+# --- cuSPARSE prepared once (spmv.cusparse) ------------------------------------------------
+#: The prepared call (descriptors and workspace made once, the output preallocated), fitted on
+#: single-call H100 timings of benchmarks/spmv.py (two runs): SpMV as the CSR minimum traffic at
+#: this fraction of the copy bandwidth plus a fixed cost (least squares in log over 15 timings of
+#: 3-D Poisson, R-MAT, skewed, ice40 and world_highways, 1.7-8M nonzeros, float64 and float32:
+#: measured / model 0.75-1.33; back to back the fixed cost is 10-20 us lower); SpMM on row-major
+#: B and C as A, each nonzero's row of B and C at CUSPARSE_PREPARED_SPMM_EFFICIENCY (k = 16,
+#: float64: 3-D Poisson 0.83, R-MAT 0.85, world_highways 1.15, skewed 1.43, whose 200k-nonzero
+#: rows this leaves out). Few timings: a re-tune on the prepared call refits them.
+CUSPARSE_PREPARED_SPMV_EFFICIENCY = 0.67
+CUSPARSE_PREPARED_SPMM_EFFICIENCY = 0.65
+CUSPARSE_PREPARED_OVERHEAD_S = 32e-6
+
+
+def cusparse_prepared(f, device) -> Cost:
+    """``spmv.cusparse``: cuSPARSE SpMV, or SpMM on row-major B and C, on descriptors and a
+    workspace made once (cupyx's call, with its per-call costs, is :func:`cusparse`)."""
+    bw, fixed = device.mem_bandwidth, CUSPARSE_PREPARED_OVERHEAD_S
+    if f.k == 1:
+        t = traffic.csr_spmm_bytes(f) / (bw * CUSPARSE_PREPARED_SPMV_EFFICIENCY)
+        why = f"cuSPARSE SpMV prepared once: ~{CUSPARSE_PREPARED_SPMV_EFFICIENCY:.2f} of bandwidth"
+    else:
+        nbytes = traffic.csr_bytes(f) + (f.nnz + f.m) * f.k * traffic.itemsize(f)
+        t = nbytes / (bw * CUSPARSE_PREPARED_SPMM_EFFICIENCY)
+        why = (f"cuSPARSE SpMM prepared once on row-major B: A, each nonzero's row of B and C at "
+               f"~{CUSPARSE_PREPARED_SPMM_EFFICIENCY:.2f} of bandwidth")
+    return Cost(0.0, t + fixed, why + f" + {fixed * 1e6:.0f} us per call")

@@ -100,7 +100,7 @@ def test_device_slug_and_result_file(tmp_path):
     doc = json.loads(path.read_text())
     assert path.name == "spmv-k16-h100.json"
     assert doc["benchmark"] == "spmv-k16" and doc["device"] == "NVIDIA H100 80GB HBM3" and doc["device_slug"] == "h100"
-    assert doc["commit"] != "stale" and doc["commit_source"] in ("git", "MATPLAN_COMMIT (no .git)", "none")
+    assert doc["commit"] != "stale" and doc["commit_source"] in ("git", "none") and "source_digest" in doc
     assert doc["date"].endswith("Z") and doc["results"] == []
 
 
@@ -108,17 +108,56 @@ def test_commit_without_git(monkeypatch):
     def no_git(*args, **kwargs):
         raise OSError("no git")
     monkeypatch.setattr(_common.subprocess, "run", no_git)
-    monkeypatch.setenv("MATPLAN_COMMIT", "abc1234")
-    assert _common.commit_info()["commit"] == "abc1234"
-    monkeypatch.delenv("MATPLAN_COMMIT")
-    assert _common.commit_info() == dict(commit="unknown: no .git", commit_source="none", tree_dirty=None)
+    monkeypatch.setenv("MATPLAN_COMMIT", "abc1234")       # never read: a stated commit can be stale
+    _common.commit_info.cache_clear()
+    try:
+        info = _common.commit_info()
+    finally:
+        _common.commit_info.cache_clear()
+    assert info["commit"] == "unknown (no .git)" and info["commit_source"] == "none" and info["tree_dirty"] is None
+    assert info["source_digest"] == _common.source_digest() and len(info["source_digest"]) == 16
 
 
-def test_commit_given_beside_a_disagreeing_git(monkeypatch):
+def test_commit_of_a_copy_inside_another_repository(monkeypatch, tmp_path):
+    """A tree copied without .git under some other checkout must not take that checkout's commit."""
+    monkeypatch.setattr(_common, "REPO", tmp_path / "copy")
+    (tmp_path / "copy").mkdir()
+    monkeypatch.setattr(_common, "_git", lambda *a: str(tmp_path) if a[:2] == ("rev-parse", "--show-toplevel")
+                        else "f" * 40)
+    _common.commit_info.cache_clear()
+    try:
+        assert _common.commit_info()["commit"] == "unknown (no .git)"
+    finally:
+        _common.commit_info.cache_clear()
+
+
+def test_commit_read_from_git(monkeypatch):
     info = _common.commit_info()
     if info["commit_source"] != "git":
         pytest.skip("no git checkout here")
-    monkeypatch.setenv("MATPLAN_COMMIT", "0000000")
-    assert _common.commit_info()["commit_given"] == "0000000"
-    assert summarize._commit(dict(commit="a" * 40, tree_dirty=True, commit_given="0000000")) == \
-        "aaaaaaaaaa (tree modified; MATPLAN_COMMIT said 0000000)"
+    head = _common.subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  cwd=_common.REPO).stdout.strip()
+    assert info["commit"] == head and isinstance(info["tree_dirty"], bool)
+    assert summarize._commit(dict(commit="a" * 40, commit_source="git", tree_dirty=True, source_digest="d" * 16)) == \
+        "aaaaaaaaaa (tree modified)"
+    assert summarize._commit(dict(commit="unknown (no .git)", commit_source="none", source_digest="d" * 16)) == \
+        "unknown (no .git) (sources dddddddddddddddd)"
+
+
+def test_source_digest_follows_the_sources(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "k.cu").write_text("// kernel\n")
+    (tmp_path / "notes.txt").write_text("not a source")
+    first = _common.source_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("changed")
+    assert _common.source_digest(tmp_path) == first
+    (tmp_path / "k.cu").write_text("// kernel, changed\n")
+    assert _common.source_digest(tmp_path) != first
+
+
+def test_provenance_without_a_gpu_has_no_bandwidth(monkeypatch):
+    monkeypatch.setattr(_common, "cupy_module", lambda: None)
+    _common.bandwidth_info.cache_clear()
+    assert _common.bandwidth_info() == {}
+    doc = _common.provenance("spmv", "cpu")
+    assert "copy_bandwidth_gbs" not in doc and doc["commit"] == _common.commit_info()["commit"]

@@ -256,10 +256,10 @@ def test_cusparse_spmm_cost_charges_random_gathers_past_l2(rng):
     rows = np.repeat(np.arange(n), 8)
     random_cols = sp.csr_matrix((np.ones(8 * n), (rows, cols)), shape=(n, n))
     banded = sp.csr_matrix((np.ones(8 * n), (rows, np.clip(rows + (cols % 8), 0, n - 1))), shape=(n, n))
-    dev, cus = device.known("H100"), get("spmv.cusparse")
+    dev = device.known("H100")
     fr, fb = _features(random_cols, k), _features(banded, k)
     assert fr.col_spread > 0.3 and fb.col_spread < 1e-3
-    cr, cb = cus.cost(fr, {}, dev), cus.cost(fb, {}, dev)
+    cr, cb = spmv_model.cusparse(fr, dev), spmv_model.cusparse(fb, dev)   # cupyx's call, the baseline
     assert cr.run_s > 2 * cb.run_s and "gathers past L2" in cr.why
     small = _features(random_cols[: n // 64, : n // 64].tocsr(), k)   # B fits in L2: few misses
     assert traffic.column_major_gathers_missed(small, dev.l2_bytes) < 0.05 * small.nnz * k

@@ -1,0 +1,294 @@
+"""cuSPARSE SpMV / SpMM prepared once, through CuPy's low-level bindings, and the cupyx call beside it.
+
+:class:`PreparedCsr` makes A's descriptor once. Each layout of B it meets (a vector, or k
+columns in row- or column-major order, on one stream) gets its dense descriptors, buffer size and
+workspace once, on first use; a later run re-points the dense descriptors at B and ``out``
+(``cusparseDnVecSetValues`` / ``DnMatSetValues``) and calls ``cusparseSpMV`` / ``SpMM``, which
+write straight into ``out``. B and C go in one order, C's (row-major, ``CUSPARSE_ORDER_ROW``,
+unless ``out`` is F-contiguous), so a B in that order is not copied. This is the vendor's kernel
+as a C++ user runs it.
+
+:func:`cupyx_matmul` is what a CuPy user pays: ``A @ B`` on a cupyx CSR, which creates three
+descriptors, sizes and allocates a workspace on every call and, for SpMM, multiplies a
+column-major copy of B. It is the benchmarks' ``cupyx_ms`` and the fallback of a prepared call
+that cannot run (its reason kept in :attr:`PreparedCsr.fallback` or ``layout_fallbacks``).
+
+Not used: ``cusparseSpMM_preprocess`` and ``cusparseSpMV_preprocess``, which CuPy does not bind.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import weakref
+
+import numpy as np
+
+from ...core.xp import cupy_module, cupyx_sparse
+
+#: cusparseSpMVAlg_t and cusparseSpMMAlg_t values (cusparse.h) by name; "default" lets cuSPARSE
+#: choose. CuPy's module names only the older ones, so the numbers are given here.
+SPMV_ALGS = {"default": 0, "csr_alg1": 2, "csr_alg2": 3}
+SPMM_ALGS = {"default": 0, "csr_alg1": 4, "csr_alg2": 6, "csr_alg3": 12}
+#: cudaDataType_t of the values, cusparseIndexType_t of the indices, cusparseOrder_t.
+VALUE_TYPES = {"float32": 0, "float64": 1}          # CUDA_R_32F, CUDA_R_64F
+INDEX_TYPES = {"int32": 2, "int64": 3}              # CUSPARSE_INDEX_32I, CUSPARSE_INDEX_64I
+ORDER_COL, ORDER_ROW = 1, 2
+#: Layouts (B shape class, order, stream) kept per prepared A; beyond it the oldest is dropped.
+MAX_LAYOUTS = 8
+
+
+@functools.lru_cache(maxsize=None)
+def bindings():
+    """(CuPy's cuSPARSE bindings module, None) or (None, the reason they cannot be used)."""
+    if cupy_module() is None:
+        return None, "no CuPy with a GPU"
+    try:
+        from cupy_backends.cuda.libs import cusparse as lib   # optional: CuPy is not required
+    except Exception as exc:   # a CuPy build without cuSPARSE (ImportError, or a loader error)
+        return None, f"CuPy's cuSPARSE bindings do not import: {type(exc).__name__}: {exc}"
+    missing = [f for f in ("createCsr", "destroySpMat", "createDnVec", "destroyDnVec", "createDnMat",
+                           "destroyDnMat", "spMV_bufferSize", "spMV", "spMM_bufferSize", "spMM")
+               if not hasattr(lib, f)]
+    if missing:
+        return None, f"CuPy's cuSPARSE bindings lack {', '.join(missing)} (the generic API)"
+    return lib, None
+
+
+def check_alg(params: dict) -> str:
+    """params["alg"] ("default" when absent), or ValueError naming the allowed values."""
+    alg = params.get("alg", "default")
+    if alg not in SPMV_ALGS and alg not in SPMM_ALGS:
+        raise ValueError(f"params['alg']: expected one of {sorted(set(SPMV_ALGS) | set(SPMM_ALGS))}, got {alg!r}")
+    return alg
+
+
+def unsupported(A) -> str | None:
+    """Why the prepared call cannot take A (None: it can): value and index types cuSPARSE's
+    generic API takes here, one index type for indptr and indices, contiguous CuPy arrays."""
+    arrays = [getattr(A, name, None) for name in ("data", "indices", "indptr")]
+    if any(a is None for a in arrays):
+        return "A is not a CSR matrix (data, indices, indptr)"
+    dtype, it, pt = (np.dtype(a.dtype).name for a in arrays)
+    if dtype not in VALUE_TYPES:
+        return f"values of {dtype} (the prepared call takes float32 and float64)"
+    if it not in INDEX_TYPES or pt != it:
+        return f"indptr of {pt} with indices of {it} (the prepared call takes int32 or int64 for both)"
+    cp = cupy_module()
+    for name, arr in zip(("data", "indices", "indptr"), arrays):
+        if cp is None or not isinstance(arr, cp.ndarray):
+            return f"A's {name} is not a CuPy array"
+        if not arr.flags.c_contiguous:
+            return f"A's {name} is not contiguous"
+    return None
+
+
+def as_cupyx(A):
+    """A as a cupyx CSR matrix: A itself if it is one, else one made on A's arrays."""
+    csp = cupyx_sparse()
+    if csp is None:
+        raise RuntimeError("cuSPARSE through cupyx needs CuPy and an NVIDIA GPU")
+    if csp.issparse(A):
+        return A
+    return csp.csr_matrix((A.data, A.indices, A.indptr), shape=tuple(A.shape))
+
+
+def cupyx_matmul(A, B, out=None):
+    """``A @ B`` as a CuPy user calls it (cupyx: descriptors and workspace made per call, SpMM on a
+    column-major copy of B), then copied into ``out`` where one is given."""
+    C = as_cupyx(A) @ B
+    if out is None:
+        return C
+    out[...] = C
+    return out
+
+
+def _destroy(lib, kind: str, handle: int) -> None:
+    """Destroy one descriptor; errors are dropped (at teardown the context goes with them)."""
+    try:
+        getattr(lib, "destroy" + kind)(handle)
+    except Exception:   # a finalizer must not raise: cuSPARSE may already be unloaded
+        pass
+
+
+class _Owned:
+    """A cuSPARSE descriptor destroyed when this object is collected or closed."""
+    __slots__ = ("handle", "_finalizer", "__weakref__")
+
+    def __init__(self, lib, kind: str, handle: int):
+        self.handle = handle
+        self._finalizer = weakref.finalize(self, _destroy, lib, kind, handle)
+        self._finalizer.atexit = False   # at interpreter exit the CUDA context is torn down anyway
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class _Layout:
+    """One B layout's dense descriptors (None where SetValues is not bound: made per run), its
+    workspace, order and cuSPARSE algorithm number."""
+    __slots__ = ("b", "c", "workspace", "ptr", "order", "alg")
+
+    def __init__(self, b, c, workspace, order, alg):
+        self.b, self.c, self.workspace, self.order, self.alg = b, c, workspace, order, alg
+        self.ptr = workspace.data.ptr if workspace is not None else 0
+
+
+class PreparedCsr:
+    """cuSPARSE SpMV/SpMM on CSR ``A`` (its own arrays, kept and read on every run).
+
+    ``fallback`` is None, or why the prepared call cannot take A (then every run is
+    :func:`cupyx_matmul`); ``layout_fallbacks`` maps a B layout cuSPARSE refused to its reason.
+    ``buffer_size_calls`` counts workspace sizings (one per layout: runs reuse them).
+    """
+
+    def __init__(self, A, alg: str = "default"):
+        if not all(hasattr(A, name) for name in ("data", "indices", "indptr", "shape")):
+            raise TypeError(f"A: expected a CSR matrix (data, indices, indptr, shape), got {type(A).__name__}")
+        self.alg = check_alg({"alg": alg})
+        self.shape = (int(A.shape[0]), int(A.shape[1]))
+        self.lib, reason = bindings()
+        self.fallback = reason or unsupported(A)
+        self.dtype = np.dtype(A.data.dtype)
+        self.layout_fallbacks: dict = {}
+        self.buffer_size_calls = 0
+        self._lock = threading.Lock()
+        self._layouts: collections.OrderedDict = collections.OrderedDict()
+        self._arrays = (A.data, A.indices, A.indptr)    # keeps the pointers in the descriptor valid
+        self.nnz = int(A.indices.size)
+        self._spmat = None
+        if self.fallback is None and self.nnz and min(self.shape):
+            self._make_spmat()
+
+    # -- A ------------------------------------------------------------------
+    def _make_spmat(self):
+        lib = self.lib
+        data, indices, indptr = self._arrays
+        it = INDEX_TYPES[np.dtype(indices.dtype).name]
+        self._vtype = VALUE_TYPES[self.dtype.name]
+        self._one = np.ones((), self.dtype)          # host scalars (CuPy's handle: host pointer mode)
+        self._zero = np.zeros((), self.dtype)
+        self._spmat = _Owned(lib, "SpMat", lib.createCsr(
+            self.shape[0], self.shape[1], self.nnz, indptr.data.ptr, indices.data.ptr, data.data.ptr,
+            it, it, 0, self._vtype))     # 0: CUSPARSE_INDEX_BASE_ZERO
+
+    def same_arrays(self, A) -> bool:
+        """Whether A still holds the arrays this was prepared on (an attribute can be reassigned)."""
+        data, indices, indptr = self._arrays
+        return A.data is data and A.indices is indices and A.indptr is indptr
+
+    # -- running ------------------------------------------------------------
+    def run(self, A, B, out=None):
+        """C = A @ B into ``out`` (allocated C-contiguous when None); A is the matrix prepared on."""
+        cp = cupy_module()
+        m, n = self.shape
+        if B.ndim not in (1, 2) or B.shape[0] != n:
+            raise ValueError(f"B: expected shape ({n},) or ({n}, k), got {B.shape}")
+        if B.dtype != self.dtype:
+            raise TypeError(f"B: dtype {B.dtype} does not match A's {self.dtype}")
+        k = 1 if B.ndim == 1 else B.shape[1]
+        oshape = (m,) if B.ndim == 1 else (m, k)
+        if out is None:
+            out = cp.empty(oshape, dtype=self.dtype)
+        elif (out.shape != oshape or out.dtype != self.dtype
+              or not (out.flags.c_contiguous or out.flags.f_contiguous)):
+            raise ValueError(f"out: expected a C- or F-contiguous {self.dtype} array of shape {oshape}, "
+                             f"got {out.dtype} {out.shape}")
+        if m == 0 or k == 0:
+            return out
+        if self.nnz == 0 or n == 0:
+            out.fill(0)
+            return out
+        if self.fallback is not None:
+            return cupyx_matmul(A, B, out)
+        if B.ndim == 1:
+            if not B.flags.c_contiguous:
+                B = cp.ascontiguousarray(B)
+            key = (0, ORDER_COL)
+        else:
+            order = ORDER_ROW if out.flags.c_contiguous else ORDER_COL
+            if order == ORDER_ROW and not B.flags.c_contiguous:     # B and C of one order
+                B = cp.ascontiguousarray(B)
+            elif order == ORDER_COL and not B.flags.f_contiguous:
+                B = cp.asfortranarray(B)
+            key = (k, order)
+        if key in self.layout_fallbacks:
+            return cupyx_matmul(A, B, out)
+        stream = cp.cuda.get_current_stream().ptr
+        layout = self._layouts.get(key + (stream,))
+        if layout is None:
+            layout = self._new_layout(key, stream, B, out)
+            if layout is None:
+                return cupyx_matmul(A, B, out)
+        self._launch(layout, k, B, out)
+        return out
+
+    def _launch(self, layout, k, B, out):
+        lib = self.lib
+        handle = cupy_module().cuda.device.get_cusparse_handle()
+        with self._lock:   # the dense descriptors are shared: point and call as one step
+            b, c = layout.b, layout.c
+            if b is None:   # no SetValues binding: fresh dense descriptors (cheap) per run
+                b, c = self._dense(k, B, out, layout.order)
+            elif B.ndim == 1:
+                lib.dnVecSetValues(b.handle, B.data.ptr)
+                lib.dnVecSetValues(c.handle, out.data.ptr)
+            else:
+                lib.dnMatSetValues(b.handle, B.data.ptr)
+                lib.dnMatSetValues(c.handle, out.data.ptr)
+            if B.ndim == 1:
+                lib.spMV(handle, 0, self._one.ctypes.data, self._spmat.handle, b.handle, self._zero.ctypes.data,
+                         c.handle, self._vtype, layout.alg, layout.ptr)
+            else:
+                lib.spMM(handle, 0, 0, self._one.ctypes.data, self._spmat.handle, b.handle,
+                         self._zero.ctypes.data, c.handle, self._vtype, layout.alg, layout.ptr)
+
+    def _dense(self, k, B, out, order):
+        """(B's, out's) dense descriptors: vectors for a 1-D B, else k-column matrices of ``order``."""
+        lib, m, n = self.lib, self.shape[0], self.shape[1]
+        if B.ndim == 1:
+            return (_Owned(lib, "DnVec", lib.createDnVec(n, B.data.ptr, self._vtype)),
+                    _Owned(lib, "DnVec", lib.createDnVec(m, out.data.ptr, self._vtype)))
+        ldb, ldc = (k, k) if order == ORDER_ROW else (n, m)
+        return (_Owned(lib, "DnMat", lib.createDnMat(n, k, ldb, B.data.ptr, self._vtype, order)),
+                _Owned(lib, "DnMat", lib.createDnMat(m, k, ldc, out.data.ptr, self._vtype, order)))
+
+    def _new_layout(self, key, stream, B, out):
+        """Size and allocate the workspace of a new layout (once); None where cuSPARSE refuses it."""
+        cp, lib = cupy_module(), self.lib
+        k, order = key
+        algs = SPMV_ALGS if B.ndim == 1 else SPMM_ALGS
+        if self.alg not in algs:
+            raise ValueError(f"params['alg']: {self.alg!r} is not a cuSPARSE {'SpMV' if B.ndim == 1 else 'SpMM'} "
+                             f"algorithm; expected one of {sorted(algs)}")
+        alg = algs[self.alg]
+        handle = cp.cuda.device.get_cusparse_handle()
+        try:
+            b, c = self._dense(k, B, out, order)
+            self.buffer_size_calls += 1
+            if B.ndim == 1:
+                size = lib.spMV_bufferSize(handle, 0, self._one.ctypes.data, self._spmat.handle, b.handle,
+                                           self._zero.ctypes.data, c.handle, self._vtype, alg)
+            else:
+                size = lib.spMM_bufferSize(handle, 0, 0, self._one.ctypes.data, self._spmat.handle, b.handle,
+                                           self._zero.ctypes.data, c.handle, self._vtype, alg)
+        except getattr(lib, "CuSparseError", RuntimeError) as exc:   # cuSPARSE refuses it: cupyx, recorded
+            what = "vector" if B.ndim == 1 else f"{k} columns, {'row' if order == ORDER_ROW else 'column'}-major"
+            self.layout_fallbacks[key] = f"cuSPARSE refused B of {what}: {type(exc).__name__}: {exc}"
+            return None
+        workspace = cp.empty(size, dtype=cp.int8) if size else None
+        settable = hasattr(lib, "dnVecSetValues") and hasattr(lib, "dnMatSetValues")
+        layout = _Layout(b if settable else None, c if settable else None, workspace, order, alg)
+        self._layouts[key + (stream,)] = layout
+        while len(self._layouts) > MAX_LAYOUTS:
+            self._layouts.popitem(last=False)
+        return layout
+
+    def close(self) -> None:
+        """Destroy the descriptors now and drop the workspaces (also done when collected); later
+        runs take the cupyx path."""
+        self._layouts.clear()
+        if self._spmat is not None:
+            self._spmat.close()
+            self._spmat = None
+        self.fallback = self.fallback or "closed: its descriptors were destroyed"
