@@ -1,9 +1,9 @@
 """matplan's layering, read from the source with ``ast`` (nothing is imported, so it runs on any CPU).
 
 Layers, lowest first: core (with corpus beside it) < models < kernels < planner
-< {dispatch, tuning_db} < cli. A module imports only from its own layer or a lower one: models
+< {dispatch, tuning_db, distributed} < cli. A module imports only from its own layer or a lower one: models
 never import kernels, kernels never import the planner, and layers of one height (core and
-corpus; dispatch and tuning_db) do not import each other. The package root (``matplan/__init__``)
+corpus; dispatch, tuning_db and distributed) do not import each other. The package root (``matplan/__init__``)
 sits above them all: it may import anything, and nothing inside imports it. There is no import
 cycle among matplan's modules, and imports of matplan modules go at module top, except the few
 listed in LAZY_ALLOWED, each for an optional heavy dependency.
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "matplan"
 PACKAGE = "matplan"
 #: Height of each subpackage (or top-level module); a module may import its own layer or lower ones.
 LAYERS = {"core": 0, "corpus": 0, "models": 1, "kernels": 2, "planner": 3, "dispatch": 4, "tuning_db": 4,
-          "cli": 5}
+          "distributed": 4, "cli": 5}
 #: The root package imports the public API from every layer: it is above all of them.
 ROOT_HEIGHT = max(LAYERS.values()) + 1
 #: Function-level imports of matplan modules that are allowed: (importer, imported module) -> the

@@ -1,0 +1,52 @@
+"""matplan on Dask: products over row blocks of A spread on a cluster, each block planned on its worker.
+
+Needs the ``distributed`` extra (``pip install matplan[distributed]``; ``cuda-distributed`` adds
+dask-cuda for one worker per GPU). ``import matplan`` never imports this package or Dask.
+
+    local_cluster()          a LocalCUDACluster (one worker per GPU) or a CPU LocalCluster
+    spgemm(A, B, client=)    C = A @ B as a DistributedCSR of checked row blocks
+    spmm(A, X, client=)      A @ X over row blocks, X replicated
+    DistributedOperator(A)   A's blocks and bound plans kept on the workers between calls
+    row_blocks, balanced_bounds, row_weights   blocks balanced by products / nonzeros
+    load(dir)                a DistributedCSR saved by .save(dir)
+
+blocks.py the partition (pure), worker.py what runs on a worker, checks.py the row-sum check,
+spill.py the GPU byte budget, tasks.py submission and recovery, csr.py the result, store.py its
+on-disk format, spgemm.py and operators.py the products, cluster.py the local cluster.
+See docs/distributed.md.
+"""
+try:
+    import distributed as _distributed   # noqa: F401  (the optional extra: fail here, clearly)
+    from dask.sizeof import sizeof as _sizeof
+except ImportError as e:   # pragma: no cover - exercised only without the extra
+    raise ImportError("matplan.distributed needs Dask: pip install 'matplan[distributed]'") from e
+
+from .blocks import RowBlocks, balanced_bounds, row_blocks, row_weights
+from .checks import BlockCheckError
+from .cluster import LocalMatplanCluster, local_cluster
+from .csr import DistributedCSR, load
+from .operators import DistributedOperator, spmm
+from .spgemm import spgemm
+from .tasks import DistributedProductError
+from .worker import Block, Operand, Resident
+
+
+# Dask places a task where its inputs' bytes are and spills by size: tell it what these objects hold.
+@_sizeof.register(Block)
+def _sizeof_block(b):
+    return b.nbytes + 1024
+
+
+@_sizeof.register(Resident)
+def _sizeof_resident(r):
+    return int(r.A.data.nbytes + r.A.indices.nbytes + r.A.indptr.nbytes) + 1024
+
+
+@_sizeof.register(Operand)
+def _sizeof_operand(o):
+    return o.nbytes + 1024
+
+
+__all__ = ["local_cluster", "LocalMatplanCluster", "spgemm", "spmm", "DistributedOperator", "DistributedCSR",
+           "load", "RowBlocks", "row_blocks", "row_weights", "balanced_bounds", "BlockCheckError",
+           "DistributedProductError"]

@@ -1,0 +1,160 @@
+"""The client's side of a distributed product: the client, inputs kept alive on the cluster, one
+task per block, and what happens when a worker is lost.
+
+A block's inputs are scattered data (its rows of A, the replicated B or X); Dask cannot recompute
+scattered data, so when a worker dies with them its futures are cancelled. The client still holds
+A and B, and blocks are pure functions of them: :class:`Live` scatters an input again when its
+future is gone, and :func:`collect` resubmits a block whose task was cancelled, up to ``retries``
+times per block, then raises :class:`DistributedProductError`. A task that merely ran on a worker
+that died, with its inputs alive elsewhere, is rescheduled by Dask itself. Any other failure (a
+block that failed its check, a bad input, a task that killed its workers repeatedly) cancels the
+call's other tasks and raises: a call returns every block or none.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import CancelledError
+
+import distributed
+from distributed import as_completed
+from distributed.scheduler import KilledWorker
+
+from .checks import BlockCheckError
+
+#: Default number of times a block whose worker was lost is submitted again.
+RETRIES = 2
+
+
+class DistributedProductError(RuntimeError):
+    """A distributed product could not complete: no partial result is returned."""
+
+
+def resolve_client(client):
+    """``client``, or the default Dask client where there is one; a clear error otherwise."""
+    if client is None:
+        try:
+            return distributed.get_client()
+        except ValueError:
+            raise ValueError("client: no distributed.Client was given and none is running; pass client=... "
+                             "(matplan.distributed.local_cluster() starts a local one)") from None
+    if not isinstance(client, distributed.Client):
+        raise TypeError(f"client: expected a distributed.Client, got {type(client).__name__}")
+    if client.status not in ("running", "connecting", "newly-created"):
+        raise ValueError(f"client: this distributed.Client is {client.status}, not running")
+    return client
+
+
+def worker_count(client) -> int:
+    n = len(client.nthreads())   # every worker (scheduler_info lists only a few in some Dask versions)
+    if n == 0:
+        raise DistributedProductError("the Dask cluster has no workers (start some, or wait_for_workers)")
+    return n
+
+
+def task_key(what: str) -> str:
+    """A fresh key prefix: tasks of one call are named after it in Dask's dashboard, never reused."""
+    return f"matplan-{what}-{uuid.uuid4().hex[:12]}"
+
+
+class Live:
+    """A future for a value the client can always rebuild: ``get()`` returns it, making it again
+    (``make()``) when it was never made or its data was lost with a worker."""
+
+    def __init__(self, make):
+        self._make, self._future, self.remade = make, None, 0
+
+    def get(self):
+        f = self._future
+        if f is None or f.status in ("cancelled", "lost", "error"):
+            if f is not None:
+                self.remade += 1
+            f = self._future = self._make()
+        return f
+
+    def set(self, future) -> None:
+        self._future = future
+
+    def release(self) -> None:
+        if self._future is not None:
+            self._future.release()
+            self._future = None
+
+
+def scatter_blocks(client, parts) -> list:
+    """Scatter a list of blocks at once (Dask spreads them over the workers round-robin)."""
+    return client.scatter(list(parts), hash=False) if parts else []
+
+
+def _lost(exc) -> bool:
+    return isinstance(exc, (CancelledError, distributed.comm.CommClosedError))
+
+
+def collect(submit, indices, *, retries: int, what: str, describe) -> tuple:
+    """Run ``submit(i)`` (a future of a small result) for each block index and gather every result.
+
+    A block whose future is cancelled (its worker lost with its inputs) is submitted again, at
+    most ``retries`` times; anything else raises, after cancelling the remaining tasks.
+    ``describe(i)`` names block i in messages. Returns ({index: result}, {index: resubmissions})."""
+    futures = {}
+    for i in indices:
+        futures[submit(i)] = i
+    attempts = {i: 0 for i in indices}
+    results = {}
+    pending = as_completed(list(futures))
+    try:
+        for f in pending:
+            i = futures.pop(f)
+            try:
+                results[i] = f.result()
+                continue
+            except BlockCheckError:
+                raise
+            except KilledWorker as e:
+                raise DistributedProductError(f"{what}: {describe(i)} killed the workers that ran it ({e}); "
+                                              "it may need more memory than a worker has") from e
+            except Exception as e:
+                if not _lost(e):
+                    raise DistributedProductError(f"{what}: {describe(i)} failed on its worker: "
+                                                  f"{type(e).__name__}: {e}") from e
+                if attempts[i] >= retries:
+                    raise DistributedProductError(f"{what}: {describe(i)} was lost with its worker on each of "
+                                                  f"{attempts[i] + 1} attempt(s); no partial result is returned") from e
+            attempts[i] += 1
+            g = submit(i)
+            futures[g] = i
+            pending.add(g)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return results, attempts
+
+
+class Timer:
+    """Wall-clock phases of a call, in seconds."""
+
+    def __init__(self):
+        self.t, self.phases = time.perf_counter(), {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def split_times(wall_s: float, infos, keys=("place_s", "plan_s", "kernel_s", "check_s")) -> dict:
+    """The run's wall time split into the work on the workers and what Dask adds.
+
+    ``busy_critical_s``: the largest sum of a worker's block times (its ``keys``), the run's critical
+    path if every worker were always busy; ``overhead_s``: wall time past it (scheduling, transfers
+    of inputs and results, waiting), never negative."""
+    per_worker, sums = {}, {k: 0.0 for k in keys}
+    for info in infos:
+        busy = sum(float(info.get(k, 0.0)) for k in keys)
+        per_worker[info["worker"]] = per_worker.get(info["worker"], 0.0) + busy
+        for k in keys:
+            sums[k] += float(info.get(k, 0.0))
+    critical = max(per_worker.values(), default=0.0)
+    return dict(run_s=wall_s, busy_critical_s=critical, overhead_s=max(0.0, wall_s - critical),
+                workers_used=len(per_worker), **{f"{k[:-2]}_sum_s": v for k, v in sums.items()})
