@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import numbers
 import threading
 import weakref
 from typing import Any, Callable, Hashable
@@ -30,6 +31,15 @@ class CacheInfo:
     maxbytes: int | None
 
 
+def _count(value, name: str, expected: str) -> int:
+    """``value`` as an int >= 0: core.validation.check_int's rule (Python or NumPy integers, never a
+    bool), kept here so the lowest module imports neither NumPy nor SciPy."""
+    is_bool = isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
+    if is_bool or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name}: expected {expected}, got {value!r}{' (a bool)' if is_bool else ''}")
+    return int(value)
+
+
 class BoundedCache:
     """A named, thread-safe LRU map of at most ``maxsize`` entries and ``maxbytes`` bytes.
 
@@ -40,10 +50,9 @@ class BoundedCache:
     def __init__(self, name: str, maxsize: int, *, maxbytes: int | None = None,
                  sizeof: Callable[[Any], int] | None = None,
                  on_evict: Callable[[Hashable, Any], None] | None = None):
-        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 0:
-            raise ValueError(f"maxsize: expected a non-negative integer, got {maxsize!r}")
-        if maxbytes is not None and (not isinstance(maxbytes, int) or maxbytes < 0):
-            raise ValueError(f"maxbytes: expected None or a non-negative integer, got {maxbytes!r}")
+        maxsize = _count(maxsize, "maxsize", "a non-negative integer")
+        if maxbytes is not None:
+            maxbytes = _count(maxbytes, "maxbytes", "None or a non-negative integer")
         self.name = name
         self.maxsize = maxsize
         self.maxbytes = maxbytes

@@ -30,6 +30,7 @@ import functools
 import threading
 
 from ..core.cache import BoundedCache
+from ..core.validation import check_int
 from ..core.xp import cupy_module
 from ..kernels import get
 
@@ -375,15 +376,11 @@ def _maxbytes(memsize: int) -> int | None:
 
 
 def _check_size(size) -> int:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"size: expected a non-negative integer number of entries (0 disables), got {size!r}")
-    return size
+    return check_int(size, "size", "a non-negative integer number of entries (0 disables)", minimum=0)
 
 
 def _check_memsize(memsize) -> int:
-    if isinstance(memsize, bool) or not isinstance(memsize, int) or memsize < -1:
-        raise ValueError(f"memsize: expected a byte count >= 0, or -1 for unbounded, got {memsize!r}")
-    return memsize
+    return check_int(memsize, "memsize", "a byte count >= 0, or -1 for unbounded", minimum=-1)
 
 
 def _fmt_mem(memsize: int) -> str:
@@ -418,8 +415,8 @@ def get_plan_cache(device=None) -> PlanCache:
     if device is None:
         cp = cupy_module()
         device = cp.cuda.runtime.getDevice() if cp is not None else "cpu"
-    elif device != "cpu" and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
-        raise ValueError(f"device: expected 'cpu' or a CUDA device id (int >= 0), got {device!r}")
+    elif not (isinstance(device, str) and device == "cpu"):
+        device = check_int(device, "device", "'cpu' or a CUDA device id (int >= 0)", minimum=0)
     return cache_for(device)
 
 

@@ -33,6 +33,7 @@ import inspect
 
 import numpy as np
 
+from ..core.validation import check_int
 from .learned_features import OPS, FeatureSchema
 from .learned_forest import export_hgb
 from .learned_model import ALL_OPS, KINDS, CostModel
@@ -127,8 +128,9 @@ class LearnedCostModel(CostModel):
     def _check_params(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
-        if isinstance(self.cv, bool) or not isinstance(self.cv, int) or self.cv < 0 or self.cv == 1:
-            raise ValueError(f"cv: expected 0 (no validation) or an integer >= 2 folds, got {self.cv!r}")
+        expected = "0 (no validation) or an integer >= 2 folds"
+        if check_int(self.cv, "cv", expected, minimum=0) == 1:
+            raise ValueError(f"cv: expected {expected}, got 1")
 
     def _regressor(self):
         from sklearn.ensemble import HistGradientBoostingRegressor   # scikit-learn: only to fit

@@ -11,17 +11,28 @@ measured / predicted for the bucket, as the live planner's measured candidates a
 worst regrets TSM2 picks the planner never makes).
 
 Records written before the planner's measurement cache (one per TSM2 bucket: its winner, its
-timings, a ``ratio`` and cuBLAS's ``vendor_ratio``) are read too: their ratios apply to every
-config of the bucket.
+timings, a ``ratio`` and cuBLAS's ``vendor_ratio``) are migrated, so an old training file scores
+as it did when it was written: their ratios apply to every config of the bucket their key names,
+as the planner that wrote them applied them (measured / model of the time without the launch;
+:func:`legacy_keys`). Their keys predate the measurement cache's bucket: ``[device, dtype, layout,
+k bucket, n bucket]`` at first, then with the bucket of the timed rows appended. A record that
+cannot be read is ignored, and :func:`installed` warns once with the count and the reasons.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
+import math
+import warnings
+
+import numpy as np
 
 from ..core.types import Cost
 from ..kernels import registry
+from ..kernels.tsgemm.rules import layout_of_features
+from ..models.tsgemm import LAUNCH_S
 from ..planner import measure, measure_cache
 from .store import CalibrationRecord
 
@@ -29,6 +40,11 @@ from .store import CalibrationRecord
 LEGACY_TSM2, LEGACY_CUBLAS = "tsgemm.tsm2", "gemm.cublas"
 #: Parameters of old plans that are provenance, not configuration.
 PROVENANCE = ("t1_source",)
+#: Legacy keys' rows element: the bucket of m capped at this many elements / n (the timing's
+#: problem size when those records were written; frozen with their format).
+LEGACY_TIMING_ELEMENTS = 1 << 28
+#: Legacy keys' lengths: without the rows bucket (the first format), and with it.
+LEGACY_KEY_LENGTHS = (5, 6)
 
 
 class Recorder:
@@ -81,21 +97,84 @@ def records(device_key: str, version: str, entries) -> list:
 
 def ratios_from(calibrations) -> dict:
     """{(kernel, problem JSON, params JSON or None): measured / predicted} of recorded entries; of
-    one key the latest recorded wins. None as params: a legacy record's ratio for the whole bucket."""
-    table = {}
+    one key the latest recorded wins. None as params: a legacy record's ratio for the whole bucket
+    (its problem is ``["legacy", key without the device]``, see :func:`legacy_keys`)."""
+    return classify(calibrations)[0]
+
+
+def classify(calibrations) -> tuple:
+    """(:func:`ratios_from`'s table, [(record, why it is ignored)] of the records that give none)."""
+    table, ignored = {}, []
     for c in sorted(calibrations, key=lambda c: c.created_at):
-        v = c.value
+        why = _read_one(c, table)
+        if why is not None:
+            ignored.append((c, why))
+    return table, ignored
+
+
+def _read_one(c, table) -> str | None:
+    """Put record ``c``'s ratios in ``table``; the reason it gives none, or None."""
+    v = c.value if isinstance(c.value, dict) else {}
+    try:
         key = json.loads(c.key)
-        if "seconds" in v:                                  # a measurement-cache entry
-            problem, params = key
-            if v.get("ratio") is not None:
-                table[c.kernel, measure_cache.canonical(problem), _params_text(params)] = float(v["ratio"])
-        elif c.kernel == LEGACY_TSM2:                       # one bucket's winner and both ratios
-            problem = measure_cache.canonical(["bucket", key[1:]])
-            for kernel, ratio in ((LEGACY_TSM2, v.get("ratio")), (LEGACY_CUBLAS, v.get("vendor_ratio"))):
-                if ratio is not None:
-                    table[kernel, problem, None] = float(ratio)
-    return table
+    except (TypeError, ValueError):
+        return "its key is not JSON"
+    if "seconds" in v:                                  # a measurement-cache entry
+        if not (isinstance(key, list) and len(key) == 2 and isinstance(key[1], dict)):
+            return "its key is not [problem, params]"
+        ratio = _positive(v.get("ratio"))
+        if ratio is None:
+            return "it has no positive measured/predicted ratio"
+        table[c.kernel, measure_cache.canonical(key[0]), _params_text(key[1])] = ratio
+        return None
+    if c.kernel != LEGACY_TSM2:
+        return f"kernel {c.kernel!r} without measured seconds is no format this version reads"
+    if not (isinstance(key, list) and len(key) in LEGACY_KEY_LENGTHS and _legacy_fields_ok(key[1:])):
+        return (f"a legacy {LEGACY_TSM2} key must be [device, dtype, layout, k bucket, n bucket"
+                f"(, rows bucket)], got {c.key}")
+    problem = _legacy_problem(key[1:])
+    found = False
+    for kernel, name in ((LEGACY_TSM2, "ratio"), (LEGACY_CUBLAS, "vendor_ratio")):
+        ratio = _positive(v.get(name))
+        if ratio is not None:
+            table[kernel, problem, None] = ratio
+            found = True
+    return None if found else "it has neither a positive ratio nor vendor_ratio"
+
+
+def _positive(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+
+
+def _legacy_fields_ok(fields) -> bool:
+    dtype, layout, *buckets = fields
+    return (isinstance(dtype, str) and layout in ("row", "col")
+            and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in buckets))
+
+
+def _legacy_problem(fields) -> str:
+    return measure_cache.canonical(["legacy", list(fields)])
+
+
+def _pow2_at_or_above(x: int) -> int:
+    """The power of two at or above ``x``: the legacy keys' buckets (as they were written)."""
+    return 1 << max(int(x) - 1, 0).bit_length()
+
+
+def legacy_keys(f) -> list:
+    """The problems (:func:`ratios_from`'s form) of the legacy records that applied to features
+    ``f``, most specific first: [dtype, layout, k, n, rows buckets], then [dtype, layout, k, n
+    buckets]; [] for a strided or empty A. The rows were m capped at LEGACY_TIMING_ELEMENTS / n."""
+    layout = layout_of_features(f)
+    if layout is None or min(f.m, f.n, f.k) < 1:
+        return []
+    base = [str(np.dtype(f.dtype)), layout, _pow2_at_or_above(f.k), _pow2_at_or_above(f.n)]
+    rows = max(1, min(int(f.m), LEGACY_TIMING_ELEMENTS // max(int(f.n), 1)))
+    return [_legacy_problem(base + [_pow2_at_or_above(rows)]), _legacy_problem(base)]
 
 
 def _params_text(params: dict) -> str:
@@ -114,28 +193,45 @@ class Calibrated:
         return getattr(self.kernel, name)
 
     def ratio(self, f, params) -> float | None:
+        """measured / predicted of the recorded measurement for ``f`` and ``params``, else None."""
+        return self.lookup(f, params)[0]
+
+    def lookup(self, f, params) -> tuple:
+        """(ratio or None, whether it comes from a legacy record). Of the records that apply, the
+        config's own measurement first, then its bucket's, then a legacy record's."""
         bucket = getattr(self.kernel, "measure_key", lambda f: None)(f)
         if bucket is None:
-            return None
+            return None, False
         problem = measure_cache.canonical(["bucket", list(bucket)])
         name = self.kernel.name
-        hit = self.ratios.get((name, problem, _params_text(params)))
-        return hit if hit is not None else self.ratios.get((name, problem, None))
+        for key in ((name, problem, _params_text(params)), (name, problem, None)):
+            if self.ratios.get(key) is not None:
+                return self.ratios[key], False
+        for problem in legacy_keys(f):
+            if self.ratios.get((name, problem, None)) is not None:
+                return self.ratios[name, problem, None], True
+        return None, False
 
     def cost(self, f, params, device) -> Cost:
         c = self.kernel.cost(f, params, device)
-        r = self.ratio(f, params)
+        r, legacy = self.lookup(f, params)
         if r is None:
             return c
-        return Cost(c.prepare_s, c.run_s * r, f"{c.why}; calibrated by the planner's measurement: "
-                                              f"measured/model = {r:.2f}", calibrated=True)
+        if legacy:   # the planner that wrote it scaled the model's time without the launch
+            run_s = max(c.run_s - LAUNCH_S, 0.0) * r + min(c.run_s, LAUNCH_S)
+            how = "calibrated by a recorded online timing (legacy record)"
+        else:
+            run_s, how = c.run_s * r, "calibrated by the planner's measurement"
+        return Cost(c.prepare_s, run_s, f"{c.why}; {how}: measured/model = {r:.2f}", calibrated=True)
 
 
 @contextlib.contextmanager
 def installed(calibrations):
     """For the ``with`` block, the kernels the recorded measurements are of are registered as
-    :class:`Calibrated` (their costs scaled by measured / predicted of each bucket); restored after."""
-    ratios = ratios_from(calibrations)
+    :class:`Calibrated` (their costs scaled by measured / predicted of each bucket); restored after.
+    Records that give no ratio are named in one warning (:func:`warn_ignored`)."""
+    ratios, ignored = classify(calibrations)
+    warn_ignored(ignored, len(calibrations))
     names = sorted({k for k, _, _ in ratios})
     old = {name: registry.get(name) for name in names if _registered(name)}
     try:
@@ -146,6 +242,17 @@ def installed(calibrations):
         registry._REGISTRY.update(old)
 
 
+def warn_ignored(ignored, total: int) -> None:
+    """One RuntimeWarning with how many of ``total`` records were ignored and why (none if none)."""
+    if not ignored:
+        return
+    reasons = collections.Counter(why for _, why in ignored)
+    detail = "; ".join(f"{n} because {why}" for why, n in reasons.most_common())
+    warnings.warn(f"{len(ignored)} of {total} recorded online calibrations ignored (their kernels' "
+                  f"costs are the uncalibrated model's, so figures may differ from the live "
+                  f"planner's): {detail}", RuntimeWarning, stacklevel=3)
+
+
 def _registered(name: str) -> bool:
     try:
         registry.get(name)
@@ -154,4 +261,5 @@ def _registered(name: str) -> bool:
         return False
 
 
-__all__ = ["Recorder", "recording", "tuned_params", "records", "ratios_from", "installed", "Calibrated"]
+__all__ = ["Recorder", "recording", "tuned_params", "records", "ratios_from", "classify", "legacy_keys",
+           "installed", "warn_ignored", "Calibrated"]

@@ -47,6 +47,14 @@ class Dataset:
         :mod:`.calibration`), so kernels' analytic costs are the ones the live planner used."""
         return calibration.installed(self.calibrations)
 
+    def calibration_counts(self) -> dict:
+        """How the recorded calibrations are read: recorded, legacy (migrated: records written before
+        the planner's measurement cache), ignored (warned about by :meth:`calibrated`)."""
+        _, ignored = calibration.classify(self.calibrations)
+        bad = {id(c) for c, _ in ignored}
+        legacy = sum(1 for c in self.calibrations if id(c) not in bad and "seconds" not in c.value)
+        return {"recorded": len(self.calibrations), "legacy_migrated": legacy, "ignored": len(ignored)}
+
     def __len__(self):
         return len(self.rows)
 

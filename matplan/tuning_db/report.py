@@ -13,6 +13,8 @@ Every method sees the analytic costs the live planner sees: TSM2's and
 cuBLAS's tall-and-skinny costs calibrated by the online timing the planner made
 during the tuning run (recorded in the database, see :mod:`.calibration`), not
 the raw models; like the planner, the learned methods keep calibrated costs.
+Records in an older format are migrated, so an old training file reports the
+figures it did; one that cannot be read is counted and warned about.
 
 The report records its timings' training-set hash and whether the model installed
 for the device class was fitted on exactly those timings.
@@ -30,6 +32,7 @@ from ..kernels import get
 from ..models import learned, learned_fit
 from ..planner.choose import TIE_MARGIN, _param_key, pick
 from ..core.types import Candidate
+from ..core.validation import check_int
 from .dataset import load_dataset
 from .progress import Stages
 from .store import open_db
@@ -125,6 +128,7 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
     ``db`` must exist (TuningDBError otherwise). ``model_params``: LearnedCostModel parameters
     for the fitted models (e.g. ``{"max_iter": 100}``). ``progress``: a bar on stderr over the fits.
     """
+    reuses = _check_reuses(reuses)
     store = open_db(db, create=False)
     try:
         ds = load_dataset(store, device_class)
@@ -137,6 +141,17 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
     with Stages(steps, "matplan report", progress) as stages:
         report = _evaluate(ds, reuses, out, plots, model_params, stages)
     return report
+
+
+def _check_reuses(reuses) -> list:
+    """``reuses`` as a list of Python ints >= 1 (NumPy integers taken); ValueError naming it otherwise."""
+    expected = "a sequence of positive integers (applications of a plan to one A)"
+    if isinstance(reuses, (str, bytes)) or not hasattr(reuses, "__iter__"):
+        raise ValueError(f"reuses: expected {expected}, got {reuses!r}")
+    got = [check_int(r, "reuses", expected) for r in reuses]
+    if not got:
+        raise ValueError(f"reuses: expected {expected}, got none")
+    return got
 
 
 def _evaluate(ds, reuses, out, plots, model_params, stages) -> dict:
@@ -159,7 +174,7 @@ def _evaluate(ds, reuses, out, plots, model_params, stages) -> dict:
               "problems": len(by_problem), "problems_with_a_choice": len(choosable),
               "families": sorted(set(ds.groups())), "excluded_failed_or_mismatched": len(ds.failed),
               "excluded_unregistered_kernels": ds.unregistered,
-              "online_calibrations": len(ds.calibrations),
+              "online_calibrations": len(ds.calibrations), "online_calibrations_read": ds.calibration_counts(),
               "tie_margin": TIE_MARGIN, "evaluation": "leave-matrix-family-out",
               "model_params": dict(model_params or {}), "results": {}}
     regret_curves = {}
@@ -251,6 +266,10 @@ def format_report(report: dict) -> str:
     lines = [f"matplan report: {report['device_class']} ({report['device']}), {report['timings']} timings, "
              f"{report['problems_with_a_choice']}/{report['problems']} problems with a choice, "
              f"{len(report['families'])} families, leave-family-out"]
+    cal = report.get("online_calibrations_read") or {}
+    if cal.get("legacy_migrated") or cal.get("ignored"):
+        lines.append(f"  online calibrations: {cal['recorded']} recorded, {cal['legacy_migrated']} in the "
+                     f"format before the measurement cache (migrated), {cal['ignored']} ignored")
     model = report.get("installed_model")
     if model:
         lines.append(f"  installed model {model['name']} ({model['folder']}): fitted on "

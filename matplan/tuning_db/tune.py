@@ -39,7 +39,7 @@ import scipy.sparse as sp
 
 from ..core import device as device_mod
 from ..core import features as stats
-from ..core.validation import normalize
+from ..core.validation import check_int, normalize
 from ..core.version import __version__
 from ..core.xp import cupy_module, cupyx_sparse, gpu_available
 from ..kernels import kernels_for
@@ -371,8 +371,11 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     gpus = _gpu_count() if backend == "gpu" else 0
     if n_jobs is None:
         n_jobs = max(gpus, 1) if backend == "gpu" else 1
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
-        raise ValueError(f"n_jobs: expected a positive integer, got {n_jobs!r}")
+    n_jobs = check_int(n_jobs, "n_jobs", "None or a positive number of worker processes")
+    if repeats is not None:
+        repeats = check_int(repeats, "repeats", "None or a positive number of timed runs per candidate")
+    if warmup is not None:
+        warmup = check_int(warmup, "warmup", "None or a number >= 0 of untimed runs", minimum=0)
     if backend == "gpu" and scheduler is None and n_jobs > gpus:
         raise ValueError(f"n_jobs: {n_jobs} workers but {gpus} GPUs; use at most one worker per GPU "
                          "so that timings never share a device")

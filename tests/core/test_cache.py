@@ -1,8 +1,10 @@
 """core.cache: the one bounded LRU cache and matplan.cache_info()."""
+import numpy as np
 import pytest
 
 import matplan
-from matplan.core.cache import BoundedCache, cache_info, clear_all
+from matplan.core.cache import BoundedCache, _count, cache_info, clear_all
+from matplan.core.validation import check_int
 
 
 def test_lru_bound_by_entries_counts_hits_misses_and_evictions():
@@ -47,10 +49,35 @@ def test_same_name_is_listed_twice_under_distinct_names():
     assert a.name != b.name and {a.name, b.name} <= set(cache_info())
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "8"])
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "8", np.int64(-1), np.bool_(True), np.float64(2.0)])
 def test_bad_bounds_are_refused_by_name(bad):
-    with pytest.raises(ValueError, match="maxsize"):
+    with pytest.raises(ValueError, match="maxsize: expected a non-negative integer"):
         BoundedCache("test.bad", bad)
+    with pytest.raises(ValueError, match="maxbytes: expected None or a non-negative integer"):
+        BoundedCache("test.bad", 1, maxbytes=bad)
+
+
+@pytest.mark.parametrize("value", [0, 5, np.int64(3), np.uint8(0), -1, np.int32(-2), True, np.bool_(False), 1.0,
+                                   np.float32(2), "2", None])
+def test_bounds_follow_check_ints_rule(value):
+    """BoundedCache's bounds take exactly what core.validation.check_int(minimum=0) takes."""
+    try:
+        want = check_int(value, "maxsize", "a non-negative integer", minimum=0)
+    except ValueError as exc:
+        with pytest.raises(ValueError) as err:
+            _count(value, "maxsize", "a non-negative integer")
+        assert str(err.value) == str(exc)
+    else:
+        assert _count(value, "maxsize", "a non-negative integer") == want
+
+
+def test_numpy_integer_bounds_are_taken_as_ints():
+    """Issue 40 item 4: NumPy integers wherever Python integers are; kept as Python ints."""
+    c = BoundedCache("test.npint", np.int64(2), maxbytes=np.uint32(100), sizeof=lambda v: 40)
+    assert type(c.maxsize) is int and type(c.maxbytes) is int and (c.maxsize, c.maxbytes) == (2, 100)
+    for i in range(3):
+        c.put(i, i)
+    assert len(c) == 2 and c.get(0) is None
 
 
 def test_get_fast_counts_but_does_not_reorder():

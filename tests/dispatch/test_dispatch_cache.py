@@ -159,6 +159,40 @@ def test_argument_errors(rng):
         matplan.get_plan_cache().set_memsize(-2)
 
 
+@pytest.mark.parametrize("bad, why", [(-1, ""), (True, "(a bool)"), (np.int64(-1), ""), (np.bool_(False), "(a bool)"),
+                                      (2.0, ""), ("4", "")])
+def test_plan_cache_sizes_refused_by_name(bad, why):
+    """Issue 40 item 4: one rule (core.validation.check_int) for the plan cache's integers."""
+    cache = matplan.get_plan_cache()
+    with pytest.raises(ValueError, match=r"size: expected a non-negative integer number of entries") as err:
+        cache.set_size(bad)
+    assert why in str(err.value)
+    if not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_)) and bad == -1):
+        with pytest.raises(ValueError, match=r"memsize: expected a byte count >= 0, or -1 for unbounded"):
+            cache.set_memsize(bad)
+    with pytest.raises(ValueError, match=r"device: expected 'cpu' or a CUDA device id \(int >= 0\)"):
+        matplan.get_plan_cache(bad)
+
+
+def test_plan_cache_takes_numpy_integers(fresh_cache):
+    """NumPy integers for size, memsize and the device id, kept as Python ints; device
+    np.int64(0) is the same cache as 0."""
+    cache = matplan.get_plan_cache()
+    old = (cache.get_size(), cache.get_memsize())
+    try:
+        cache.set_size(np.int64(3))
+        cache.set_memsize(np.int32(-1))
+        assert (cache.get_size(), cache.get_memsize()) == (3, -1)
+        assert type(cache.get_size()) is int and type(cache.get_memsize()) is int
+        cache.set_memsize(np.uint64(1 << 20))
+        assert cache.get_memsize() == 1 << 20 and type(cache.get_memsize()) is int
+    finally:
+        cache.set_size(old[0])
+        cache.set_memsize(old[1])
+    assert matplan.get_plan_cache(np.int64(0)) is matplan.get_plan_cache(0)
+    assert matplan.get_plan_cache(np.str_("cpu")) is matplan.get_plan_cache("cpu")
+
+
 # -- bounds ---------------------------------------------------------------------------------
 def test_lru_eviction_by_count(rng, fresh_cache):
     fresh_cache.set_size(2)

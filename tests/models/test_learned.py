@@ -16,6 +16,7 @@ from matplan.models import learned, learned_fit
 from matplan.tuning_db import tune as tune_mod
 from matplan.tuning_db import units as units_mod
 from matplan.tuning_db.dataset import load_dataset
+from matplan.tuning_db import report as report_mod
 from matplan.tuning_db.report import evaluate, format_report
 from matplan.tuning_db.store import TuningDB
 from matplan.tuning_db.train import fit, train
@@ -140,6 +141,11 @@ def test_sklearn_conventions(dataset):
         learned_fit.LearnedCostModel(kind="magic").fit(q, y)
     with pytest.raises(ValueError, match="cv: expected"):
         learned_fit.LearnedCostModel(cv=1).fit(q, y)
+    for bad in (np.int64(1), -2, True, np.bool_(True), 2.0, "3"):   # issue 40 item 4: one rule for integers
+        with pytest.raises(ValueError, match=r"cv: expected 0 \(no validation\) or an integer >= 2 folds"):
+            learned_fit.LearnedCostModel(cv=bad).fit(q, y)
+    fitted = learned_fit.LearnedCostModel(kind="learned", max_iter=5, cv=np.int64(2)).fit(q, y)
+    assert fitted.validation_["folds"] == 2
     bad = y.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="finite"):
@@ -314,6 +320,15 @@ def test_report_leave_family_out(tuned_db, tmp_path):
         assert len(rep["plots"]) == 2 and all(Path(p).is_file() for p in rep["plots"])
     else:
         assert rep["plots"] == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "1,100", 5, (), (1, np.int64(0))])
+def test_report_reuses_are_checked_by_name(bad, tmp_path):
+    """Issue 40 item 4: evaluate's reuses are positive integers, NumPy ones included; checked
+    before the database is read."""
+    with pytest.raises(ValueError, match="reuses: expected a sequence of positive integers"):
+        evaluate(tmp_path / "absent.sqlite", reuses=bad, out=False)
+    assert report_mod._check_reuses((np.int64(1), np.uint16(100))) == [1, 100]
 
 
 def test_report_says_whether_the_installed_model_saw_its_timings(tuned_db, dataset, model_dir, monkeypatch):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import matplan
 from matplan import planner
 from matplan.core import validation
 from matplan.planner import Plan
@@ -161,6 +162,38 @@ def test_dtype_cases_from_the_issue(rng):
     q = planner.plan(A, x)
     x32 = x.astype(np.float32)
     assert q.run(A, x32).dtype == np.float64 and q.bind(A)(x32).dtype == np.float64
+
+
+def test_upcast_sums_a_coos_duplicates_in_the_plans_dtype():
+    """A float32 COO with duplicates under a float64 plan: cast first, then converted to CSR, so its
+    duplicates sum in float64 and the product has float64 accuracy (they summed in float32; found
+    by tests/properties)."""
+    a, b = np.float32(0.1), np.float32(0.2)
+    A = sp.coo_matrix((np.array([a, b]), ([0, 0], [0, 0])), shape=(1, 1))
+    x = np.ones(1)
+    want = np.float64(a) + np.float64(b)
+    assert np.float64(a + b) != want                       # the float32 sum is not the float64 one
+    p = planner.plan(A, x)
+    q = planner.plan(sp.csr_matrix(np.ones((1, 1))), x)    # a float64 plan binding a float32 A
+    for C in (p.run(A, x), p.bind(A)(x), q.bind(A)(x), matplan.matmul(A, x)):
+        assert C.dtype == np.float64 and C[0] == want
+    assert A.nnz == 2                                     # the caller's A is left as it was
+
+
+def test_upcast_keeps_each_duplicate_as_scipys_product_does():
+    """Duplicates of opposite signs times an Inf give NaN in SciPy's mixed-dtype products (each entry
+    is multiplied); an upcast that summed them first (SciPy's astype) gave -Inf (found by
+    tests/properties)."""
+    A = sp.csr_matrix((np.float32([-2.0, 1.0]), np.int32([0, 0]), np.int32([0, 2])), shape=(1, 1))
+    x, B = np.array([np.inf]), sp.csr_matrix(np.array([[np.inf]]))
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(A @ x).all() and np.isnan((A @ B).toarray()).all()      # SciPy
+        for C in (planner.plan(A, x).run(A, x), planner.plan(A, x).bind(A)(x), matplan.matmul(A, x)):
+            assert C.dtype == np.float64 and np.isnan(C).all()
+        for C in (planner.plan(A, B).run(A, B), planner.plan(A, B).bind(A)(B)):
+            assert C.dtype == np.float64 and np.isnan(C.toarray()).all()
+        dense = planner.plan(A.astype(np.float64), x)                           # bind casts the same way
+        assert np.isnan(dense.bind(A)(x)).all()
 
 
 # -- item 4: NumPy integers -------------------------------------------------------------------

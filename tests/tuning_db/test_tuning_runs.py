@@ -165,6 +165,19 @@ def test_bad_arguments(tmp_path):
     units = units_mod.corpus_units(["small"], families=["banded"], ops=("spmv",), dtypes=("float64",))
     with pytest.raises(ValueError, match="n_jobs"):
         tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="cpu", n_jobs=0)
+    # issue 40 item 4: NumPy integers are integers, bools and floats are not, each error names its argument
+    for name, bad, expected in [("n_jobs", True, "None or a positive number of worker processes"),
+                                ("n_jobs", np.int64(0), "None or a positive number of worker processes"),
+                                ("n_jobs", 2.0, "None or a positive number of worker processes"),
+                                ("repeats", np.int32(0), "None or a positive number of timed runs"),
+                                ("repeats", np.bool_(True), "None or a positive number of timed runs"),
+                                ("warmup", -1, r"None or a number >= 0 of untimed runs"),
+                                ("warmup", np.float64(1), r"None or a number >= 0 of untimed runs")]:
+        with pytest.raises(ValueError, match=f"{name}: expected {expected}"):
+            tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="cpu", **{name: bad})
+    s = tune_mod.tune(units[:1], db=tmp_path / "np.sqlite", backend="cpu", n_jobs=np.int64(1),
+                      repeats=np.int32(2), warmup=np.uint8(0), progress=False, budget_s=0.2)
+    assert s.units == 1 and s.timed == 1 and s.failed == 0
     with pytest.raises(ValueError, match="backend"):
         tune_mod.tune(units, db=tmp_path / "t.sqlite", backend="tpu")
     with pytest.raises(TypeError, match="WorkUnit"):
