@@ -329,6 +329,24 @@ def overhead_section(files) -> list:
     return (["## Call overheads and bounds", ""] + out) if out else []
 
 
+def first_use_section(files) -> list:
+    """benchmarks/coldstart.py's files: each op's first plan + run in a fresh process and caches."""
+    out = []
+    for name, doc in files:
+        if benchmark_of(name, doc).split("-")[0] != "coldstart":
+            continue
+        kind = "prebuilt kernels" if doc.get("prebuilt", True) else "no prebuilt kernels (NVRTC compiles them)"
+        out += [f"### {kind} ({_origin(name, doc)}); `matplan demo` {_fmt(doc.get('demo_s'), 's')} s "
+                f"({'ok' if doc.get('demo_ok') else 'FAILED'})", ""]
+        out += _md_table([("op", "text"), ("import s", "s"), ("first plan + run s", "s"),
+                          ("second plan + run ms", "ms"), ("kernel", "text"), ("NVRTC modules", "int"),
+                          ("correct", "text")],
+                         [[r.get("op"), r.get("import_s"), r.get("first_plan_run_s"),
+                           1e3 * r["warm_plan_run_s"] if "warm_plan_run_s" in r else None, r.get("kernel"),
+                           len(r.get("compiled", [])), r.get("correct")] for r in doc.get("rows", [])]) + [""]
+    return (["## First use (fresh process, empty kernel caches)", ""] + out) if out else []
+
+
 def learned_section(folder: Path) -> list:
     out = []
     for path in sorted(folder.glob("learned_report_*.json")):
@@ -395,7 +413,7 @@ def build_summary(folder) -> tuple:
                       str(d.get("date", "n/a"))[:10]] for n, d in files]) + [""]
     for name, doc, table in tables:
         md += op_section(name, doc, table)
-    return md + overhead_section(files) + learned_section(Path(folder)), tables
+    return md + first_use_section(files) + overhead_section(files) + learned_section(Path(folder)), tables
 
 
 def plot(folder: Path, tables) -> tuple:
