@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("distributed")
+pytest.importorskip("dask.distributed")
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "distributed_scaling.py"
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-pytest.importorskip("distributed")
+pytest.importorskip("dask.distributed")
 from matplan.distributed import blocks as B  # noqa: E402
 from matplan.distributed import store  # noqa: E402
 from matplan.distributed.checks import RowSums, check_rowsums  # noqa: E402

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 from conftest import random_csr  # noqa: E402

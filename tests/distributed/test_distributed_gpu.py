@@ -3,7 +3,7 @@ share its GPU; compared with SciPy in float64. Skipped without CuPy and a GPU.""
 import numpy as np
 import pytest
 
-pytest.importorskip("distributed")
+pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
 

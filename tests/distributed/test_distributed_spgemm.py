@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("dask.distributed")
 import matplan  # noqa: E402
 import matplan.distributed as md  # noqa: E402
 from matplan.distributed import worker as worker_mod  # noqa: E402

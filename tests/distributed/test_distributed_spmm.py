@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
 
