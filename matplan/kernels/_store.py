@@ -17,6 +17,7 @@ import lzma
 import os
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from ..core.paths import user_folder
@@ -63,7 +64,26 @@ class Store:
         self._index: dict | None = None
 
     def _folder(self) -> Path:
-        return self.cache_dir if self.cache_dir is not None else user_dir()
+        """The user folder, or, where it cannot be made, written, or others may write to it, a
+        private one under the temporary folder (units there last as long as it does)."""
+        folder = self.cache_dir if self.cache_dir is not None else user_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.name != "posix" or (os.access(folder, os.W_OK) and not folder.stat().st_mode & 0o022):
+                return folder
+            reason = "others may write to it" if os.access(folder, os.W_OK) else "it is not writable"
+        except OSError as exc:
+            reason = str(exc)
+        private = Path(tempfile.gettempdir()) / f"matplan-kernels-{os.getuid()}"
+        private.mkdir(mode=0o700, exist_ok=True)
+        st = private.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:   # made by someone else: one of our own
+            private = Path(tempfile.mkdtemp(prefix="matplan-kernels-"))
+        if folder not in _WARNED:
+            _WARNED.add(folder)
+            warnings.warn(f"matplan: kernel cache {folder} not used ({reason}); compiled kernels go to "
+                          f"{private}", RuntimeWarning, stacklevel=3)
+        return private
 
     def _load(self) -> dict:
         index: dict = {}
@@ -73,7 +93,7 @@ class Store:
             data = json.loads(manifest.read_text())
             if data.get("format") == FORMAT:
                 records += [(self.package_dir, r) for r in data["units"]]
-        folder = self._folder()
+        folder = self._folder()   # binaries others could replace are never loaded (a private folder instead)
         if folder.is_dir():
             for path in sorted(folder.glob("*.json")):
                 try:
@@ -112,7 +132,7 @@ class Store:
         folder = self._folder() / "prebuilt"
         plain = folder / f"{key_digest[:12]}-{path.stem}"
         if not plain.is_file():
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(exist_ok=True)
             _write_atomic(plain, lzma.decompress(path.read_bytes()))
         return plain
 
@@ -120,7 +140,6 @@ class Store:
         """Keep a unit compiled on this machine in the user folder (atomic: a reader never sees a
         half-written unit) and index it."""
         folder = self._folder()
-        folder.mkdir(parents=True, exist_ok=True)
         stem = f"{Path(filename).stem}-{key_digest[:12]}-{target}-" + hashlib.sha256(
             "\0".join(sorted(lowered)).encode()).hexdigest()[:12]
         suffix = ".cubin" if target.startswith("sm_") else ".ptx"
@@ -146,6 +165,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)
+
+
+#: Folders a warning was given for (once each).
+_WARNED: set = set()
 
 
 @functools.lru_cache(maxsize=None)

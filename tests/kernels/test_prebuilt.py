@@ -2,6 +2,7 @@
 light import: what a CPU can check. GPU loading and the NVRTC fallback: test_prebuilt_gpu.py."""
 import json
 import lzma
+import os
 import subprocess
 import sys
 
@@ -133,3 +134,20 @@ def test_warmup_without_a_gpu_says_why(capsys):
         pytest.skip("a GPU is present")
     with pytest.raises(SystemExit, match="needs CuPy and an NVIDIA GPU"):
         cli.main(["warmup"])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
+    """Kernels in a group- or world-writable folder could be replaced by someone else: such a
+    folder is neither read nor written; a private one under the temporary folder is used."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setattr(_store.tempfile, "gettempdir", lambda: str(tmp_path))
+    store = _store_in(tmp_path)
+    store.cache_dir = shared
+    with pytest.warns(RuntimeWarning, match="others may write to it"):
+        path = store.add("a/x.cu", "d9", "sm_90", b"cubin", {"k<int>": "_Z1kIiEvv"})
+    assert shared not in path.parents and not list(shared.iterdir())
+    assert path.parent == tmp_path / f"matplan-kernels-{os.getuid()}"
+    assert oct(path.parent.stat().st_mode & 0o777) == oct(0o700)
