@@ -68,7 +68,7 @@ class Store:
         private one under the temporary folder (units there last as long as it does)."""
         folder = self.cache_dir if self.cache_dir is not None else user_dir()
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)   # private whatever the umask
             if os.name != "posix" or (os.access(folder, os.W_OK) and not folder.stat().st_mode & 0o022):
                 return folder
             reason = "others may write to it" if os.access(folder, os.W_OK) else "it is not writable"
@@ -132,7 +132,7 @@ class Store:
         folder = self._folder() / "prebuilt"
         plain = folder / f"{key_digest[:12]}-{path.stem}"
         if not plain.is_file():
-            folder.mkdir(exist_ok=True)
+            folder.mkdir(mode=0o700, exist_ok=True)
             _write_atomic(plain, lzma.decompress(path.read_bytes()))
         return plain
 

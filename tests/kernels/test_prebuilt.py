@@ -151,3 +151,16 @@ def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
     assert shared not in path.parents and not list(shared.iterdir())
     assert path.parent == tmp_path / f"matplan-kernels-{os.getuid()}"
     assert oct(path.parent.stat().st_mode & 0o777) == oct(0o700)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_the_cache_folder_is_made_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o002)   # group-writable by default, as on systems with user-private groups
+    try:
+        store = _store_in(tmp_path)
+        store.cache_dir = tmp_path / "fresh" / "kernels"
+        path = store.add("a/x.cu", "d9", "sm_90", b"cubin", {"k<int>": "_Z1kIiEvv"})
+    finally:
+        os.umask(old)
+    assert path.parent == tmp_path / "fresh" / "kernels"
+    assert path.parent.stat().st_mode & 0o077 == 0
