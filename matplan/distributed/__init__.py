@@ -11,8 +11,9 @@ dask-cuda for one worker per GPU). ``import matplan`` never imports this package
     load(dir)                a DistributedCSR saved by .save(dir)
 
 blocks.py the partition (pure), worker.py what runs on a worker, checks.py the row-sum check,
-spill.py the GPU byte budget, tasks.py submission and recovery, csr.py the result, store.py its
-on-disk format, spgemm.py and operators.py the products, cluster.py the local cluster.
+panels.py B in column panels, spill.py the GPU byte budget, tasks.py submission and recovery,
+csr.py the result, store.py its on-disk format, spgemm.py and operators.py the products,
+cluster.py the local cluster.
 See docs/distributed.md.
 """
 try:

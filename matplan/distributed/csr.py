@@ -33,7 +33,7 @@ class DistributedCSR:
     ``release()`` lets them and the blocks go."""
 
     def __init__(self, shape, dtype, bounds, infos, *, futures=None, local=None, client=None, call=None,
-                 timings=None):
+                 timings=None, panels=None):
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype = np.dtype(dtype)
         self.bounds = tuple(int(b) for b in bounds)
@@ -42,6 +42,7 @@ class DistributedCSR:
         self._local = None if local is None else list(local)
         self._client, self._call = client, call
         self.timings = dict(timings or {})
+        self.panels = panels   # B's ColumnPanels (None: a loaded result)
 
     # -- what it holds ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -70,13 +71,28 @@ class DistributedCSR:
         """Block i's full :class:`matplan.planner.Plan` (None for a loaded result)."""
         return self._infos[self._index(i)].get("plan")
 
+    @property
+    def panel_plans(self) -> list:
+        """Per (block, column panel of B): block, panel, rows, columns, the kernel its worker's plan
+        chose and why, worker, products, nnz and the full Plan. B replicated whole: one panel per block."""
+        out = []
+        for info in self._infos:
+            plans = info.get("panel_plans") or [info.get("plan")]
+            recs = info.get("panels") or [dict(info, panel=0, cols=(0, self.shape[1]))]
+            for rec, p in zip(recs, plans):
+                out.append(dict(block=info["index"], panel=rec["panel"], rows=tuple(info["rows"]),
+                                cols=tuple(rec["cols"]), kernel=rec.get("kernel"), reasons=rec.get("reasons"),
+                                worker=rec.get("worker"), products=rec.get("products"), nnz=rec.get("nnz"),
+                                check_worst=rec.get("check_worst"), plan=p))
+        return out
+
     def blocks_info(self, refresh: bool = False) -> list:
         """Per block: rows, nnz, bytes, location ("gpu", "host" after a spill, "client" when loaded
         without a client), kernel, worker and timings; ``refresh`` asks the workers for locations now."""
         if refresh and self._futures is not None:
             for i in range(len(self)):
                 self._infos[i].update(location=self._on_block(i, block_location))
-        return [{k: v for k, v in info.items() if k != "plan"} for info in self._infos]
+        return [{k: v for k, v in info.items() if k not in ("plan", "panel_plans")} for info in self._infos]
 
     def explain(self) -> str:
         """A table of the blocks: rows, products, nnz, bytes, kernel, worker, and why each plan chose its kernel."""
@@ -89,6 +105,9 @@ class DistributedCSR:
             why = [r for r in info.get("reasons") or () if r.startswith(f"{info.get('kernel')}:")]
             if why:
                 lines.append(f"{'':>6}{why[0]}")
+            for rec in info.get("panels") or ():
+                lines.append(f"{'':>6}panel {rec['panel']} (columns {rec['cols'][0]:,}-{rec['cols'][1]:,}): "
+                             f"{rec['products']:,} products, {rec['nnz']:,} nnz, {rec['kernel']} on {rec['worker']}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

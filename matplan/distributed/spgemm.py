@@ -15,6 +15,7 @@ from ..core.xp import to_host
 from .blocks import row_blocks, slice_rows
 from .checks import RowSums
 from .csr import DistributedCSR
+from .panels import Whole, assemble_block, column_panels, default_panel_bytes, slice_cols
 from .tasks import (RETRIES, DistributedProductError, Live, Timer, collect, resolve_client, scatter_blocks,
                     split_times, task_key, worker_count)
 from .worker import Operand, block_info, check_placement, spgemm_block
@@ -36,11 +37,18 @@ def check_options(on, retries, spill_bytes=None):
 class SpgemmCall:
     """One distributed SpGEMM's inputs on the cluster and its block tasks; recomputes lost blocks."""
 
-    def __init__(self, client, A, B, rblocks, on, measure, spill_bytes, retries):
-        self.client, self.A, self.rblocks = client, A, rblocks
+    def __init__(self, client, A, B, rblocks, on, measure, spill_bytes, retries, cpanels):
+        self.client, self.A, self.rblocks, self.cpanels = client, A, rblocks, cpanels
         self.on, self.measure, self.spill_bytes, self.retries = on, measure, spill_bytes, retries
         rowsums = RowSums.of(B)
-        self.B = Live(lambda: client.scatter(Operand(B, rowsums), broadcast=True, hash=False))
+        self.paneled = len(cpanels) > 1
+        if self.paneled:   # each panel scattered once (to one worker); B's row pointers and sums to all
+            self.whole = Live(lambda: client.scatter(Whole(B, rowsums), broadcast=True, hash=False))
+            cb = cpanels.bounds
+            self.panels = [None if cb[p] == cb[p + 1] else
+                           Live(lambda p=p: client.scatter(self._panel(B, p), hash=False)) for p in range(len(cpanels))]
+        else:
+            self.B = Live(lambda: client.scatter(Operand(B, rowsums), broadcast=True, hash=False))
         self.parts = [Live(lambda i=i: client.scatter(self._part(i), hash=False)) for i in range(len(rblocks))]
         self.blocks = [None] * len(rblocks)
         self.key = task_key("spgemm")
@@ -50,9 +58,14 @@ class SpgemmCall:
     def _part(self, i):
         return slice_rows(self.A, self.rblocks.bounds[i], self.rblocks.bounds[i + 1])
 
+    def _panel(self, B, p):
+        P = slice_cols(B, self.cpanels.bounds[p], self.cpanels.bounds[p + 1])
+        return Operand(P, RowSums.of(P))
+
     def scatter(self) -> None:
-        """B to every worker, A's blocks spread over them."""
-        self.B.get()
+        """B to every worker (or each of its panels to one), A's blocks spread over them."""
+        for live in ([self.whole] + [p for p in self.panels if p is not None]) if self.paneled else [self.B]:
+            live.get()
         for live, f in zip(self.parts, scatter_blocks(self.client, [self._part(i) for i in range(len(self.parts))])):
             live.set(f)
 
@@ -62,10 +75,23 @@ class SpgemmCall:
     def _submit(self, i):
         r0, r1 = self.rblocks.bounds[i], self.rblocks.bounds[i + 1]
         n = next(self._serial)
+        if self.paneled:
+            self.blocks[i] = blk = self._submit_panels(i, r0, r1, n)
+            return self.client.submit(block_info, blk, key=f"{self.key}-info-{i}-{n}")
         blk = self.client.submit(spgemm_block, i, r0, r1, self.parts[i].get(), self.B.get(), self.on, self.measure,
                                  self.spill_bytes, key=f"{self.key}-block-{i}-{n}")
         self.blocks[i] = blk
         return self.client.submit(block_info, blk, key=f"{self.key}-info-{i}-{n}")
+
+    def _submit_panels(self, i, r0, r1, n):
+        """One task per (block i, non-empty panel), then one assembling block i from them."""
+        A_f, cb = self.parts[i].get(), self.cpanels.bounds
+        parts = [None if live is None else
+                 self.client.submit(spgemm_block, i, r0, r1, A_f, live.get(), self.on, self.measure, self.spill_bytes,
+                                    f" panel {p} (columns {cb[p]}-{cb[p + 1]})", key=f"{self.key}-panel-{i}-{p}-{n}")
+                 for p, live in enumerate(self.panels)]
+        return self.client.submit(assemble_block, i, r0, r1, A_f, self.whole.get(), cb, self.on, self.spill_bytes,
+                                  *parts, key=f"{self.key}-block-{i}-{n}")
 
     def run(self, indices) -> dict:
         """Compute the given blocks; returns {index: block record}. Blocks whose data was lost after
@@ -91,7 +117,8 @@ class SpgemmCall:
 
 
 def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto", measure="auto",
-           retries: int = RETRIES, spill_bytes: int | None = None) -> DistributedCSR:
+           retries: int = RETRIES, spill_bytes: int | None = None, panels=None,
+           panel_bytes: int | None = None) -> DistributedCSR:
     """C = A @ B (both sparse) on a Dask cluster, as a :class:`DistributedCSR` of row blocks.
 
     client: a ``distributed.Client`` (default: the running one); blocks: row boundaries or a
@@ -99,7 +126,11 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
     worker's GPU where it has one, else its host), "gpu" or "host"; measure: the planner's; retries:
     resubmissions of a block whose worker was lost (then DistributedProductError); spill_bytes:
     GPU bytes of C blocks a worker keeps before moving the oldest to host memory (default: half its
-    GPU). A and B may be SciPy or cupyx (sent to the workers as host data)."""
+    GPU); panel_bytes: the most bytes of B (CSR) one worker is sent: a larger B goes in column
+    panels balanced by nonzeros, each scattered once, each (block, panel) product its own task
+    (default: PANEL_FRACTION of the smallest worker memory limit Dask reports; none known: B
+    whole); panels: a number of column panels or column boundaries [0, ..., n] instead of the
+    budget. A and B may be SciPy or cupyx (sent to the workers as host data)."""
     timer = Timer()
     client = resolve_client(client)
     retries, spill_bytes = check_options(on, retries, spill_bytes)
@@ -112,8 +143,15 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
     if blocks is None and nblocks is None:
         nblocks = BLOCKS_PER_WORKER * worker_count(client)
     rb = row_blocks(A_h, B_h, blocks=blocks, nblocks=nblocks)
+    if panel_bytes is not None:
+        if panels is not None:
+            raise ValueError("panels, panel_bytes: give column panels or a byte budget for them, not both")
+        panel_bytes = check_int(panel_bytes, "panel_bytes", "None or a positive budget of B's bytes per worker")
+    elif panels is None:
+        panel_bytes = default_panel_bytes(client)
+    cp = column_panels(B_h, panels=panels, panel_bytes=panel_bytes)
     timer.lap("partition_s")
-    call = SpgemmCall(client, A_h, B_h, rb, on, measure, spill_bytes, retries)
+    call = SpgemmCall(client, A_h, B_h, rb, on, measure, spill_bytes, retries, cp)
     call.scatter()
     timer.lap("scatter_s")
     infos = call.run(range(len(rb)))
@@ -122,4 +160,4 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
     timings = dict(timer.phases, **split_times(timer.phases["run_s"], records))
     timings.update(total_s=sum(timer.phases.values()), resubmitted=call.resubmitted)
     return DistributedCSR((A_h.shape[0], B_h.shape[1]), problem.dtype, rb.bounds, records, futures=call.blocks,
-                          client=client, call=call, timings=timings)
+                          client=client, call=call, timings=timings, panels=cp)

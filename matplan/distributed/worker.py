@@ -111,8 +111,9 @@ def _nbytes(M) -> int:
 class Block:
     """Rows [r0, r1) of C on the worker that computed them, with the plan that did and its figures."""
 
-    def __init__(self, index: int, r0: int, r1: int, C, plan, meta: dict):
+    def __init__(self, index: int, r0: int, r1: int, C, plan, meta: dict, panel_plans=None):
         self.index, self.r0, self.r1, self.C, self.plan, self.meta = index, r0, r1, C, plan, meta
+        self.panel_plans = panel_plans   # B in column panels: each panel's Plan, in column order
 
     @property
     def nbytes(self) -> int:
@@ -139,15 +140,18 @@ class Block:
         return dict(self.meta, nnz=int(self.C.nnz), nbytes=self.nbytes, location=self.location)
 
     def __getstate__(self):   # travels as host data (see the module's docstring)
-        return dict(index=self.index, r0=self.r0, r1=self.r1, C=self.host(), plan=self.plan, meta=self.meta)
+        return dict(index=self.index, r0=self.r0, r1=self.r1, C=self.host(), plan=self.plan, meta=self.meta,
+                    panel_plans=self.panel_plans)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
 
 
-def spgemm_block(index: int, r0: int, r1: int, A_block, B: Operand, on: str, measure, spill_bytes) -> Block:
+def spgemm_block(index: int, r0: int, r1: int, A_block, B: Operand, on: str, measure, spill_bytes,
+                 panel: str = "") -> Block:
     """C[r0:r1] = A[r0:r1] @ B, planned here with this worker's statistics, then checked by row sums;
-    a failed check raises BlockCheckError (the block does not count)."""
+    a failed check raises BlockCheckError (the block does not count). ``panel`` names B's column
+    panel in messages where B is one."""
     gpu = use_gpu(on)
     t0 = time.perf_counter()
     Bv, rowsums = B.placed(gpu)
@@ -163,7 +167,7 @@ def spgemm_block(index: int, r0: int, r1: int, A_block, B: Operand, on: str, mea
     ok, worst = check_rowsums(A, C, rowsums, products, p.features.dtype)
     t4 = time.perf_counter()
     if not ok:
-        raise BlockCheckError(f"block {index} (rows {r0}-{r1}): the row sums of C differ from A @ (B @ 1) "
+        raise BlockCheckError(f"block {index} (rows {r0}-{r1}){panel}: the row sums of C differ from A @ (B @ 1) "
                               f"by {worst:.3g}x the rounding tolerance (kernel {p.kernel} on {worker_address()})")
     meta = dict(index=index, rows=(r0, r1), kernel=p.kernel, reasons=tuple(p.reasons), backend=p.backend,
                 device=p.device, worker=worker_address(), products=int(p.features.products),
@@ -181,7 +185,7 @@ def _gpu_total_bytes() -> int:
 
 def block_info(block: Block) -> dict:
     """The small record the client gathers of each block, with its Plan (the block stays on its worker)."""
-    return dict(block.info(), plan=block.plan)
+    return dict(block.info(), plan=block.plan, panel_plans=block.panel_plans)
 
 
 def block_host(block: Block):

@@ -172,7 +172,8 @@ def add_subparsers(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=["cpu", "gpu"], help="default: gpu when CuPy sees one")
     p.add_argument("--n-jobs", type=positive_int, help="worker processes (default one per GPU; 1 on the host)")
-    p.add_argument("--scheduler", help="Dask scheduler address: run on that cluster (matplan[distributed])")
+    p.add_argument("--scheduler", help="Dask scheduler address, or 'local' to start a local cluster (one worker "
+                   "per GPU with dask-cuda; --n-jobs CPU workers): one problem per worker (matplan[distributed])")
     p.add_argument("--repeats", type=positive_int, help="timed runs per candidate (default 20 GPU, 5 CPU)")
     p.add_argument("--warmup", type=nonnegative_int, help="untimed runs first (default 3 GPU, 1 CPU)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per candidate before stopping early")

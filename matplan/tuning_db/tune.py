@@ -12,11 +12,14 @@ raises is recorded as failed with its error; the run goes on.
 
 Work is split with joblib: in-process for one worker, loky processes for
 several (on the GPU one worker per GPU, each holding a GPU from a shared pool
-while it times), or a Dask cluster through joblib's Dask backend when a
-scheduler address is given (start one single-threaded worker per GPU there,
-e.g. with ``CUDA_VISIBLE_DEVICES``). Workers return records; the calling
-process writes them as they arrive, so an interrupted run resumes where it
-stopped: candidates recorded for this device and matplan version are skipped.
+while it times), or a Dask cluster when a scheduler address is given (or
+"local": a local cluster started for the run). On Dask each problem is one task
+that never shares its worker (and so its GPU) with another: tasks ask for one
+``GPU`` resource where the workers declare it, else every worker must have one
+thread (dask-cuda's default); other clusters are refused. Workers return
+records; the calling process alone writes them, once per problem, as they
+arrive, so an interrupted run resumes where it stopped: candidates recorded for
+this device and matplan version are skipped.
 
 The units are in :mod:`.units`, the reference a candidate is checked against in :mod:`.reference`.
 """
@@ -32,6 +35,7 @@ import signal
 import socket
 import time
 import traceback
+import uuid
 
 import joblib
 import numpy as np
@@ -350,8 +354,9 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     backend: 'gpu' (default when CuPy sees a GPU) or 'cpu'.
     n_jobs: worker processes (default: one per GPU, or 1 on the host); on the GPU at most
         one per GPU, so timings never share a device.
-    scheduler: a Dask scheduler address ('tcp://host:8786'): run on that cluster through
-        joblib's Dask backend (needs ``matplan[distributed]``).
+    scheduler: a Dask scheduler address ('tcp://host:8786'), or "local" to start a local
+        cluster for the run (one worker per GPU with dask-cuda; ``n_jobs`` CPU workers on the
+        host); each problem is one task holding its worker alone (needs ``matplan[distributed]``).
     retry_failed: time again the candidates recorded as failed.
     imports: modules that register extra kernels; imported here and in every worker.
 
@@ -456,25 +461,89 @@ def _results(units, done, settings, n_jobs, scheduler, backend, bar):
     isolated = dataclasses.replace(settings, isolated=True)
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
-            try:
-                from dask.distributed import Client
-            except ImportError as e:
-                raise RuntimeError("scheduler: the Dask backend needs `pip install matplan[distributed]`") from e
-            client = stack.enter_context(Client(scheduler))
-            stack.enter_context(joblib.parallel_config(backend="dask"))
-            bar.write(f"matplan tune: running on the Dask cluster at {client.scheduler.address}")
-            jobs = (joblib.delayed(run_unit)(u, done[u], isolated) for u in units)
-            n_jobs = -1
-        else:
-            pool = None
-            if backend == "gpu":   # GPU ids handed to one unit at a time: timings never share a GPU
-                manager = stack.enter_context(multiprocessing.Manager())
-                pool = manager.Queue()
-                for i in range(n_jobs):
-                    pool.put(i)
-            jobs = (joblib.delayed(run_unit)(u, done[u], isolated, pool) for u in units)
-            stack.enter_context(joblib.parallel_config(backend="loky", initializer=_ignore_sigint))
+            yield from _dask_results(stack, units, done, isolated, n_jobs, scheduler, backend, bar)
+            return
+        pool = None
+        if backend == "gpu":   # GPU ids handed to one unit at a time: timings never share a GPU
+            manager = stack.enter_context(multiprocessing.Manager())
+            pool = manager.Queue()
+            for i in range(n_jobs):
+                pool.put(i)
+        jobs = (joblib.delayed(run_unit)(u, done[u], isolated, pool) for u in units)
+        stack.enter_context(joblib.parallel_config(backend="loky", initializer=_ignore_sigint))
         yield from joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs)
+
+
+#: ``scheduler=LOCAL``: a local Dask cluster started for the run and closed after it.
+LOCAL = "local"
+
+
+def _dask_client(stack, scheduler, backend, n_jobs):
+    """A ``distributed.Client`` of the scheduler at ``scheduler``, or of a local cluster started
+    here for "local" (dask-cuda's one worker per GPU for the GPU; ``n_jobs`` one-thread CPU workers)."""
+    try:
+        import distributed   # the optional matplan[distributed] extra
+    except ImportError as e:
+        raise RuntimeError("scheduler: the Dask backend needs `pip install matplan[distributed]`") from e
+    if scheduler != LOCAL:
+        return stack.enter_context(distributed.Client(scheduler))
+    if backend == "gpu":
+        try:
+            import dask_cuda   # the optional matplan[cuda-distributed] extra
+        except ImportError as e:
+            raise RuntimeError("scheduler='local' on the GPU needs dask-cuda: pip install "
+                               "'matplan[cuda-distributed]'") from e
+        cluster = stack.enter_context(dask_cuda.LocalCUDACluster(threads_per_worker=1, dashboard_address=None))
+    else:
+        cluster = stack.enter_context(distributed.LocalCluster(n_workers=n_jobs, threads_per_worker=1,
+                                                               processes=True, dashboard_address=None))
+    return stack.enter_context(distributed.Client(cluster))
+
+
+def dask_resources(client) -> dict | None:
+    """What each tuning task asks of its worker so that no two ever share one (and its GPU):
+    ``{"GPU": 1}`` where every worker declares exactly one GPU resource; None where every worker
+    has one thread; a ValueError for any other cluster, saying how to start its workers."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        raise RuntimeError("scheduler: the Dask cluster has no workers")
+    gpus = {a: (w.get("resources") or {}).get("GPU") for a, w in workers.items()}
+    if all(g == 1 for g in gpus.values()):
+        return {"GPU": 1}
+    wrong = {a: g for a, g in gpus.items() if g not in (None, 1)}
+    if wrong:
+        a, g = next(iter(wrong.items()))
+        raise ValueError(f"scheduler: worker {a} declares GPU={g}; a tuning worker holds one GPU: start one worker "
+                         "per GPU with --resources GPU=1 (dask-cuda-worker starts one per GPU)")
+    many = {a: w.get("nthreads") for a, w in workers.items() if w.get("nthreads") != 1}
+    if many or any(g is not None for g in gpus.values()):
+        a = next(iter(many or {a: g for a, g in gpus.items() if g is None}))
+        raise ValueError(f"scheduler: worker {a} has {workers[a].get('nthreads')} threads and "
+                         f"{'no' if gpus[a] is None else 'a'} GPU resource, so two problems could be timed on one "
+                         "device at once; start workers with one thread each (--nthreads 1, dask-cuda's default) "
+                         "or give every worker --resources GPU=1")
+    return None
+
+
+def _dask_results(stack, units, done, settings, n_jobs, scheduler, backend, bar):
+    """UnitResults of ``units`` run as one Dask task each, one result per problem: a task Dask runs
+    again after its worker died comes back once, through its one future."""
+    from distributed import as_completed   # present: _dask_client imported distributed
+    client = _dask_client(stack, scheduler, backend, n_jobs)
+    resources = dask_resources(client)
+    bar.write(f"matplan tune: running on the Dask cluster at {client.scheduler.address} "
+              f"({len(client.nthreads())} workers, " + ("one GPU resource per problem)" if resources
+                                                      else "one thread each: one problem per worker at a time)"))
+    tag = uuid.uuid4().hex[:8]
+    futures = [client.submit(run_unit, u, done[u], settings, key=f"matplan-tune-{tag}-{i}", pure=False,
+                             resources=resources) for i, u in enumerate(units)]
+    try:
+        for f in as_completed(futures):
+            yield f.result()
+            f.release()
+    finally:
+        for f in futures:
+            f.cancel()
 
 
 __all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "Interrupted", "measure"]
