@@ -33,7 +33,7 @@ def timings(row) -> dict:
 
 
 def correct(row) -> bool:
-    return all(row.get(f, True) is not False for f in ("correct", "planner_correct", "correct_rowsums"))
+    return all(row.get(f, True) is not False for f in ("correct", "planner_correct", "correct_rowsums", "vendor_correct", "plan_replay_correct"))
 
 
 def compare(before: dict, after: dict, worse: float):

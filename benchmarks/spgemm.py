@@ -5,18 +5,25 @@ products (``merge_ms``, ``merge_status``; it takes part in the oracle).
 C = A·A (A·Aᵀ for rectangular A) in float64 over the corpus's 'spgemm' size set, R-MAT scales
 17-18 and the real matrices (``.data/matrices`` or ``../shared/matrices``). Times are CUDA-event
 wall times of whole calls (analysis, symbolic, allocation, numeric), median of 20 timed runs
-after 3 warm-ups (5 after 1 past 5e7 products, 1 past 5e8). Correctness of every result: row sums against SciPy's A @ (B @ 1) and, where
-cuSPARSE succeeded, the same nnz. ``vendor_status`` records where cuSPARSE raised, returned a
-wrong result, or was not run because the problem is past its known limits (VENDOR_LIMITS).
+after 3 warm-ups (5 after 1 past 5e7 products, 1 past 5e8). Every product timed is checked against
+SciPy first (``_checks.check_product``: per-row counts and so nnz against A·B's structure,
+columns and values of 64 sampled rows and the longest, every row's sum): ours (``correct``,
+``check``), cuSPARSE (``vendor_correct``, ``vendor_check``), the merge (``merge_correct``) and
+plan.run's own output (``planner_correct``, ``planner_check``); ``check`` says the first mismatch.
+Each is checked against SciPy, not against another kernel: an nnz that differs is that kernel's
+failure to explain. ``vendor_status`` records where cuSPARSE raised, returned a wrong result, or
+was not run because the problem is past its known limits (VENDOR_LIMITS).
 A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory; wordnet A·Aᵀ
 has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
-(``output``/``panels`` in the JSON). SpTRANS: ``sptrans.transpose`` (no plan: ``sptrans_ms``) and
-a plan's repeated ``plan.run(A)`` (graph and pattern replays: ``sptrans_plan_ms``) vs CuPy's
-``A.T.tocsr()``, values compared too (``benchmarks/sptrans.py`` compares them in more detail).
+(``output``/``panels`` in the JSON). SpTRANS: ``sptrans.transpose`` (the full transpose, no plan:
+``sptrans_ms``) and a plan's repeated ``plan.run(A)``, which replays its recorded launches and A's
+pattern (``sptrans_plan_replay_ms``), vs CuPy's ``A.T.tocsr()``, values compared too
+(``benchmarks/sptrans.py`` compares them in more detail).
 ``ms`` times repeated calls of the same operands, so a one-pass product after its first call
-goes on from its kept analysis (spgemm's "Guessed analyses"); ``unguessed_ms`` times the same
-call with ``guess=False`` (every call waits for its own analysis, as a first call does), and
-``unguessed_geomean_speedup_vs_vendor`` is the geomean with it.
+replays its kept analysis (spgemm's "Guessed analyses"): ``ms_kind`` says "guess replay" there,
+"full product" elsewhere. ``full_ms`` is the full product, every call waiting for its own analysis
+as a first call does (``unguessed_ms``, ``guess=False``, where ``ms`` is a replay; ``ms`` itself
+elsewhere), and ``full_geomean_speedup_vs_vendor`` is the geomean with it.
 ``planner_ms`` is the user's call ``plan.run(A, B)`` (validation and the chosen kernel); for a
 panelled product, the panels' time. Ours, cuSPARSE and plan.run are each checked once, then timed
 in turn, call by call (a host's speed drifted by 20-40% within a run on H100 hosts).
@@ -36,6 +43,7 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
+from _checks import SpgemmReference, check_product
 from _common import RESULTS, geomean, write_result  # this folder is on sys.path when run as a script
 from summarize import write_summary
 from matplan.core.timing import cuda_medians_alternating_s
@@ -70,24 +78,27 @@ def matrices(budget_s, t0, only=None):
         yield name, A
 
 
-def panelled(cp, hs, A, B, ref_rows, scale):
-    """C = A @ B streamed by ``spgemm_panels`` (each panel checked by row sums, then freed): one
+def panelled(cp, hs, A, B, ref):
+    """C = A @ B streamed by ``spgemm_panels`` (each panel checked against SciPy, then freed): one
     timed pass, start to last panel, the symbolic pass and every panel's numeric pass included."""
-    info, nnz_c, ok = {}, 0, True
+    info, nnz_c, ok, why = {}, 0, True, None
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     cp.cuda.Device().synchronize()
     start.record()
     for r0, r1, P in hs.spgemm_panels(A, B, info=info):
         nnz_c += int(P.nnz)
-        got = cp.asnumpy(P.sum(axis=1)).ravel()
-        ok &= bool(np.all(np.abs(got - ref_rows[r0:r1]) <= 1e-10 * np.maximum(scale[r0:r1], 1)))
+        good, reason = check_product(P, ref, row0=r0)
+        if ok and not good:
+            ok, why = False, f"panel rows {r0}-{r1}: {reason}"
         del P
     stop.record()
     stop.synchronize()
     ms = cp.cuda.get_elapsed_time(start, stop)
     return dict(ms=ms, nnz_c=nnz_c, output="row panels (spgemm_panels)", panels=info.get("panels"),
-                panel_why=info.get("panel_why"), correct_rowsums=ok, status="ok",
-                gflops=2 * info.get("products", 0) / (ms * 1e6), note="ms includes the row-sum check of each panel")
+                panel_why=info.get("panel_why"), correct=ok,
+                check=why or f"ok: each panel ({ref.counts_note or 'per-row counts'}, sampled rows, row sums)",
+                status="ok", ms_kind="full product", full_ms=ms,
+                gflops=2 * info.get("products", 0) / (ms * 1e6), note="ms includes the check of each panel")
 
 
 #: The row-row merge is run up to this many products (it holds ~28 bytes a product).
@@ -115,41 +126,41 @@ def run_one(cp, name, A_host):
     reps, warm = (1, 1) if products > 5e8 else (5, 1) if products > 5e7 else (20, 3)
     row = dict(matrix=name, product="A*A" if square else "A*At", m=A_host.shape[0], n=A_host.shape[1],
                nnz=int(A_host.nnz), products=products, kernel="spgemm.hash")
-    ref_rows = A_host @ (B_host @ np.ones(B_host.shape[1]))
-    scale = abs(A_host) @ (abs(B_host) @ np.ones(B_host.shape[1]))
-
-    def rowsum_ok(C):
-        got = C.sum(axis=1).ravel()
-        got = got.get() if hasattr(got, "get") else np.asarray(got)
-        return bool(np.all(np.abs(np.asarray(got).ravel() - ref_rows) <= 1e-10 * np.maximum(scale, 1)))
+    t = time.perf_counter()
+    ref = SpgemmReference(A_host, B_host)
+    row["reference_s"] = time.perf_counter() - t
 
     # ours, cuSPARSE and the planner's call: each run and checked once here, then timed in turn
     fns = {}
     info = {}
     try:
         C = hs.spgemm(A, B, info=info)
-        row.update(nnz_c=int(C.nnz), correct_rowsums=rowsum_ok(C),
+        ok, why = check_product(C, ref)
+        row.update(nnz_c=int(C.nnz), correct=ok, check=why,
                    status="ok", balanced=info.get("balanced"), numeric_tables=info.get("numeric_tables"),
                    global_rows_numeric=info.get("global_rows_numeric"),
                    global_rows_symbolic=info.get("global_rows_symbolic"), host_ms=info.get("host_ms"),
                    one_pass=info.get("one_pass"), esc_rows=info.get("esc_rows"))
-        nnz_ours = int(C.nnz)
         del C
         row["peak_mem_bytes"] = peak(cp, lambda: hs.spgemm(A, B))
+        if info.get("one_pass"):   # later calls replay the kept analysis: a replay's output is checked too
+            C = hs.spgemm(A, B)
+            ok2, why2 = check_product(C, ref)
+            del C
+            if ok and not ok2:
+                row.update(correct=False, check=f"guess replay: {why2}")
         fns["ms"] = lambda: hs.spgemm(A, B)
         if info.get("one_pass"):   # ms: repeated calls (guessed where kept); unguessed_ms: none guessed
             fns["unguessed_ms"] = lambda: hs.spgemm(A, B, guess=False)
     except (OverflowError, MemoryError) as e:  # C fits no single GPU CSR: stream it in row panels
         cp.get_default_memory_pool().free_all_blocks()
         row.update(single_output_status=f"{type(e).__name__}: {str(e)[:160]}")
-        nnz_ours = None
         try:
-            row.update(panelled(cp, hs, A, B, ref_rows, scale))
+            row.update(panelled(cp, hs, A, B, ref))
         except Exception as e2:
             row.update(ms=None, status=f"{type(e2).__name__}: {e2}")
     except Exception as e:  # recorded, not hidden
         row.update(ms=None, status=f"{type(e).__name__}: {e}")
-        nnz_ours = None
     cp.get_default_memory_pool().free_all_blocks()
 
     # vendor
@@ -159,12 +170,9 @@ def run_one(cp, name, A_host):
     else:
         try:
             Cv = A @ B
-            status = "ok"
-            if nnz_ours is not None and Cv.nnz != nnz_ours:
-                status = f"wrong nnz: {Cv.nnz:,} vs {nnz_ours:,}"
-            if not rowsum_ok(Cv):
-                status = "wrong row sums" + ("" if status == "ok" else "; " + status)
-            row.update(vendor_status=status, vendor_nnz_c=int(Cv.nnz))
+            ok, why = check_product(Cv, ref)
+            row.update(vendor_status="ok" if ok else f"wrong: {why}", vendor_correct=ok, vendor_check=why,
+                       vendor_nnz_c=int(Cv.nnz))
             del Cv
             row["vendor_peak_mem_bytes"] = peak(cp, lambda: A @ B)
             fns["vendor_ms"] = lambda: A @ B
@@ -178,10 +186,8 @@ def run_one(cp, name, A_host):
     else:
         try:
             Cm = spgemm_merge.spgemm_merge(A, B)
-            status = "ok" if rowsum_ok(Cm) else "wrong row sums"
-            if nnz_ours is not None and Cm.nnz != nnz_ours:
-                status += f"; nnz {Cm.nnz:,} vs hash {nnz_ours:,}"
-            row["merge_status"] = status
+            ok, why = check_product(Cm, ref)
+            row.update(merge_status="ok" if ok else f"wrong: {why}", merge_correct=ok, merge_check=why)
             del Cm
             fns["merge_ms"] = lambda: spgemm_merge.spgemm_merge(A, B)
         except Exception as e:
@@ -196,7 +202,10 @@ def run_one(cp, name, A_host):
         row["planner_kernel"] = p.kernel
         row["planner_why"] = list(p.reasons)
         ran = KERNEL_KEYS.get(p.kernel)
-        if ran in fns:       # the user's call: plan.run validates, then runs the kernel
+        if ran in fns:       # the user's call: plan.run validates, then runs the kernel; its output checked too
+            Cp = p.run(A, B)
+            row["planner_correct"], row["planner_check"] = check_product(Cp, ref)
+            del Cp
             fns["planner_ms"] = lambda: p.run(A, B)
     except Exception as e:
         row["planner_kernel"], row["planner_ms"] = f"error: {e}", None
@@ -206,10 +215,19 @@ def run_one(cp, name, A_host):
     if row.get("status") == "ok" and row.get("ms"):
         row["gflops"] = 2 * products / (row["ms"] * 1e6)
     if "planner_ms" not in row and not str(row.get("planner_kernel", "")).startswith("error"):
-        row["planner_ms"] = row.get(KERNEL_KEYS.get(row["planner_kernel"], ""))
-    if row.get("ms") and row.get("vendor_ms") and row["vendor_status"] == "ok":
+        # not run apart (a panelled product): the chosen kernel's own figure and check
+        key = KERNEL_KEYS.get(row["planner_kernel"], "")
+        row["planner_ms"] = row.get(key)
+        row["planner_correct"] = row.get({"ms": "correct", "vendor_ms": "vendor_correct",
+                                          "merge_ms": "merge_correct"}.get(key, ""))
+    if row.get("ms") is not None and "ms_kind" not in row:   # one-pass: repeated calls replay the guess
+        row["ms_kind"] = "guess replay" if "unguessed_ms" in row else "full product"
+        row["full_ms"] = row.get("unguessed_ms", row["ms"])
+    if row.get("planner_kernel") == "spgemm.hash" and row.get("ms_kind"):
+        row["planner_ms_kind"] = row["ms_kind"]
+    if row.get("ms") and row.get("vendor_ms") and row.get("correct") and row.get("vendor_correct"):
         row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
-    timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("status") == "ok" else None),
+    timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("correct") else None),
                                  ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None),
                                  ("spgemm.merge", row.get("merge_ms") if row.get("merge_status") == "ok" else None))
                if v is not None}
@@ -217,8 +235,8 @@ def run_one(cp, name, A_host):
         row["oracle_kernel"] = min(timings, key=timings.get)
         row["oracle_ms"] = timings[row["oracle_kernel"]]
 
-    # SpTRANS: sptrans.transpose (method "auto", no plan) and a plan's repeated runs (planner.
-    # plan_transpose(A).run(A): graph and pattern replays) vs cupyx (cuSPARSE csr2csc);
+    # SpTRANS: sptrans.transpose (method "auto", no plan: the full transpose) and a plan's repeated
+    # runs (planner.plan_transpose(A).run(A): graph and pattern replays) vs cupyx (cuSPARSE csr2csc);
     # benchmarks/sptrans.py has more
     try:
         from matplan import planner
@@ -234,8 +252,8 @@ def run_one(cp, name, A_host):
                                         "vendor": lambda: A.T.tocsr()}, 5, 1)
         row.update(sptrans_kernel="sptrans.transpose[auto]", sptrans_ms=t["ours"] * 1e3,
                    sptrans_vendor_ms=t["vendor"] * 1e3, sptrans_speedup=t["vendor"] / t["ours"],
-                   sptrans_plan_kernel=p.candidates[0].label(), sptrans_plan_ms=t["plan"] * 1e3,
-                   sptrans_plan_speedup=t["vendor"] / t["plan"], sptrans_same_as_vendor=same)
+                   sptrans_plan_kernel=p.candidates[0].label(), sptrans_plan_replay_ms=t["plan"] * 1e3,
+                   sptrans_plan_replay_speedup=t["vendor"] / t["plan"], sptrans_same_as_vendor=same)
     except Exception as e:
         row["sptrans_status"] = f"{type(e).__name__}: {e}"
     cp.get_default_memory_pool().free_all_blocks()
@@ -261,18 +279,25 @@ def main(argv=None):
         r = run_one(cp, name, A)
         rows.append(r)
         print(json.dumps({k: v for k, v in r.items() if k not in ("planner_why",)}, default=str), flush=True)
-    ok = [r for r in rows if r.get("speedup_vs_vendor")]
-    sp_ok = [r for r in rows if r.get("sptrans_speedup")]
+    ok = [r for r in rows if r.get("speedup_vs_vendor")]    # ours and cuSPARSE both checked correct
+    sp_ok = [r for r in rows if r.get("sptrans_speedup") and r.get("sptrans_same_as_vendor")]
     summary = dict(
         geomean_speedup_vs_vendor=geomean([r["speedup_vs_vendor"] for r in ok]),
         matrices_compared=len(ok),
         planner_slower_than_vendor=[r["matrix"] for r in rows if r.get("planner_ms") and r.get("vendor_ms")
-                                    and r.get("vendor_status") == "ok" and r["planner_ms"] > r["vendor_ms"]],
+                                    and r.get("planner_correct") and r.get("vendor_correct")
+                                    and r["planner_ms"] > r["vendor_ms"]],
+        wrong=[f"{r['matrix']} {who}: {r.get(key)}" for r in rows for who, flag, key in (
+            ("ours", "correct", "check"), ("cuSPARSE", "vendor_correct", "vendor_check"),
+            ("merge", "merge_correct", "merge_check"), ("plan.run", "planner_correct", "planner_check"))
+            if r.get(flag) is False],
         sptrans_geomean_speedup=geomean([r["sptrans_speedup"] for r in sp_ok]),
-        sptrans_plan_geomean_speedup=geomean([r["sptrans_plan_speedup"] for r in sp_ok]),
-        merge_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["merge_ms"] for r in ok if r.get("merge_ms")]),
-        unguessed_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r.get("unguessed_ms", r["ms"]) for r in ok]),
-        merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")]),
+        sptrans_plan_replay_geomean_speedup=geomean([r["sptrans_plan_replay_speedup"] for r in sp_ok]),
+        merge_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["merge_ms"] for r in ok
+                                                 if r.get("merge_ms") and r.get("merge_correct")]),
+        full_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["full_ms"] for r in ok]),
+        merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")
+                                       and r.get("merge_correct") and r.get("correct")]),
     )
     doc = dict(copy_bandwidth=dev.mem_bandwidth, dtype="float64", summary=summary, results=rows,
                wall_s=time.time() - t0)

@@ -11,7 +11,9 @@ regenerated at the end), with the planner's times (TSM2 and cuBLAS, measured by 
 errors, and which kernel the planner picked. ``ms`` is the kernel on the prepared A with C given
 (TSM2's launch alone); ``planner_ms`` ("plan.run" in the table) is the user's whole call,
 ``plan.run(A, B)``: validation, preparing A, allocating C and the chosen kernel, against the same
-single ``cupy.matmul`` call. Per n and dtype a device-to-device copy moving as many bytes as one
+single ``cupy.matmul`` call. plan.run's output is checked against NumPy's product in float64
+(``planner_max_rel_err``: the largest error over |A||B| at its entry; ``planner_correct`` under
+``summarize.TSGEMM_TOL`` of the dtype); the planner's geomeans count only rows where it is correct. Per n and dtype a device-to-device copy moving as many bytes as one
 product reads (half of them read, half written) is timed the same two ways: its fraction of the
 copy bandwidth as a single call is the most any single call of that size can show, launch and
 all (``same_bytes_copy_frac`` / ``_b2b`` in the rows). A t3 marked * ran the row kernel with
@@ -32,7 +34,7 @@ import time
 import numpy as np
 
 from _common import geomean, write_result  # noqa: E402  (this folder is on sys.path when run as a script)
-from summarize import write_summary  # noqa: E402
+from summarize import TSGEMM_TOL, write_summary  # noqa: E402
 
 #: The default grid; a run over part of it writes tsgemm-subset-<device>.json.
 GRID = dict(n=[8192, 16384, 32768], k=[1, 2, 4, 8, 16, 32], dtype=["float32", "float64"], layout=["C", "F"])
@@ -81,6 +83,7 @@ def main(argv=None):
         for dtype in args.dtype:
             A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
             copy_single, copy_b2b = same_bytes_copy(cp, A0, copy_bw)
+            A_host = cp.asnumpy(A0).astype(np.float64)   # the reference's A, once for every layout and k
             print(f"# n = {n} {dtype}: a copy moving A's bytes reads {copy_single:.3f} of the copy bandwidth "
                   f"as a single call, {copy_b2b:.3f} back to back", flush=True)
             for layout in args.layout:
@@ -98,6 +101,9 @@ def main(argv=None):
                     kern.run(prep, B, out=C)
                     ref = A @ B
                     err = float(cp.max(cp.abs(C - ref)) / cp.max(cp.abs(ref)))
+                    # the user's call plan.run, checked against NumPy in float64 (the tolerance scaled by |A||B|)
+                    plan_err = plan_run_error(cp.asnumpy(plan.run(A, B)), A_host, cp.asnumpy(B))
+                    plan_ok = plan_err < TSGEMM_TOL[dtype]
                     # back to back: B2B calls between two events (the host's per-call work overlaps);
                     # first, so the GPU's clocks are up after the planner's compiles left it idle
                     # (timed after them, single calls at n = 8192 float32 k = 32 once read 2.6x
@@ -124,7 +130,8 @@ def main(argv=None):
                                                                    if layout == "C" else 1),
                                planner_kernel=plan.kernel,
                                planner_ms=run_ms, planner_frac_of_copy_bw=nbytes / (run_ms * 1e-3) / copy_bw,
-                               max_rel_err=err, t1_source=p.get("t1_source", ""),
+                               max_rel_err=err, planner_max_rel_err=plan_err, planner_correct=plan_ok,
+                               t1_source=p.get("t1_source", ""),
                                same_bytes_copy_frac=copy_single, same_bytes_copy_frac_b2b=copy_b2b,
                                variant=(f"tc:{p['tc']}" if p.get("tc") else f"async:{p['async']}" if p.get("async")
                                         else "register"))
@@ -133,17 +140,30 @@ def main(argv=None):
                           f"{ms:8.3f} {vms:8.3f} {vms / ms:7.2f} {row['frac_of_copy_bw']:7.3f} "
                           f"{row['vendor_frac_of_copy_bw']:6.3f} {cand.run_s * 1e3:8.3f} {vcand.run_s * 1e3:8.3f} {plan.kernel:>12}"
                           f" {run_ms:8.3f}"
-                          + ("" if err < (1e-4 if dtype == "float32" else 1e-12) else f"  ERR {err:.2e}"),
+                          + ("" if err < (1e-4 if dtype == "float32" else 1e-12) else f"  ERR {err:.2e}")
+                          + ("" if plan_ok else f"  plan.run ERR {plan_err:.2e}"),
                           flush=True)
                     del B, C, ref, prep
                 del A
-            del A0
+            del A0, A_host
             cp.get_default_memory_pool().free_all_blocks()
         save(args, gpu, copy_bw, cp, measure_cache, rows, [], t_start)
 
     sweep = run_sweep(cp, copy_bw, rng) if args.sweep else []
     print(json.dumps(save(args, gpu, copy_bw, cp, measure_cache, rows, sweep, t_start), indent=1), flush=True)
     print(f"# wrote {write_summary(args.out)}", flush=True)
+
+
+def plan_run_error(C, A, B) -> float:
+    """Largest |C - A @ B| over (|A| @ |B|) at that entry, the product taken by NumPy in float64 on
+    the host (C, A, B NumPy arrays): the error of plan.run's output C relative to the magnitudes
+    that made each entry; inf where C's shape is wrong or it holds a NaN."""
+    A64, B64, C64 = (np.asarray(X, dtype=np.float64) for X in (A, B, C))
+    if C64.shape != (A64.shape[0], B64.shape[1]) or not np.all(np.isfinite(C64)):
+        return float("inf")
+    scale = np.abs(A64) @ np.abs(B64)
+    err = np.abs(C64 - A64 @ B64)
+    return float(np.max(err / np.maximum(scale, np.finfo(np.float64).tiny)))
 
 
 def same_bytes_copy(cp, A0, copy_bw) -> tuple:
@@ -203,8 +223,11 @@ def summarise(rows):
                 "uncalibrated_model_abs_rel_err_median": float(np.median([abs(r["model_uncalibrated_ms"] / r["ms"] - 1) for r in sel])),
                 "vendor_model_abs_rel_err_median": float(np.median([abs(r["vendor_predicted_ms"] / r["vendor_ms"] - 1) for r in sel])),
                 "planner_picks_tsm2": sum(r["planner_kernel"] == "tsgemm.tsm2" for r in sel),
-                "planner_geomean_speedup_vs_cublas": geomean([r["vendor_ms"] / r["planner_ms"] for r in sel]),
-                "planner_worst_vs_cublas": max(r["planner_ms"] / r["vendor_ms"] for r in sel),
+                "planner_geomean_speedup_vs_cublas": geomean([r["vendor_ms"] / r["planner_ms"] for r in sel
+                                                              if r.get("planner_correct", True)]),
+                "planner_worst_vs_cublas": max((r["planner_ms"] / r["vendor_ms"] for r in sel
+                                                if r.get("planner_correct", True)), default=None),
+                "planner_wrong": sum(r.get("planner_correct") is False for r in sel),
                 "planner_min_frac_copy_bw_k_le_16": min(r["planner_frac_of_copy_bw"] for r in sel if r["k"] <= 16),
             }
     return out

@@ -58,7 +58,7 @@ def test_rows_and_ratios(folder):
     assert spmv[1].speedup == pytest.approx(1.2) and spmv[1].planner_speedup is None
     assert spmv[1].checked == "WRONG: planner"
     spgemm = by_op["spgemm"].rows
-    assert spgemm[0].speedup == pytest.approx(4.0) and spgemm[0].extra["first x vendor"][0] == pytest.approx(2.0)
+    assert spgemm[0].speedup == pytest.approx(4.0) and spgemm[0].extra["full x vendor"][0] == pytest.approx(2.0)
     assert spgemm[0].planner_vs_oracle == pytest.approx(1.0) and spgemm[0].frac_bw is None
     assert spgemm[1].speedup is None and spgemm[1].vendor_ms is None
     tsgemm = by_op["tsgemm"].rows
