@@ -225,13 +225,37 @@ class Calibrated:
         return Cost(c.prepare_s, run_s, f"{c.why}; {how}: measured/model = {r:.2f}", calibrated=True)
 
 
+def applying_to(ratios, uses) -> dict:
+    """The entries of ``ratios`` (:func:`ratios_from`'s table) that some of ``uses``, pairs of (kernel
+    name, Features), would look up (:meth:`Calibrated.lookup`): a leave-family-out fold keeps only
+    those its training families reach, so a held-out family is never scored by its own timings."""
+    names = {k for k, _, _ in ratios}
+    reached = set()
+    for name, f in uses:
+        if name not in names or not _registered(name):
+            continue
+        kernel = registry.get(name)
+        try:
+            bucket = getattr(kernel, "measure_key", lambda f: None)(f)
+            legacy = legacy_keys(f)
+        except Exception:  # noqa: BLE001  features this kernel does not bucket reach no entry
+            continue
+        if bucket is not None:
+            reached.add((name, measure_cache.canonical(["bucket", list(bucket)])))
+        reached.update((name, problem) for problem in legacy)
+    return {key: r for key, r in ratios.items() if key[:2] in reached}
+
+
 @contextlib.contextmanager
-def installed(calibrations):
+def installed(calibrations, only=None):
     """For the ``with`` block, the kernels the recorded measurements are of are registered as
     :class:`Calibrated` (their costs scaled by measured / predicted of each bucket); restored after.
-    Records that give no ratio are named in one warning (:func:`warn_ignored`)."""
+    ``only``: (kernel name, Features) pairs; when given, only the entries they reach apply
+    (:func:`applying_to`). Records that give no ratio are named in one warning (:func:`warn_ignored`)."""
     ratios, ignored = classify(calibrations)
     warn_ignored(ignored, len(calibrations))
+    if only is not None:
+        ratios = applying_to(ratios, only)
     names = sorted({k for k, _, _ in ratios})
     old = {name: registry.get(name) for name in names if _registered(name)}
     try:
@@ -262,4 +286,4 @@ def _registered(name: str) -> bool:
 
 
 __all__ = ["Recorder", "recording", "tuned_params", "records", "ratios_from", "classify", "legacy_keys",
-           "installed", "warn_ignored", "Calibrated"]
+           "installed", "applying_to", "warn_ignored", "Calibrated"]

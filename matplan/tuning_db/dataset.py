@@ -42,10 +42,14 @@ class Dataset:
     unregistered: list = dataclasses.field(default_factory=list)  # kernels timed but not registered now
     calibrations: list = dataclasses.field(default_factory=list)  # CalibrationRecords of the class
 
-    def calibrated(self):
+    def calibrated(self, idx=None):
         """Context manager: the planner's online calibrations of these timings installed (see
-        :mod:`.calibration`), so kernels' analytic costs are the ones the live planner used."""
-        return calibration.installed(self.calibrations)
+        :mod:`.calibration`), so kernels' analytic costs are the ones the live planner used.
+        ``idx``: only the calibrations rows ``idx`` reach (a leave-family-out fold's training rows)."""
+        if idx is None:
+            return calibration.installed(self.calibrations)
+        uses = {(self.rows[i].kernel, self.rows[i].problem) for i in idx}
+        return calibration.installed(self.calibrations, [(k, self.features(fp)) for k, fp in sorted(uses)])
 
     def calibration_counts(self) -> dict:
         """How the recorded calibrations are read: recorded, legacy (migrated: records written before

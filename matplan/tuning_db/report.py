@@ -1,7 +1,8 @@
 """``matplan report``: how well each cost model chooses, evaluated leave-matrix-family-out.
 
-For every matrix family F, the learned models are fitted on the other
-families' timings and predict F's; the analytic models need no fitting. On
+For every matrix family F, everything fitted is fitted on the other families'
+timings and predicts F's: the analytic constants' least-squares refits
+(:mod:`.refit`), the online calibrations that apply, and the learned models. On
 every problem with at least two measured candidates each method picks a
 candidate exactly as the planner does (cheapest predicted run + prepare/reuse,
 ties within TIE_MARGIN broken by name), and its *regret* is the measured time
@@ -9,10 +10,11 @@ of its pick over the best measured time. Reported per method and reuse:
 geomean and worst regret, top-1 accuracy (picked the measured best), picks
 within the tie margin, and the median prediction error of run time.
 
-Every method sees the analytic costs the live planner sees: TSM2's and
-cuBLAS's tall-and-skinny costs calibrated by the online timing the planner made
-during the tuning run (recorded in the database, see :mod:`.calibration`), not
-the raw models; like the planner, the learned methods keep calibrated costs.
+Every method sees the analytic costs the live planner would see with the fold's
+training data: TSM2's and cuBLAS's tall-and-skinny costs calibrated by the online
+timings the planner made during the tuning run (recorded in the database, see
+:mod:`.calibration`) that training-family problems look up, not the held-out
+family's own; like the planner, the learned methods keep calibrated costs.
 Records in an older format are migrated, so an old training file reports the
 figures it did; one that cannot be read is counted and warned about.
 
@@ -34,6 +36,7 @@ from ..planner.choose import TIE_MARGIN, _param_key, pick
 from ..core.types import Candidate
 from ..core.validation import check_int
 from .dataset import load_dataset
+from . import refit
 from .progress import Stages
 from .store import open_db
 
@@ -46,16 +49,19 @@ WORST_LISTED = 8
 DEFAULT_OUT = Path(".")
 
 
-def _analytic_predictions(ds) -> tuple:
-    """(run_s, prepare_s) of every row by the kernels' analytic models, and which are calibrated
-    by an online timing (the planner keeps those over the learned model, see learned.rescore)."""
-    out = np.full((len(ds), 2), np.inf)
-    calibrated = np.zeros(len(ds), dtype=bool)
-    for i, r in enumerate(ds.rows):
+def _analytic_predictions(ds, idx=None) -> tuple:
+    """(run_s, prepare_s) of rows ``idx`` (all if None) by the kernels' analytic models as installed
+    now, and which are calibrated by an online timing (the planner keeps those over the learned
+    model, see learned.rescore)."""
+    idx = range(len(ds)) if idx is None else idx
+    out = np.full((len(idx), 2), np.inf)
+    calibrated = np.zeros(len(idx), dtype=bool)
+    for j, i in enumerate(idx):
+        r = ds.rows[i]
         try:
             c = get(r.kernel).cost(ds.features(r.problem), r.params, ds.device)
-            out[i] = (c.run_s, c.prepare_s)
-            calibrated[i] = c.calibrated
+            out[j] = (c.run_s, c.prepare_s)
+            calibrated[j] = c.calibrated
         except Exception:  # a kernel no longer registered, or a cost model that rejects the row
             pass
     return out, calibrated
@@ -77,18 +83,32 @@ def _installed_model(ds) -> dict | None:
             "same_timings": trained_on == ds.hash()}
 
 
-def _leave_family_out(ds, kind, model_params, stages) -> np.ndarray:
-    pred = np.full((len(ds), 2), np.nan)
+def _leave_family_out(ds, model_params, stages) -> tuple:
+    """{method: (n, 2) predictions} of every row by models fitted without its family, and what each
+    fold fitted. A fold fits everything from the other families: the analytic constants
+    (:mod:`.refit`), the online calibrations that apply (those the training rows reach, see
+    :func:`.calibration.applying_to`) and the learned models; the held-out rows are scored with them."""
+    preds = {m: np.full((len(ds), 2), np.nan) for m in METHODS}
     groups = np.array(ds.groups())
+    folds = {}
     for fam in sorted(set(groups)):
-        stages.step(f"{kind} model without {fam}")
         test = np.flatnonzero(groups == fam)
         train = np.flatnonzero(groups != fam)
-        if len(train) < learned_fit.MIN_SAMPLES:
-            continue
-        model = learned_fit.LearnedCostModel(kind=kind, cv=0, **model_params).fit(ds.queries(train), ds.y(train))
-        pred[test] = model.predict(ds.queries(test))
-    return pred
+        constants = refit.fit(ds, train)
+        with ds.calibrated(train) as ratios, refit.installed(constants):
+            analytic, calibrated = _analytic_predictions(ds, test)
+            preds["analytic"][test] = analytic
+            folds[fam] = {"constants": constants, "online_calibrations_applied": len(ratios)}
+            for kind in ("learned", "combined"):
+                stages.step(f"{kind} model without {fam}")
+                if len(train) < learned_fit.MIN_SAMPLES:
+                    continue
+                model = learned_fit.LearnedCostModel(kind=kind, cv=0, **model_params).fit(
+                    ds.queries(train), ds.y(train))
+                p = model.predict(ds.queries(test))
+                p[calibrated] = analytic[calibrated]   # the planner keeps calibrated costs
+                preds[kind][test] = p
+    return preds, folds
 
 
 def _choose(rows, pred, reuse):
@@ -156,13 +176,9 @@ def _check_reuses(reuses) -> list:
 
 def _evaluate(ds, reuses, out, plots, model_params, stages) -> dict:
     """:func:`evaluate` on a loaded dataset, each step named on ``stages``."""
-    with ds.calibrated():   # tsgemm scored as the live planner scores it: calibrated by its online timing
-        stages.step("analytic costs")
-        analytic, calibrated = _analytic_predictions(ds)
-        preds = {"analytic": analytic}
-        for kind in ("learned", "combined"):
-            preds[kind] = _leave_family_out(ds, kind, dict(model_params or {}), stages)
-            preds[kind][calibrated] = analytic[calibrated]
+    stages.step("refitting the analytic constants on every family")
+    shipped, everything = refit.current(), refit.fit(ds)
+    preds, folds = _leave_family_out(ds, dict(model_params or {}), stages)
     measured = ds.y()
     by_problem: dict = {}
     for i, r in enumerate(ds.rows):
@@ -176,6 +192,10 @@ def _evaluate(ds, reuses, out, plots, model_params, stages) -> dict:
               "excluded_unregistered_kernels": ds.unregistered,
               "online_calibrations": len(ds.calibrations), "online_calibrations_read": ds.calibration_counts(),
               "tie_margin": TIE_MARGIN, "evaluation": "leave-matrix-family-out",
+              "held_out_fits": {"method": "each family scored by analytic constants, online calibrations "
+                                          "and learned models fitted without it",
+                                "constants_shipped": shipped, "constants_all_families": everything,
+                                "folds": folds},
               "model_params": dict(model_params or {}), "results": {}}
     regret_curves = {}
     for reuse in reuses:

@@ -1,0 +1,180 @@
+"""Least-squares refits of the analytic models' fitted constants, on chosen timings.
+
+Some analytic constants are least-squares fits to tuning timings: the prepared cuSPARSE SpMV/SpMM
+call's efficiencies and fixed cost, the hash and cuSPARSE SpGEMM effective bytes, and the blocked
+(BRC/BRCP) SpMM gather bytes and fixed cost. ``matplan report`` refits them in every
+leave-family-out fold on the training families' timings (:func:`fit`) and scores the held-out
+family with them (:func:`installed`), so no held-out timing reaches its own prediction. The
+shipped constants (the modules' values) are what ``matplan train`` and the planner use.
+
+Each cost is linear in its constants, or in their inverse (an efficiency divides the bytes), so a
+fold's fit is a non-negative least squares of relative error (each timing weighted by 1 / its
+measured time, as the shipped constants were fitted): the cost with every refit constant at 0 and
+at each unit value gives the design. A constant no training timing depends on keeps its value.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+from ..kernels import get
+from ..models import spgemm as spgemm_model
+from ..models import spmv as spmv_model
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant:
+    """One refit constant: ``module.name`` (indexed by ``path`` into a dict or tuple); ``inverse``:
+    the cost is linear in 1 / value (an efficiency), which is what the fit solves for."""
+    module: object
+    name: str
+    path: tuple = ()
+    inverse: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.module.__name__.rsplit('.', 1)[-1]}.{self.name}" + "".join(f"[{k}]" for k in self.path)
+
+    def get(self) -> float:
+        v = getattr(self.module, self.name)
+        for k in self.path:
+            v = v[k]
+        return float(v)
+
+    def set(self, value: float) -> None:
+        setattr(self.module, self.name, _replaced(getattr(self.module, self.name), self.path, value))
+
+    def coefficient(self) -> float:
+        """The linear coefficient of the cost: the value, or its inverse."""
+        v = self.get()
+        return 1.0 / v if self.inverse else v
+
+    def set_coefficient(self, c: float) -> None:
+        self.set((1.0 / c if c > 0 else float("inf")) if self.inverse else c)
+
+
+def _replaced(container, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(container, dict):
+        return {**container, head: _replaced(container[head], rest, value)}
+    items = list(container)
+    items[head] = _replaced(items[head], rest, value)
+    return tuple(items)
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Constants fitted together on the timings of ``kernels`` (those ``selects`` keeps, by features)."""
+    name: str
+    kernels: tuple
+    constants: tuple
+    selects: object = None
+
+    def uses(self, f) -> bool:
+        return self.selects is None or self.selects(f)
+
+
+def _spmm(f) -> bool:
+    return f.k > 1
+
+
+_DTYPES = ("float32", "float64")
+GROUPS = (
+    Group("vendor SpMV/SpMM (spmv.cusparse)", ("spmv.cusparse",), (
+        Constant(spmv_model, "CUSPARSE_PREPARED_SPMV_EFFICIENCY", inverse=True),
+        Constant(spmv_model, "CUSPARSE_PREPARED_SPMM_EFFICIENCY", inverse=True),
+        Constant(spmv_model, "CUSPARSE_PREPARED_OVERHEAD_S"))),
+    Group("blocked SpMM (spmv.brc, spmv.brcp at k > 1)", ("spmv.brc", "spmv.brcp"), (
+        Constant(spmv_model, "BLOCKED_SPMM_GATHER_BYTES"),
+        Constant(spmv_model, "BLOCKED_SPMM_OVERHEAD_S")), _spmm),
+    Group("hash SpGEMM (spgemm.hash)", ("spgemm.hash",), tuple(
+        Constant(spgemm_model, "HASH_BYTES", (d, j)) for d in _DTYPES for j in (0, 1))),
+    Group("vendor SpGEMM (spgemm.cusparse)", ("spgemm.cusparse",), tuple(
+        Constant(spgemm_model, "CUSPARSE_SPGEMM_BYTES", (d, j)) for d in _DTYPES for j in (0, 1))
+        + tuple(Constant(spgemm_model, "CUSPARSE_SPGEMM_LONG_ROW_BYTES", (d,)) for d in _DTYPES)),
+)
+
+
+def current(groups=GROUPS) -> dict:
+    """{label: value} of the constants as they are now (the shipped ones outside :func:`installed`)."""
+    return {c.label: c.get() for g in groups for c in g.constants}
+
+
+@contextlib.contextmanager
+def installed(values: dict, groups=GROUPS):
+    """For the ``with`` block, the constants named in ``values`` (by label) set to them; restored after."""
+    by_label = {c.label: c for g in groups for c in g.constants}
+    unknown = sorted(set(values) - set(by_label))
+    if unknown:
+        raise ValueError(f"values: unknown constants {unknown}; expected labels of {sorted(by_label)}")
+    old = {label: by_label[label].get() for label in values}
+    try:
+        for label, v in values.items():
+            by_label[label].set(float(v))
+        yield
+    finally:
+        for label, v in old.items():
+            by_label[label].set(v)
+
+
+def _run_s(ds, rows) -> np.ndarray:
+    return np.array([get(r.kernel).cost(ds.features(r.problem), r.params, ds.device).run_s for r in rows])
+
+
+def _costed(ds, row) -> bool:
+    """Whether the kernel's cost model prices ``row`` (a kernel past its limits rejects it)."""
+    try:
+        get(row.kernel).cost(ds.features(row.problem), row.params, ds.device)
+    except Exception:  # noqa: BLE001  such a row says nothing of the constants
+        return False
+    return True
+
+
+def fit_group(ds, idx, group) -> dict:
+    """{label: value} of ``group``'s constants fitted on rows ``idx`` of ``ds`` (relative non-negative
+    least squares of run time); constants no row depends on, or a group with too few rows, keep
+    their current values."""
+    from scipy.optimize import nnls   # SciPy: only to fit
+    keep = {c.label: c.get() for c in group.constants}
+    rows = [ds.rows[i] for i in idx if ds.rows[i].kernel in group.kernels
+            and ds.rows[i].run_s > 0 and group.uses(ds.features(ds.rows[i].problem)) and _costed(ds, ds.rows[i])]
+    if len(rows) <= len(group.constants):
+        return keep
+    y = np.array([r.run_s for r in rows])
+    base = {c.label: 0.0 for c in group.constants}
+    with installed({label: (float("inf") if c.inverse else 0.0)
+                    for c, label in zip(group.constants, base)}, (group,)):
+        t0 = _run_s(ds, rows)
+        design = []
+        for c in group.constants:
+            c.set_coefficient(1.0)
+            design.append(_run_s(ds, rows) - t0)
+            c.set_coefficient(0.0)
+    A = np.stack(design, axis=1)
+    used = np.flatnonzero(np.any(np.abs(A) > 0, axis=0))
+    if not len(used) or not np.all(np.isfinite(A)) or not np.all(np.isfinite(t0)):
+        return keep
+    scale = np.abs(A[:, used]).max(axis=0)
+    coef, _ = nnls(A[:, used] / scale / y[:, None], (y - t0) / y)
+    out = dict(keep)
+    for j, c in zip(used, coef / scale):
+        con = group.constants[j]
+        if c > 0 or not con.inverse:
+            out[con.label] = (1.0 / c) if con.inverse else float(c)
+    return out
+
+
+def fit(ds, idx=None, groups=GROUPS) -> dict:
+    """{label: value} of every group's constants fitted on rows ``idx`` of ``ds`` (all rows if None)."""
+    idx = range(len(ds)) if idx is None else idx
+    out = {}
+    for g in groups:
+        out.update(fit_group(ds, list(idx), g))
+    return out
+
+
+__all__ = ["Constant", "Group", "GROUPS", "current", "installed", "fit", "fit_group"]
