@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .xp import array_module, host_index_arrays
+from .xp import array_module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,9 +245,9 @@ def compute(problem, device) -> Features:
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     if op in ("spmv", "spmm", "sptrans", "spgemm"):   # small GPU operands: statistics on the host
-        A = host_index_arrays(A) or A
+        A = problem.host_index["A"] or A
         if op == "spgemm":
-            B = host_index_arrays(B) or B
+            B = problem.host_index["B"] or B
     base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
     if op == "sptrans":
         base.update(transpose_features(A))

@@ -28,6 +28,7 @@ The rules every path of a plan follows (``Plan.run``, ``Plan.bind`` and the boun
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 
 import numpy as np
@@ -49,6 +50,13 @@ class Problem:
     B: object          # dense 1-D/2-D array or CSR; None for sptrans (A.T alone)
     backend: str       # "cpu" | "gpu"
     dtype: np.dtype
+
+    @functools.cached_property
+    def host_index(self) -> dict:
+        """{"A": .., "B": ..}: each small GPU CSR operand's index arrays on the host
+        (``xp.host_index_arrays``; None otherwise), copied once for the structure check and the
+        statistics alike."""
+        return {"A": host_index_arrays(self.A), "B": None if self.B is None else host_index_arrays(self.B)}
 
 
 def _is_sparse(x) -> bool:
@@ -103,13 +111,14 @@ def check_int(value, name: str, expected: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_csr(M, name: str) -> None:
+def check_csr(M, name: str, host=None) -> None:
     """Raise ValueError naming ``name`` unless CSR ``M`` is well formed: indptr of m + 1 entries
     from 0, non-decreasing, ending at len(indices) = len(data); column indices in [0, n).
 
     Vectorised where M lives (NumPy or CuPy, on M's device): one pass over indices (as unsigned,
     so a negative index counts as too large) and one over indptr, one transfer to the host.
-    Duplicates and unsorted indices are allowed."""
+    Duplicates and unsorted indices are allowed. ``host``: M's index arrays already on the host
+    (``Problem.host_index``), else copied here where M is a small GPU operand."""
     m, n = M.shape
     indptr, indices, data = M.indptr, M.indices, M.data
     for arr, what in ((indptr, "indptr"), (indices, "indices")):
@@ -121,7 +130,8 @@ def check_csr(M, name: str) -> None:
     if data.shape != (nnz,):
         raise ValueError(f"{name}: CSR data has shape {data.shape} but indices has {nnz} entries")
     cp = cupy_module()
-    host = host_index_arrays(M)   # a small GPU operand: checked on the host (no CuPy kernel compiles)
+    if host is None:   # a small GPU operand: checked on the host (no CuPy kernel compiles)
+        host = host_index_arrays(M)
     if host is not None:
         indptr, indices = host.indptr, host.indices
     if cp is not None and isinstance(indptr, cp.ndarray):
@@ -155,9 +165,9 @@ def _csr_flags(xp, indptr, indices, n, nnz):
 def check_structure(problem) -> None:
     """:func:`check_csr` on a Problem's CSR operands (A, and B for SpGEMM)."""
     if _is_sparse(problem.A):
-        check_csr(problem.A, "A")
+        check_csr(problem.A, "A", problem.host_index["A"])
     if problem.B is not None and _is_sparse(problem.B):
-        check_csr(problem.B, "B")
+        check_csr(problem.B, "B", problem.host_index["B"])
 
 
 class CheckedOnce:

@@ -82,7 +82,7 @@ def test_check_csr_allows_duplicates_unsorted_and_empty(rng):
 def test_checked_once_skips_the_same_object_only(monkeypatch):
     calls = []
     real = validation.check_csr
-    monkeypatch.setattr(validation, "check_csr", lambda M, name: calls.append(name) or real(M, name))
+    monkeypatch.setattr(validation, "check_csr", lambda M, name, *host: calls.append(name) or real(M, name, *host))
     seen = validation.CheckedOnce()
     A = _full()
     seen.ensure(A, "A")

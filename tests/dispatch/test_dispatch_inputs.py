@@ -75,7 +75,7 @@ def test_numpy_integer_reuse_and_bool_refused(rng, fresh_cache):
 def test_malformed_csr_refused_and_checked_only_when_planned(rng, fresh_cache, monkeypatch):
     calls = []
     real = validation.check_csr
-    monkeypatch.setattr(validation, "check_csr", lambda M, name: calls.append(name) or real(M, name))
+    monkeypatch.setattr(validation, "check_csr", lambda M, name, *host: calls.append(name) or real(M, name, *host))
     A, x = random_csr(rng, 50, 40, 0.1), rng.random(40)
     bad = A.copy()
     bad.indices[2] = 40

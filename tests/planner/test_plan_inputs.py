@@ -228,7 +228,7 @@ def _bad(A, how):
 def counted(monkeypatch):
     calls = []
     real = validation.check_csr
-    monkeypatch.setattr(validation, "check_csr", lambda M, name: calls.append(name) or real(M, name))
+    monkeypatch.setattr(validation, "check_csr", lambda M, name, *host: calls.append(name) or real(M, name, *host))
     return calls
 
 
