@@ -18,24 +18,15 @@ import sys
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, ".."), HERE]
 
 from matplan import corpus  # noqa: E402
 import matplan.distributed as md  # noqa: E402   (needs matplan[distributed])
+from pagerank import transition  # noqa: E402   (the link matrix, as examples/pagerank.py builds it)
 
 ALPHA, TOL, MAX_ITER = 0.85, 1e-10, 500
-
-
-def transition(A):
-    """M = (D^-1 A)^T of the graph A (row i -> column j edges), and the dangling-node mask."""
-    A = sp.csr_matrix(A, dtype=np.float64)
-    A.data = np.abs(A.data)
-    out = np.asarray(A.sum(axis=1)).ravel()
-    dangling = out == 0
-    inv = np.where(dangling, 0.0, 1.0 / np.where(dangling, 1.0, out))
-    return (sp.diags(inv) @ A).T.tocsr(), dangling
 
 
 def pagerank(spmv, n, dangling):

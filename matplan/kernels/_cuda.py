@@ -85,21 +85,30 @@ def _module(filename: str, name_expressions: tuple, options: tuple, device_id: i
 _LOADED: dict = {}
 
 
-def _load(filename: str, name_expressions: tuple, options: tuple, device_id: int):
-    cp = cupy_module()
-    major, minor = cp.cuda.Device(device_id).compute_capability
+def _kept(filename: str, name_expressions: tuple, options: tuple, device_id: int):
+    """(the kept unit fitting this GPU, or None; the source's digest; the GPU's own target)."""
+    major, minor = cupy_module().cuda.Device(device_id).compute_capability
     cc = (int(major), int(minor))
-    code = compiled_source(filename)
-    key = _store.digest(code, NVRTC_OPTIONS + options)
-    store = _store.default_store()
-    hit = store.find(filename, key, name_expressions, _store.targets_for(cc))
+    key = _store.digest(compiled_source(filename), NVRTC_OPTIONS + options)
+    hit = _store.default_store().find(filename, key, name_expressions, _store.targets_for(cc))
+    return hit, key, f"sm_{cc[0]}{cc[1]}"
+
+
+def _load(filename: str, name_expressions: tuple, options: tuple, device_id: int):
+    hit, key, target = _kept(filename, name_expressions, options, device_id)
     if hit is None:
         with _COMPILE_LOCK:   # one compilation of a module at a time in a process
-            hit = store.find(filename, key, name_expressions, _store.targets_for(cc))
+            hit, key, target = _kept(filename, name_expressions, options, device_id)
             if hit is None:
-                return _compile(filename, code, key, name_expressions, options, f"sm_{cc[0]}{cc[1]}")
+                return _compile(filename, compiled_source(filename), key, name_expressions, options, target)
     path, lowered, _ = hit
-    return Loaded(cp.RawModule(path=str(path)), lowered)
+    return Loaded(cupy_module().RawModule(path=str(path)), lowered)
+
+
+def include(filename: str) -> tuple:
+    """The -I option of ``filename``: a family's .cu includes its .cuh headers by name (NVRTC has no
+    file path of its own)."""
+    return ("-I" + os.path.dirname(os.path.join(_HERE, filename)),)
 
 
 _COMPILE_LOCK = threading.Lock()
@@ -112,21 +121,20 @@ def _compile(filename: str, code: str, key: str, name_expressions: tuple, option
     kernel cache (_store) and say so in one line. Without a libnvrtc of our own to drive, CuPy
     compiles it (and caches it its own way)."""
     cp = cupy_module()
-    # -I: a family's .cu includes its .cuh headers by name (NVRTC has no file path of its own)
-    include = ("-I" + os.path.dirname(os.path.join(_HERE, filename)),)
     start = time.perf_counter()
     try:
         compiler = _nvrtc.Nvrtc()
     except (FileNotFoundError, OSError):
         compiler = None
     if compiler is None:
-        mod = cp.RawModule(code=code, options=NVRTC_OPTIONS + include + options, name_expressions=name_expressions)
+        mod = cp.RawModule(code=code, options=NVRTC_OPTIONS + include(filename) + options,
+                           name_expressions=name_expressions)
         mod.compile()
         loaded = Loaded(mod, {n: n for n in name_expressions}, by_expression=True)
         where = "CuPy's kernel cache"
     else:
         binary, lowered = compiler.compile(code, os.path.basename(filename), name_expressions,
-                                           NVRTC_OPTIONS + include + options, target)
+                                           NVRTC_OPTIONS + include(filename) + options, target)
         path = _store.default_store().add(filename, key, target, binary, lowered)
         loaded = Loaded(cp.RawModule(path=str(path)), lowered)
         where = str(path.parent)
@@ -155,12 +163,8 @@ def available(filename: str, name_expressions, options=()) -> bool:
     cp = cupy_module()
     if cp is None:
         return False
-    device = cp.cuda.Device()
-    if (filename, names, options, device.id) in _LOADED:
-        return True
-    major, minor = device.compute_capability
-    key = _store.digest(compiled_source(filename), NVRTC_OPTIONS + options)
-    return _store.default_store().find(filename, key, names, _store.targets_for((int(major), int(minor)))) is not None
+    device = cp.cuda.Device().id
+    return (filename, names, options, device) in _LOADED or _kept(filename, names, options, device)[0] is not None
 
 
 def device_id(filename: str) -> int:

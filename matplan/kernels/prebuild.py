@@ -18,8 +18,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from ..core import device as device_mod, features, validation
 from ..core.features import Features
 from ..core.xp import HOST_STATS_NNZ, cupy_module, cupyx_sparse
@@ -28,7 +26,6 @@ from .spgemm import merge as spgemm_merge, runtime as spgemm_runtime
 from .spmv import gpu as spmv_gpu
 from .sptrans import compiled as sptrans_compiled
 from .tsgemm import configs as tsgemm_configs, launch as tsgemm_launch, tsm2_async, tsm2_tc
-from .tsgemm import rules as tsgemm_rules
 from .tsgemm.rules import ASYNC_K, ASYNC_VARIANTS
 
 #: dispatch's fingerprint kernel (its .cu sits beside dispatch/fingerprint.py, above this layer).
@@ -76,10 +73,9 @@ def units() -> list:
 def _build_one(job):
     cu, names, target, folder = job
     code = _cuda.compiled_source(cu)
-    include = ("-I" + os.path.dirname(os.path.join(os.path.dirname(_cuda.__file__), cu)),)
     start = time.perf_counter()
     binary, lowered = _nvrtc.Nvrtc().compile(code, os.path.basename(cu), names,
-                                              _cuda.NVRTC_OPTIONS + include, target)
+                                              _cuda.NVRTC_OPTIONS + _cuda.include(cu), target)
     key = _store.digest(code, _cuda.NVRTC_OPTIONS)
     stem = f"{cu.replace('../', '').replace('/', '.').removesuffix('.cu')}.{_store.digest(''.join(names), ())[:8]}"
     name = f"{stem}.{target}" + (".cubin" if target.startswith("sm_") else ".ptx") + ".xz"
@@ -170,16 +166,13 @@ def tsgemm_modules(device, shape, dtypes=("float32", "float64"), orders=("C", "F
     m, n, k = (int(v) for v in shape)
     out = []
     for dtype in dtypes:
-        item = np.dtype(dtype).itemsize
         for order in orders:
-            layout = {"C": "row", "F": "col"}[order]
             f = Features(op="tsgemm", dtype=dtype, backend="gpu", m=m, n=n, k=k, layout=order)
             for c in tsgemm_configs.search_space(device, f):
                 if c.async_variant or c.tc_variant:
                     continue   # prebuilt
-                vec = tsgemm_rules.vector_width(item, True, n if layout == "row" else m, layout, c.t2)
-                args = tsgemm_launch.template_args(layout, item, vec, c.t2, c.t3, depth=c.depth)
-                _, names = tsgemm_launch.module_names(layout, dtype, c.t1, c.t2, c.t3, vec, *args)
+                names = tsgemm_launch.config_module(c.layout, dtype, n if c.layout == "row" else m,
+                                                    c.t1, c.t2, c.t3, c.depth)
                 if names not in out:
                     out.append(names)
     return out

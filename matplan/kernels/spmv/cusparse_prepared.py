@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from ...core.xp import cupy_module, cupyx_sparse
+from .formats import result_shape
 
 #: cusparseSpMVAlg_t and cusparseSpMMAlg_t values (cusparse.h) by name; "default" lets cuSPARSE
 #: choose. CuPy's module names only the older ones, so the numbers are given here.
@@ -182,12 +183,8 @@ class PreparedCsr:
         """C = A @ B into ``out`` (allocated C-contiguous when None); A is the matrix prepared on."""
         cp = cupy_module()
         m, n = self.shape
-        if B.ndim not in (1, 2) or B.shape[0] != n:
-            raise ValueError(f"B: expected shape ({n},) or ({n}, k), got {B.shape}")
-        if B.dtype != self.dtype:
-            raise TypeError(f"B: dtype {B.dtype} does not match A's {self.dtype}")
+        oshape = result_shape(self.shape, self.dtype, B)
         k = 1 if B.ndim == 1 else B.shape[1]
-        oshape = (m,) if B.ndim == 1 else (m, k)
         if out is None:
             out = cp.empty(oshape, dtype=self.dtype)
         elif (out.shape != oshape or out.dtype != self.dtype

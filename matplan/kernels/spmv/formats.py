@@ -347,3 +347,14 @@ def merge_emulate(indptr, indices, data, X, ipt: int):
     for row, lo, hi in zip(mp["fix_rows"], mp["fix_lo"], mp["fix_hi"]):
         Y[int(row)] += carry[int(lo):int(hi)].sum(axis=0)
     return Y
+
+
+def result_shape(shape, dtype, B) -> tuple:
+    """The shape of A @ B for an m x n A of ``dtype``: (m,) for a vector B, (m, k) for an n x k one;
+    ValueError (shape) or TypeError (dtype) naming B otherwise."""
+    m, n = shape
+    if B.ndim not in (1, 2) or B.shape[0] != n:
+        raise ValueError(f"B: expected shape ({n},) or ({n}, k), got {B.shape}")
+    if B.dtype != dtype:
+        raise TypeError(f"B: dtype {B.dtype} does not match A's {dtype}")
+    return (m,) if B.ndim == 1 else (m, B.shape[1])

@@ -18,7 +18,7 @@ from ...models import spmv as spmv_model
 from .. import _cuda
 from .formats import (LONG_FACTORS, MERGE_IPT, MERGE_NT, SPLIT_CHUNK, SPMM_COLUMNS, SPMM_SLOTS, VECTOR_WIDTHS,
                       WIDTH_CAP, brcp as brcp_arrays, ellr as ellr_arrays, ellr_padded_slots, merge_path,
-                      split_chunks, split_limit, spmm_columns, spmm_slots, vector_width)
+                      result_shape, split_chunks, split_limit, spmm_columns, spmm_slots, vector_width)
 from ..base import Kernel, Prepared
 from ..registry import register
 
@@ -112,12 +112,8 @@ class _SpMV(Kernel):
     def run(self, prepared, B, out=None):
         cp = _cupy()
         m, n = prepared.shape
-        if B.ndim not in (1, 2) or B.shape[0] != n:
-            raise ValueError(f"B: expected shape ({n},) or ({n}, k), got {B.shape}")
-        if B.dtype != prepared.dtype:
-            raise TypeError(f"B: dtype {B.dtype} does not match A's {prepared.dtype}")
+        oshape = result_shape(prepared.shape, prepared.dtype, B)
         k = 1 if B.ndim == 1 else B.shape[1]
-        oshape = (m,) if B.ndim == 1 else (m, k)
         if out is None:
             out = cp.empty(oshape, dtype=prepared.dtype)
         elif out.shape != oshape or out.dtype != prepared.dtype or not out.flags.c_contiguous:

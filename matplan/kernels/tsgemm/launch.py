@@ -83,14 +83,19 @@ def template_args(layout: str, itemsize: int, vec: int, t2: int, t3: int, groups
     return g, u, d
 
 
-def ready(layout, dtype, lda: int, t1, t2, t3, depth=1) -> bool:
-    """Whether the kernel of this config for a 16-byte aligned A of leading dimension ``lda`` is
-    loaded or kept compiled for the current GPU (so timing it compiles nothing)."""
+def config_module(layout, dtype, lda: int, t1, t2, t3, depth=1) -> tuple:
+    """Every name of the module a config's kernel is compiled in, for a 16-byte aligned A of
+    leading dimension ``lda`` (:func:`module_names`' ValueError where t1 does not fit)."""
     item = np.dtype(dtype).itemsize
     vec = vector_width(item, True, lda, layout, t2)
+    return module_names(layout, dtype, t1, t2, t3, vec, *template_args(layout, item, vec, t2, t3, depth=depth))[1]
+
+
+def ready(layout, dtype, lda: int, t1, t2, t3, depth=1) -> bool:
+    """Whether the kernel of this config (:func:`config_module`) is loaded or kept compiled for the
+    current GPU (so timing it compiles nothing)."""
     try:
-        _, names = module_names(layout, dtype, t1, t2, t3, vec, *template_args(layout, item, vec, t2, t3,
-                                                                                depth=depth))
+        names = config_module(layout, dtype, lda, t1, t2, t3, depth)
     except ValueError:
         return False
     return _cuda.available(SOURCE, names)

@@ -331,3 +331,13 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
         _cuda.signature("spgemm/hash_shared.cu", "no_such_kernel")
     with pytest.raises(ValueError, match="type 'I' has no letter"):
         _cuda.signature("spmv/spmv.cu", "csr_split")
+
+
+def test_result_shape_names_b_when_it_does_not_fit():
+    assert fmt.result_shape((5, 3), np.float64, np.ones(3)) == (5,)
+    assert fmt.result_shape((5, 3), np.float64, np.ones((3, 4))) == (5, 4)
+    for bad in (np.ones(4), np.ones((4, 2)), np.ones((3, 2, 1))):
+        with pytest.raises(ValueError, match=r"^B: expected shape \(3,\) or \(3, k\)"):
+            fmt.result_shape((5, 3), np.float64, bad)
+    with pytest.raises(TypeError, match="^B: dtype float32 does not match A's float64"):
+        fmt.result_shape((5, 3), np.dtype(np.float64), np.ones(3, np.float32))
