@@ -349,6 +349,19 @@ def zero(ptr: int, nbytes: int) -> None:
     cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, cp.cuda.get_current_stream().ptr)
 
 
+def duplicate(a):
+    """A copy of contiguous device array ``a`` by one cudaMemcpyAsync on the current stream:
+    ``ndarray.copy()`` goes through CuPy's elementwise copy, a kernel compiled on first use."""
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        raise ValueError("duplicate: expected a contiguous array")
+    cp = cupy_module()
+    out = cp.empty_like(a)
+    if a.nbytes:
+        cp.cuda.runtime.memcpyAsync(out.data.ptr, a.data.ptr, a.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,
+                                    cp.cuda.get_current_stream().ptr)
+    return out
+
+
 def hold(*objs) -> None:
     """Keep ``objs`` (a call's scratch allocations) alive as long as the graph of a :func:`recording`
     in progress, whose launches read and write them on every replay; nothing otherwise."""

@@ -70,36 +70,66 @@ def units() -> list:
             for i in range(0, len(names), UNIT_NAMES)]
 
 
+def _binary_name(cu: str, names, target: str) -> str:
+    stem = f"{cu.replace('../', '').replace('/', '.').removesuffix('.cu')}.{_store.digest(''.join(names), ())[:8]}"
+    return f"{stem}.{target}" + (".cubin" if target.startswith("sm_") else ".ptx") + ".xz"
+
+
 def _build_one(job):
     cu, names, target, folder = job
     code = _cuda.compiled_source(cu)
     start = time.perf_counter()
     binary, lowered = _nvrtc.Nvrtc().compile(code, os.path.basename(cu), names,
                                               _cuda.NVRTC_OPTIONS + _cuda.include(cu), target)
-    key = _store.digest(code, _cuda.NVRTC_OPTIONS)
-    stem = f"{cu.replace('../', '').replace('/', '.').removesuffix('.cu')}.{_store.digest(''.join(names), ())[:8]}"
-    name = f"{stem}.{target}" + (".cubin" if target.startswith("sm_") else ".ptx") + ".xz"
+    name = _binary_name(cu, names, target)
     (Path(folder) / name).write_bytes(lzma.compress(binary, preset=9))
-    return {"format": _store.FORMAT, "file": cu, "digest": key, "target": target, "binary": name,
-            "names": lowered}, time.perf_counter() - start
+    return {"format": _store.FORMAT, "file": cu, "digest": _store.digest(code, _cuda.NVRTC_OPTIONS),
+            "target": target, "binary": name, "names": lowered}, time.perf_counter() - start
+
+
+def _reusable(folder: Path, nvrtc_version: str) -> dict:
+    """The records of ``folder``'s manifest that the same NVRTC and options built, by binary name."""
+    path = folder / _store.MANIFEST
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    if old.get("nvrtc") != nvrtc_version or old.get("options") != list(_cuda.NVRTC_OPTIONS):
+        return {}
+    return {r["binary"]: r for r in old["units"] if (folder / r["binary"]).is_file()}
 
 
 def build(folder: Path = _store.PACKAGE_DIR, targets=_store.TARGETS, jobs: int | None = None,
-          progress=print) -> dict:
-    """Compile every unit for every target into ``folder`` and write its manifest (replacing
-    the folder's binaries). Returns the manifest."""
+          progress=print, rebuild: bool = False) -> dict:
+    """Compile every unit for every target into ``folder`` and write its manifest; a unit whose
+    source digest, instantiations, NVRTC and options are unchanged keeps its binary unless
+    ``rebuild``. Binaries no unit names are removed. Returns the manifest."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    version = _nvrtc.Nvrtc().version()
+    reuse = {} if rebuild else _reusable(folder, version)
+    records, work = [], []
+    for cu, names in units():
+        key = _store.digest(_cuda.compiled_source(cu), _cuda.NVRTC_OPTIONS)
+        for t in targets:
+            kept = reuse.get(_binary_name(cu, names, t))
+            if kept is not None and kept["digest"] == key and set(kept["names"]) == set(names):
+                records.append(kept)
+            else:
+                work.append((cu, names, t, str(folder)))
+    named = {r["binary"] for r in records} | {_binary_name(cu, names, t) for cu, names, t, _ in work}
     for old in folder.glob("*.xz"):
-        old.unlink()
-    work = [(cu, names, t, str(folder)) for cu, names in units() for t in targets]
-    records, start = [], time.perf_counter()
-    with ProcessPoolExecutor(jobs or os.cpu_count()) as pool:
+        if old.name not in named:
+            old.unlink()
+    start = time.perf_counter()
+    progress(f"{len(records)} units current, {len(work)} to compile")
+    with ProcessPoolExecutor(max(1, min(jobs or os.cpu_count(), len(work) or 1))) as pool:
         for i, (record, seconds) in enumerate(pool.map(_build_one, work), 1):
             records.append(record)
             progress(f"[{i}/{len(work)}] {record['file']} {record['target']}: {len(record['names'])} "
                      f"kernels in {seconds:.1f} s")
-    manifest = {"format": _store.FORMAT, "nvrtc": _nvrtc.Nvrtc().version(), "targets": list(targets),
+    order = {_binary_name(cu, names, t): i for i, (cu, names) in enumerate(units()) for t in targets}
+    records.sort(key=lambda r: (order[r["binary"]], targets.index(r["target"])))
+    manifest = {"format": _store.FORMAT, "nvrtc": version, "targets": list(targets),
                 "options": list(_cuda.NVRTC_OPTIONS), "units": records}
     (folder / _store.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     progress(f"{len(records)} units in {time.perf_counter() - start:.0f} s, "
@@ -199,12 +229,13 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="parallel compilations (default: CPU count)")
     parser.add_argument("--out", default=str(_store.PACKAGE_DIR), help="folder (default: the package's)")
     parser.add_argument("--check", action="store_true", help="only say whether the package's build is current")
+    parser.add_argument("--rebuild", action="store_true", help="compile every unit, also those still current")
     args = parser.parse_args(argv)
     if args.check:
         lines = stale(Path(args.out))
         print("\n".join(lines) or "prebuilt kernels are current")
         return 1 if lines else 0
-    build(Path(args.out), tuple(t for t in args.targets.split(",") if t), args.jobs)
+    build(Path(args.out), tuple(t for t in args.targets.split(",") if t), args.jobs, rebuild=args.rebuild)
     return 0
 
 

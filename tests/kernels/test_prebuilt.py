@@ -66,6 +66,49 @@ def test_the_package_build_is_current():
     assert prebuild.stale() == []
 
 
+def test_a_build_recompiles_only_what_changed(tmp_path, monkeypatch):
+    """A current unit keeps its binary; one whose source changed is compiled again."""
+    try:
+        prebuild._nvrtc.Nvrtc()
+    except (FileNotFoundError, OSError) as exc:
+        pytest.skip(f"no NVRTC here: {exc}")
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for f in _store.PACKAGE_DIR.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    before = json.loads((folder / _store.MANIFEST).read_text())
+    compiled = []
+    monkeypatch.setattr(prebuild, "ProcessPoolExecutor", _InlinePool)
+    monkeypatch.setattr(prebuild, "_build_one", lambda job: compiled.append(job) or pytest.fail("compiled"))
+    assert prebuild.build(folder, progress=lambda line: None) == before
+    assert compiled == []
+    cu = "sptrans/replay.cu"
+    real = _cuda.compiled_source
+    monkeypatch.setattr(_cuda, "compiled_source", lambda f: real(f) + ("// changed\n" if f == cu else ""))
+    monkeypatch.setattr(prebuild, "_build_one", lambda job: compiled.append(job) or (
+        dict(next(r for r in before["units"] if r["binary"] == prebuild._binary_name(*job[:3])), digest="new"), 0.0))
+    after = prebuild.build(folder, progress=lambda line: None)
+    assert sorted(j[2] for j in compiled) == sorted(_store.TARGETS) and {j[0] for j in compiled} == {cu}
+    assert [r["binary"] for r in after["units"]] == [r["binary"] for r in before["units"]]
+    assert {r["file"] for r in after["units"] if r["digest"] == "new"} == {cu}
+
+
+class _InlinePool:
+    """ProcessPoolExecutor's map in this process (the test's stand-ins do not pickle)."""
+
+    def __init__(self, *args):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, items):
+        return map(fn, items)
+
+
 def test_the_build_covers_every_target_and_instantiation():
     manifest = json.loads((_store.PACKAGE_DIR / _store.MANIFEST).read_text())
     assert tuple(manifest["targets"]) == _store.TARGETS

@@ -85,3 +85,36 @@ def test_tsgemm_configs_are_timed_once_warmed_up(tmp_path):
     assert cold["ok"] and cold["compiled"] == 0 and "not timed: not compiled" in cold["why"], cold
     warm, _ = _run(code.format(warm=True), tmp_path / "warm")
     assert warm["ok"] and warm["compiled"] > 0 and "not timed" not in warm["why"], warm
+
+
+#: An SpGEMM and an SpTRANS plan run three times (first call, recording, replay), each checked;
+#: prints how many of CuPy's own kernels the repeated runs compiled.
+REPEATED = """
+import json, numpy as np, scipy.sparse as sp, cupyx.scipy.sparse as csp
+import cupy.cuda.compiler as cc
+import matplan
+A = sp.random(3000, 3000, density=0.002, format="csr", random_state=2); A.data += 0.5
+Ad = csp.csr_matrix(A)
+compiles, real = [], cc._compile_with_cache_cuda
+def counted(*a, **k):
+    compiles.append(1)
+    return real(*a, **k)
+cc._compile_with_cache_cuda = counted
+ok, after_first = [], {}
+for op in ("spgemm", "sptrans"):
+    p = matplan.planner.plan_transpose(Ad) if op == "sptrans" else matplan.plan(Ad, Ad)
+    want = A.T.tocsr() if op == "sptrans" else A @ A
+    for i in range(3):
+        C = p.run(Ad) if op == "sptrans" else p.run(Ad, Ad)
+        ok.append(bool(abs(C.get() - want).max() < 1e-12 and C.nnz == want.nnz))
+        if i == 0:
+            after_first[op] = len(compiles)
+    after_first[op] = len(compiles) - after_first[op]
+print(json.dumps({"ok": ok, "repeated_compiles": after_first}))
+"""
+
+
+def test_repeated_runs_compile_none_of_cupys_kernels(tmp_path):
+    got, _ = _run(REPEATED, tmp_path)
+    assert all(got["ok"]), got
+    assert got["repeated_compiles"] == {"spgemm": 0, "sptrans": 0}, got

@@ -148,7 +148,7 @@ def _guessed_locked(A, B, g: _Guess, options: tuple, info: dict):
         return _direct_finish(s, op, arrays, direct, info)
     C = one_pass._one_pass_finish(s, op, arrays[0], info)
     if DIRECT_GUESSES and not op.tables and not op.n_glob:   # numeric_esc's rows only: C's offsets kept
-        g.direct = (s.counts[1].copy(), C.indptr.copy(), C.nnz)
+        g.direct = (_cuda.duplicate(s.counts[1]), _cuda.duplicate(C.indptr), C.nnz)
         g.recorded = None   # the next call records the direct graph (and frees this one's buffer)
     return C
 
@@ -157,7 +157,7 @@ def _direct_finish(s: analysis._Symbolic, op: one_pass._Launched, arrays, direct
     """A direct guessed call after its launches: C's indptr copied from the kept one, the verdict
     from the GPU (words_differ's, or a row of another length than kept: analysis._Misguess), C."""
     Cj, Cx = arrays
-    indptr = direct[1].copy()
+    indptr = _cuda.duplicate(direct[1])
     if int(_cuda.read_at(s.skip, 1, np.uint64)[0]):
         raise analysis._Misguess()
     one_pass._one_pass_info(info, s, op, direct[2])

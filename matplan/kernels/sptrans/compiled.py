@@ -20,7 +20,7 @@ SOURCES = {
                            "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>",
                            "spt_merge_long<double>"),
     "sptrans/radix.cu": ("spt_radix_pass<float>", "spt_radix_pass<double>"),
-    "sptrans/replay.cu": ("spt_same", "spt_finish<float>", "spt_finish<double>"),
+    "sptrans/replay.cu": ("spt_same", "spt_positions", "spt_src", "spt_finish<float>", "spt_finish<double>"),
 }
 #: The source file of each kernel (by its name without template arguments).
 SOURCE_OF = {name.split("<")[0]: cu for cu, names in SOURCES.items() for name in names}
@@ -73,6 +73,7 @@ class _Kernels:
         self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
         self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
         self.same, self.finish = packed("spt_same"), packed_typed("spt_finish")   # pattern replays
+        self.positions, self.src = packed("spt_positions"), packed("spt_src")
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")
         self.merge_long, self.radix_pass = packed_typed("spt_merge_long"), packed_typed("spt_radix_pass")
         self.place_cap = sms * _cuda.resident_blocks(self.place, BLOCK)

@@ -14,6 +14,19 @@ extern "C" __global__ void spt_same(const int* __restrict__ a_indptr, const int*
     if (__syncthreads_or(differ) && threadIdx.x == 0) *changed = 1u;
 }
 
+// A's positions 0..nnz-1 as values (exact in double below 2^53), transposed to give src.
+extern "C" __global__ void spt_positions(double* __restrict__ out, long long nnz) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nnz; i += stride) out[i] = (double)i;
+}
+
+// src from the transposed positions (below 2^31: int32 indices).
+extern "C" __global__ void spt_src(const double* __restrict__ positions, int* __restrict__ src, long long nnz) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nnz; i += stride)
+        src[i] = (int)positions[i];
+}
+
 template <typename T>
 __global__ void spt_finish(const unsigned* __restrict__ changed, const int* __restrict__ src,
                            const T* __restrict__ data, const int* __restrict__ kept_t_indptr,

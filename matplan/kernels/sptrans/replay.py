@@ -101,11 +101,17 @@ class _Pattern:
 
     def __init__(self, A, method):
         cp = cupy_module()
+        ks = _kernels(cp)
         indptr_a, indices = _int32_arrays(A)
-        positions = csr_from_parts(cp.arange(indices.size, dtype=cp.float64), indices, indptr_a, A.shape,
-                                   sorted_rows=False, canonical=None)
+        nnz = int(indices.size)
+        grid = (max(1, min(-(-nnz // BLOCK), 16 * ks.sms)),)
+        values = cp.empty(nnz, dtype=cp.float64)   # (our kernels: CuPy's arange and astype compile on first use)
+        ks.positions(grid, (BLOCK,), (values, nnz))
+        positions = csr_from_parts(values, indices, indptr_a, A.shape, sorted_rows=False, canonical=None)
         T = _transpose(positions, False, None, method)
-        self.kept = (indptr_a.copy(), indices.copy(), T.indptr, T.indices, T.data.astype(cp.int32))
+        src = cp.empty(nnz, dtype=cp.int32)
+        ks.src(grid, (BLOCK,), (T.data, src, nnz))
+        self.kept = (_cuda.duplicate(indptr_a), _cuda.duplicate(indices), T.indptr, T.indices, src)
         self.flag = cp.empty(1, dtype=cp.uint32)
         self.host = np.frombuffer(cp.cuda.alloc_pinned_memory(4), dtype=np.uint32)
         self.host[0] = 0
