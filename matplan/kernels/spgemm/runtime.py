@@ -18,6 +18,7 @@ NULL_PTR = _NULL = np.uintp(0)
 #: declared extern "C" need none; hash_analysis.cu names words_differ so that its list is not empty).
 SOURCES = {
     "spgemm/hash_analysis.cu": ("words_differ",),
+    "spgemm/canonical.cu": ("csr_canonical<int>", "csr_canonical<long long>"),
     "spgemm/hash_shared.cu": (tuple(f"numeric_shared<{t}, {w}>" for t in ("float", "double")
                                     for w in rules.GROUP_WIDTHS)
                               + tuple(f"symbolic_shared<{w}>" for w in rules.GROUP_WIDTHS)),

@@ -2,10 +2,15 @@
 its known limits (:data:`matplan.models.spgemm.VENDOR_LIMITS`)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...models import spgemm as spgemm_model
 from ...models.spgemm import VENDOR_LIMITS
+from .. import _cuda
 from ..base import VendorKernel
 from ..registry import register
+from . import runtime
+from .operands import csr_from_parts
 
 
 class CusparseSpGEMM(VendorKernel):
@@ -27,9 +32,28 @@ class CusparseSpGEMM(VendorKernel):
     def run(self, prepared, B, out=None):
         if out is not None:
             raise ValueError("out: not supported for spgemm (the output's sparsity is not known in advance)")
-        C = prepared.arrays["A"] @ B
+        C = canonical(prepared.arrays["A"]) @ canonical(B)
         C.sort_indices()
         return C
+
+
+def canonical(M):
+    """M where it is canonical (sorted rows, no duplicates) or known to be; else a canonical copy.
+    cupyx's ``A @ B`` sums an operand's duplicates in place (the caller's matrix would change) and
+    checks the format with a CuPy kernel compiled on first use; this checks it with ours."""
+    if getattr(M, "_has_canonical_format", None) is True or M.nnz == 0:
+        return M
+    if M.indptr.dtype == M.indices.dtype:
+        m = M.shape[0]
+        flag = _cuda.zeroed(1, np.uint32)
+        sms = _cuda.device_attribute("MultiProcessorCount", runtime._device_id())
+        runtime._launch(f"csr_canonical<{_cuda.ctype(M.indices.dtype)}>", max(1, min(-(-m // 8), 16 * sms)), 256,
+                        (M.indptr, M.indices, np.int64(m), flag))
+        if not int(_cuda.read_at(flag.data.ptr, 1, np.uint32)[0]):
+            return csr_from_parts(M.data, M.indices, M.indptr, M.shape, sorted_rows=True, canonical=True)
+    C = M.copy()
+    C.sum_duplicates()
+    return C
 
 
 register(CusparseSpGEMM())
