@@ -6,6 +6,12 @@ date and the copy bandwidth inside it (``provenance``); then it regenerates ``re
 (``summarize.write_summary``). Logs are printed, never written to ``results/``.
 
     python3 benchmarks/_common.py slug     # the short name of GPU 0, e.g. "h100" (for shell scripts)
+    python3 benchmarks/_common.py attest FILE...   # name the commit of results run from a copy
+
+A copy of the checkout made elsewhere (a GPU machine that receives the working tree) may carry a
+stale or no ``.git``: its results record that commit as modified, or none. ``attest`` then names
+this checkout's HEAD in such a file only where the file's ``source_digest`` equals HEAD's (so
+the package's sources it ran are exactly HEAD's), and says so in ``commit_source``.
 """
 from __future__ import annotations
 
@@ -177,8 +183,47 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if len(xs) else None
 
 
+def head_source_digest() -> str | None:
+    """``source_digest`` of the package's sources at this checkout's HEAD (from git, not the working
+    tree), or None without git."""
+    head = _git("rev-parse", "HEAD")
+    names = _git("ls-tree", "-r", "--name-only", "HEAD", "matplan")
+    if not head or names is None:
+        return None
+    h = hashlib.sha256()
+    for name in sorted(n for n in names.splitlines() if Path(n).suffix in SOURCE_SUFFIXES):
+        blob = subprocess.run(["git", "show", f"HEAD:{name}"], capture_output=True, cwd=REPO, check=True).stdout
+        h.update(str(Path(name).relative_to("matplan")).encode() + b"\0" + blob + b"\0")
+    return h.hexdigest()[:16]
+
+
+def attest(paths) -> list:
+    """Name HEAD as the commit of each result file whose ``source_digest`` is HEAD's; returns lines
+    saying what was done to each."""
+    head, digest = _git("rev-parse", "HEAD"), head_source_digest()
+    out = []
+    for path in map(Path, paths):
+        doc = json.loads(path.read_text())
+        if doc.get("commit_source") == "git" and doc.get("commit") == head and not doc.get("tree_dirty"):
+            out.append(f"{path}: already names {head[:10]}")
+        elif digest is None or doc.get("source_digest") != digest:
+            out.append(f"{path}: left as is (its sources {doc.get('source_digest')} are not HEAD's {digest})")
+        else:
+            doc.update(commit=head, tree_dirty=False,
+                       commit_source=f"source digest {digest} equals HEAD's (run from a copy whose .git "
+                                     f"said {str(doc.get('commit'))[:10]})")
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1, default=str))
+            os.replace(tmp, path)
+            out.append(f"{path}: commit {head[:10]} (source digest {digest})")
+    return out
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["slug"]:
-        sys.exit("usage: python3 benchmarks/_common.py slug")
-    import cupy
-    print(device_slug(cuda_device_name(cupy)))
+    if sys.argv[1:2] == ["attest"] and len(sys.argv) > 2:
+        print("\n".join(attest(sys.argv[2:])))
+    elif sys.argv[1:] == ["slug"]:
+        import cupy
+        print(device_slug(cuda_device_name(cupy)))
+    else:
+        sys.exit("usage: python3 benchmarks/_common.py slug | attest FILE...")

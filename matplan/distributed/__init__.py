@@ -3,7 +3,7 @@
 Needs the ``distributed`` extra (``pip install matplan[distributed]``; ``cuda-distributed`` adds
 dask-cuda for one worker per GPU). ``import matplan`` never imports this package or Dask.
 
-    local_cluster()          a LocalCUDACluster (one worker per GPU) or a CPU LocalCluster
+    local_cluster()          one worker process per GPU (dask-cuda or Nanny workers) or a CPU LocalCluster
     spgemm(A, B, client=)    C = A @ B as a DistributedCSR of checked row blocks
     spmm(A, X, client=)      A @ X over row blocks, X replicated
     DistributedOperator(A)   A's blocks and bound plans kept on the workers between calls

@@ -1,13 +1,57 @@
-"""The GPU path of matplan.distributed (CuPy blocks), on workers that are threads of this process and
-share its GPU; compared with SciPy in float64. Skipped without CuPy and a GPU."""
+"""The GPU path of matplan.distributed (CuPy blocks), compared with SciPy in float64: on workers that
+are threads of this process sharing its GPU, and on one worker process per GPU (needs 2 GPUs),
+a worker among them killed mid-product. Skipped without CuPy and a GPU, except the first test,
+which starts the Nanny-per-GPU cluster on the CPU with made-up device ids."""
+import os
+import signal
+
 import numpy as np
 import pytest
 
-pytest.importorskip("dask.distributed")
+distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
+from matplan.core.xp import cupy_module  # noqa: E402
+from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+
+def _assert_same(C, A, B):
+    """C (a DistributedCSR) equals SciPy's A @ B entry by entry (sparse: no dense copies)."""
+    got, ref = C.to_scipy(), (A @ B).tocsr()
+    assert got.shape == ref.shape
+    assert abs(got - ref).max() <= 1e-12 * abs(ref).max()
+
+
+def _worker_view():
+    """(CUDA_VISIBLE_DEVICES, the PCI bus id of device 0 or None) in a worker process."""
+    from matplan.core.xp import cupy_module
+    cp = cupy_module()
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), None if cp is None else cp.cuda.Device(0).pci_bus_id
+
+
+def test_nanny_gpu_cluster_gives_each_worker_its_device(monkeypatch, rng):
+    """Without dask-cuda: one single-threaded worker per id, GPU=1, its own CUDA_VISIBLE_DEVICES.
+    The ids are made up (no GPU needed); blocks run on the host."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with pytest.raises(ValueError, match="gpu_cluster"):
+        md.local_cluster(gpu=True, gpu_cluster="slurm")
+    if md.cluster.dask_cuda_module()[0] is None:
+        with pytest.raises(RuntimeError, match="gpu_cluster='dask-cuda'.*dask-cuda"):
+            md.local_cluster(gpu=True, gpu_cluster="dask-cuda")
+    with md.local_cluster(gpu=True, gpu_cluster="nanny") as lc:
+        assert (lc.kind, lc.backend, lc.n_workers) == ("cuda", "nanny", 2)
+        assert "one distributed.Nanny per GPU" in repr(lc) and "devices 3,5" in repr(lc)
+        client = lc.client()
+        client.wait_for_workers(2)
+        seen = client.run(_worker_view)
+        assert sorted(v[0] for v in seen.values()) == ["3", "5"]
+        infos = client.scheduler_info(n_workers=-1)["workers"].values()
+        assert [(w["nthreads"], w["resources"]) for w in infos] == [(1, {"GPU": 1})] * 2
+        A, B = random_csr(rng, 400, 300, 0.03), random_csr(rng, 300, 200, 0.03)
+        C = md.spgemm(A, B, client=client, on="host", nblocks=4)
+        _assert_same(C, A, B)
+    with pytest.raises(ValueError, match="n_workers: 3 GPU workers asked, 2"):
+        md.local_cluster(3, gpu=True, gpu_cluster="nanny")
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +60,7 @@ def client():
         yield lc.client()
 
 
+@pytest.mark.gpu
 def test_spgemm_blocks_on_the_gpu(cp, client, rng):
     A, B = messy_csr(rng, 3000, 2000), random_csr(rng, 2000, 1500, 0.01)
     ref = (A @ B).toarray()
@@ -30,6 +75,7 @@ def test_spgemm_blocks_on_the_gpu(cp, client, rng):
     np.testing.assert_allclose(S.to_scipy().toarray(), ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.gpu
 def test_spmm_on_the_gpu_returns_cupy(cp, client, rng):
     A = messy_csr(rng, 3000, 2000)
     X = rng.random((2000, 4))
@@ -39,3 +85,90 @@ def test_spmm_on_the_gpu_returns_cupy(cp, client, rng):
     with md.DistributedOperator(A, client=client, on="gpu") as op:
         assert {b["location"] for b in op.blocks_info()} == {"gpu"}
         np.testing.assert_allclose(op @ X[:, 0], A @ X[:, 0], rtol=1e-12, atol=1e-12)
+
+
+# ---- one worker process per GPU (2 GPUs or more) ----
+
+def _two_gpus():
+    cp = cupy_module()
+    if cp is None or cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs 2 GPUs")
+
+
+def _problem(rng):
+    """~8e6 products: a few ms a block on a GPU, a fraction of a second in SciPy."""
+    return random_csr(rng, 20_000, 20_000, 0.001), random_csr(rng, 20_000, 20_000, 0.001)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["auto", "nanny"])
+def test_one_worker_process_per_gpu(rng, how):
+    _two_gpus()
+    with md.local_cluster(2, gpu=True, gpu_cluster=how) as lc:
+        assert lc.kind == "cuda" and (how == "auto" or lc.backend == "nanny")
+        client = lc.client()
+        client.wait_for_workers(2)
+        seen = client.run(_worker_view)
+        buses = [v[1] for v in seen.values()]
+        assert None not in buses and len(set(buses)) == 2, seen   # each worker on its own GPU
+        A, B = _problem(rng)
+        C = md.spgemm(A, B, client=client, on="gpu", nblocks=8)
+        assert C.timings["workers_used"] == 2 and all(p["backend"] == "gpu" for p in C.plans)
+        _assert_same(C, A, B)
+
+
+class KillOnFirstBlock(SchedulerPlugin):
+    """SIGKILLs the worker process that has just finished the first block task of a product; its
+    nanny starts a fresh one, as after a crash."""
+
+    def __init__(self, cluster):
+        self.cluster, self.scheduler, self.killed = cluster, cluster.scheduler, None
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if self.killed or finish != "memory" or "-block-" not in str(key):
+            return
+        address = next(iter(self.scheduler.tasks[key].who_has)).address
+        for nanny in self.cluster.workers.values():
+            if nanny.worker_address == address:
+                self.killed = address
+                os.kill(nanny.process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster():   # module scope: conftest's cp fixture is per test
+    _two_gpus()
+    with md.local_cluster(2, gpu=True) as lc:
+        client = lc.client()
+        client.wait_for_workers(2)
+        yield lc.cluster, client
+
+
+def _kill_during(c, fn):
+    plugin = KillOnFirstBlock(c)
+    name = f"kill-{id(plugin)}"
+    c.scheduler.add_plugin(plugin, name=name)
+    try:
+        return plugin, fn()
+    finally:
+        c.scheduler.remove_plugin(name=name)
+
+
+@pytest.mark.gpu
+def test_gpu_worker_lost_mid_product_recomputed(gpu_cluster, rng):
+    """The issue's fault test on GPUs: a full C, equal to SciPy's, every block checked; never partial."""
+    c, client = gpu_cluster
+    A, B = _problem(rng)
+    plugin, C = _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=3))
+    assert plugin.killed is not None
+    assert C.timings["resubmitted"] >= 1
+    assert len(C.blocks_info()) == 12 and all(info["check_worst"] <= 1.0 for info in C.blocks_info())
+    _assert_same(C, A, B)
+
+
+@pytest.mark.gpu
+def test_gpu_worker_lost_without_retries_fails_clearly(gpu_cluster, rng):
+    c, client = gpu_cluster
+    client.wait_for_workers(2, timeout=120)   # the nanny restarted the worker killed before
+    A, B = _problem(rng)
+    with pytest.raises(md.DistributedProductError, match="no partial result"):
+        _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=0))

@@ -9,7 +9,7 @@ from ...models.spgemm import VENDOR_LIMITS
 from .. import _cuda
 from ..base import VendorKernel
 from ..registry import register
-from . import runtime
+import matplan.kernels.spgemm.runtime as runtime
 from .operands import csr_from_parts
 
 
