@@ -69,6 +69,10 @@ SAMPLE_ROWS = 64
 SPMM_K = 32
 
 
+#: The planner's measure on both sides (--measure).
+MEASURE = "auto"
+
+
 def strided_random(m: int, n: int, per_row: int, seed=0) -> sp.csr_matrix:
     """m x n CSR with ``per_row`` nonzeros a row, the j-th drawn uniformly from columns
     [j·s, (j+1)·s), s = n // per_row: sorted and distinct by construction, so 1e8 nonzeros take a
@@ -134,20 +138,20 @@ def one_device(op, A, B, reps, cp):
     """(ms, result on the host or its nnz) of one-GPU matplan (host matplan without a GPU)."""
     if cp is None:
         if op == "spmm":
-            bound = make_plan(A, B, reuse=reps + 2).bind(A)
+            bound = make_plan(A, B, reuse=reps + 2, measure=MEASURE).bind(A)
             return median_ms(lambda: bound(B), reps)
-        return median_ms(lambda: make_plan(A, B).run(A, B), reps)
+        return median_ms(lambda: make_plan(A, B, measure=MEASURE).run(A, B), reps)
     import cupyx.scipy.sparse as csp
     sync = cp.cuda.Device().synchronize
     if op == "spmm":
         Ag = csp.csr_matrix(A)
-        bound = make_plan(Ag, cp.asarray(B), reuse=reps + 2).bind(Ag)
+        bound = make_plan(Ag, cp.asarray(B), reuse=reps + 2, measure=MEASURE).bind(Ag)
         return median_ms(lambda: cp.asnumpy(bound(cp.asarray(B))), reps)
 
     def call():
         Ag, Bg = csp.csr_matrix(A), csp.csr_matrix(B)
         try:
-            C = make_plan(Ag, Bg).run(Ag, Bg)
+            C = make_plan(Ag, Bg, measure=MEASURE).run(Ag, Bg)
             sync()
             return int(C.nnz)
         except (MemoryError, OverflowError):   # C fits no single GPU: the hash kernel's row panels
@@ -211,7 +215,7 @@ def rows_match(C, A, B, rows) -> bool:
 
 def spgemm_row(client, name, A, B, reps, one, gpus):
     import matplan.distributed as md
-    ms, C = median_ms(lambda: md.spgemm(A, B, client=client), reps)
+    ms, C = median_ms(lambda: md.spgemm(A, B, client=client, measure=MEASURE), reps)
     one_ms, one_out = one
     t = C.timings
     row = dict(op="spgemm", matrix=name, products=products_of(A, B), gpus=gpus, ms=ms, one_gpu_ms=one_ms,
@@ -239,7 +243,7 @@ def spgemm_row(client, name, A, B, reps, one, gpus):
 def spmm_row(client, name, A, X, reps, one, gpus, ref):
     import matplan.distributed as md
     t0 = time.perf_counter()
-    with md.DistributedOperator(A, client=client, reuse=reps + 2) as op:
+    with md.DistributedOperator(A, client=client, reuse=reps + 2, measure=MEASURE) as op:
         op @ X                                    # plans and binds every block on its worker (the warm-up)
         setup_ms = (time.perf_counter() - t0) * 1e3
         ms, Y = median_ms(lambda: op @ X, reps, warmup=0)
@@ -277,10 +281,14 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="with --cpu: CPU worker counts")
     ap.add_argument("--threads", action="store_true", help="with --cpu: workers as threads of this process")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--measure", default="auto", choices=("auto", "never", "always"),
+                    help="the planner's measure, the same on both sides (each block's plan and the one-GPU plan)")
     ap.add_argument("--only", nargs="+", help="matrix names to run")
     ap.add_argument("--budget-s", type=float, default=None, help="start no row past this many seconds")
     ap.add_argument("--out", default=None, help="results folder (default: benchmarks/results; with --cpu a temp one)")
     args = ap.parse_args(argv)
+    global MEASURE
+    MEASURE = args.measure
     import matplan.distributed as md
 
     start = time.perf_counter()
@@ -320,7 +328,7 @@ def main(argv=None):
 
     def write():
         return write_result(out, "distributed", device, dict(
-            device=device, rows=rows, reps=args.reps, skipped=skipped,
+            device=device, rows=rows, reps=args.reps, measure=MEASURE, skipped=skipped,
             note="CPU LocalCluster test run, not a measurement" if args.cpu else ""))
     for n in counts:
         if over_budget():

@@ -245,9 +245,11 @@ def compute(problem, device) -> Features:
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     if op in ("spmv", "spmm", "sptrans", "spgemm"):   # small GPU operands: statistics on the host
-        A = problem.host_index["A"] or A
-        if op == "spgemm":
-            B = problem.host_index["B"] or B
+        host_a, host_b = problem.host_index["A"], problem.host_index["B"]
+        if op != "spgemm":
+            A = host_a or A
+        elif host_a is not None and host_b is not None:   # both or neither: products_per_row reads both
+            A, B = host_a, host_b
     base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
     if op == "sptrans":
         base.update(transpose_features(A))
