@@ -334,10 +334,20 @@ def overhead_section(files) -> list:
             rows = [r for side in ("gpu", "host") for r in doc.get(side, [])]
             out += [f"### `matplan.matmul` on a plan-cache hit ({_origin(name, doc)})", ""]
             out += _md_table([("case", "text"), ("kernel", "text"), ("kernel us", "us"), ("hit us", "us"),
-                              ("overhead us", "us"), ("path", "text"), ("plan / kernel", "x"), ("error", "text")],
+                              ("overhead us", "us"), ("target us", "us"), ("path", "text"), ("plan / kernel", "x"),
+                              ("error", "text")],
                              [[r.get("case"), r.get("kernel"), r.get("kernel_us"), r.get("hit_us"),
-                               r.get("overhead_us"), r.get("path"), r.get("plan_x"), r.get("error")] for r in rows])
+                               r.get("overhead_us"), r.get("target_us"), r.get("path"), r.get("plan_x"),
+                               r.get("error")] for r in rows])
             out += [""]
+            plans = [(side, r) for side in ("gpu", "host") for r in (doc.get("plan_never") or {}).get(side, [])]
+            if plans:
+                out += [f"### `plan(A, B, measure=\"never\")` ({_origin(name, doc)})", ""]
+                out += _md_table([("op", "text"), ("nnz", "int"), ("operands", "text"), ("kernel", "text"),
+                                  ("plan ms", "ms"), ("plan / kernel", "x"), ("target ms", "ms"), ("error", "text")],
+                                 [[r.get("op"), r.get("nnz"), "GPU" if side == "gpu" else "host", r.get("kernel"),
+                                   r.get("plan_ms"), r.get("plan_x"), r.get("target_ms"), r.get("error")]
+                                  for side, r in plans]) + [""]
         elif kind == "spmv_bounds":
             out += [f"### SpMV bounds: flat kernels at the copy bandwidth ({_origin(name, doc)})", ""]
             out += _md_table([("matrix", "text"), ("dtype", "text"), ("stream us", "us"), ("gather us", "us"),

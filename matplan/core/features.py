@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 
@@ -75,14 +76,37 @@ def sparse_features(A, xp=None) -> dict:
     if m == 0:
         return out
     lengths = xp.diff(A.indptr).astype(xp.int64)
-    lf = lengths.astype(xp.float64)
-    moments = xp.stack([lf.mean(), lf.std(), lf.min(), lf.max(), (lengths == 0).sum().astype(xp.float64)])
-    mean, std, lo, hi, empty = (float(v) for v in _host(moments))
-    before, after = warp_lengths(lengths)
+    if xp is np:   # the same figures as the general path below, in fewer passes over the rows
+        mean, std, lo, hi, empty = _host_moments(lengths, int(A.indptr[-1]) - int(A.indptr[0]))
+    else:
+        lf = lengths.astype(xp.float64)
+        moments = xp.stack([lf.mean(), lf.std(), lf.min(), lf.max(), (lengths == 0).sum().astype(xp.float64)])
+        mean, std, lo, hi, empty = (float(v) for v in _host(moments))
+    before, after = warp_lengths(lengths, row_min=int(lo), row_max=int(hi))
     out.update(row_mean=mean, row_std=std, row_min=int(lo), row_max=int(hi), empty_rows=int(empty),
                T=brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
                warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp, nnz))
     return out
+
+
+def _host_moments(lengths, total):
+    """(mean, std, min, max, empty rows) of NumPy int64 row ``lengths`` (which sum to ``total``), bit
+    for bit what the float64 reductions give (:func:`_int_mean_var`)."""
+    m = lengths.shape[0]
+    lo, hi = int(lengths.min()), int(lengths.max())
+    mean, var = _int_mean_var(lengths, total, lo)
+    return mean, float(np.sqrt(var)), lo, hi, m - int(np.count_nonzero(lengths))
+
+
+def _int_mean_var(x, total: int, lo: int):
+    """``x.astype(float64)``'s mean and var for NumPy int64 ``x`` whose sum is ``total``, without the
+    float copy: integers below 2**53 add without rounding, so the mean is total / len exactly, and
+    the var is NumPy's own two-pass formula (deviations squared in place, summed) on the same values."""
+    m = x.shape[0]
+    mean = float(np.float64(total) / m) if lo >= 0 and total < 2 ** 53 else float(x.mean())
+    dev = x - np.float64(mean)
+    np.multiply(dev, dev, out=dev)
+    return mean, float(np.add.reduce(dev) / m)
 
 
 #: Nonzeros (evenly spaced in storage order) that col_spread examines.
@@ -103,22 +127,105 @@ def col_spread(A, xp=None, nnz: int | None = None) -> float:
         nnz = int(_host(A.indptr[-1])) if m else 0
     if nnz == 0 or n == 0:
         return 0.0
-    pos = xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64)
-    keep = xp.ones(pos.shape[0], dtype=bool)   # sorted already: unique without unique's hash or sort
-    keep[1:] = pos[1:] != pos[:-1]
-    pos = pos[keep]
+    if xp is np:
+        return _host_col_spread(A, m, n, nnz)
+    pos = xp.linspace(0, nnz - 1, min(nnz, SPREAD_SAMPLES)).astype(xp.int64)   # distinct: see below
     rows = xp.searchsorted(A.indptr, pos, side="right") - 1
     cols = A.indices[pos].astype(xp.float64)
     return float(_host(xp.abs(cols / n - (rows + 0.5) / m).mean()))
+
+
+def _host_col_spread(A, m, n, nnz) -> float:
+    """col_spread on the host: the same positions (linspace's own arithmetic, which with at most
+    SPREAD_SAMPLES nonzeros gives each position once and otherwise steps by more than 1, so
+    positions never repeat), rows and float operations, in buffers kept per thread (fresh large
+    temporaries cost page faults that can outweigh the arithmetic)."""
+    if nnz <= SPREAD_SAMPLES and int(A.indptr[0]) == 0:   # every nonzero, each row's own
+        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(A.indptr))
+        cols = A.indices[:nnz].astype(np.float64)
+    else:
+        S = min(nnz, SPREAD_SAMPLES)
+        steps, cols, pos = _scratch(S)
+        np.multiply(steps, (nnz - 1) / (S - 1), out=cols)   # numpy.linspace(0, nnz - 1, S), step by step
+        cols[-1] = nnz - 1
+        pos[:] = cols             # truncation, as linspace(...).astype(int64)
+        rows = _rows_of(A.indptr, pos, m, nnz, np)
+        cols[:] = A.indices[pos]
+    cols /= n
+    half = rows.view(np.float64)   # (rows + 0.5) / m, into rows' own (int64) buffer
+    np.add(rows, 0.5, out=half)
+    half /= m
+    cols -= half
+    return float(np.abs(cols, out=cols).mean())
+
+
+_local = threading.local()
+
+
+def _scratch(size: int):
+    """This thread's (0, 1, ..., size - 1 as float64; float64 and int64 work arrays) of ``size``
+    entries, kept between calls (2 x 512 KiB + the steps for SPREAD_SAMPLES)."""
+    bufs = getattr(_local, "scratch", None)
+    if bufs is None or bufs[0].shape[0] != size:
+        bufs = _local.scratch = (np.arange(size, dtype=np.float64), np.empty(size, np.float64),
+                                 np.empty(size, np.int64))
+    return bufs
+
+
+def _rows_of(indptr, pos, m, nnz, xp):
+    """The row of each sorted storage position ``pos``: searchsorted(indptr, pos, 'right') - 1.
+    With fewer rows than positions, each row's first position in ``pos`` is found instead (from
+    an estimate by the mean step, corrected against ``pos``) and rows are counted up to each
+    position: the same integers, in O(rows) rather than O(positions x log rows)."""
+    S = pos.shape[0]
+    if m + 1 >= S or S < 2 or xp is not np:
+        return xp.searchsorted(indptr, pos, side="right") - 1
+    v = indptr.astype(np.int64)
+    first = np.clip(np.ceil(v / ((nnz - 1) / (S - 1))).astype(np.int64), 0, S)
+    for _ in range(8):   # first[r] = #positions < indptr[r]; the estimate is off by at most one or two
+        low = (first > 0) & (pos[np.maximum(first - 1, 0)] >= v)
+        high = (first < S) & (pos[np.minimum(first, S - 1)] < v)
+        if not (low | high).any():
+            break
+        first = first - low + high
+    else:
+        first = np.searchsorted(pos, v, side="left")
+    rows = np.bincount(first, minlength=S + 1)[:S]
+    np.cumsum(rows, out=rows)
+    rows -= 1
+    return rows
 
 
 def products_per_row(A, B):
     """RBSparse nnz_RowCt: for each row i of A, sum of nnz(B[j,:]) over j in row i (int64)."""
     xp = array_module(A)
     b_len = xp.diff(B.indptr).astype(xp.int64)
+    if xp is np:
+        return _host_products_per_row(np.asarray(A.indptr), A.indices, b_len)
     per_nz = b_len[A.indices]
     csum = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(per_nz)])
     return csum[A.indptr[1:]] - csum[A.indptr[:-1]]
+
+
+def _host_products_per_row(indptr, indices, b_len):
+    """products_per_row on the host, over A's nonzeros in chunks of SPREAD_SAMPLES through this
+    thread's int64 buffer (no temporaries as long as A: their page faults cost more than the
+    sums): the running sum of nnz(B[j,:]) is read at each row end that falls in a chunk."""
+    nnz, m = indices.shape[0], indptr.shape[0] - 1
+    at = np.zeros(m + 1, dtype=np.int64)   # the running sum at each indptr entry
+    buf = _scratch(SPREAD_SAMPLES)[2]
+    step = buf.shape[0]
+    carry, lo = 0, int(np.searchsorted(indptr, 0, side="right"))
+    for s in range(0, nnz, step):
+        e = min(s + step, nnz)
+        chunk = buf[:e - s]
+        np.take(b_len, indices[s:e], out=chunk, mode="clip")   # indices checked in range by check_csr
+        np.cumsum(chunk, out=chunk)
+        chunk += carry
+        hi = int(np.searchsorted(indptr, e, side="right"))
+        at[lo:hi] = chunk[indptr[lo:hi] - (s + 1)]
+        carry, lo = int(chunk[-1]), hi
+    return at[1:] - at[:-1]
 
 
 #: Rows drawn (with probability proportional to their products) to estimate the compression.
@@ -129,6 +236,10 @@ COMPRESSION_ROW_CAP = 1 << 16
 
 def _expand(lengths, xp):
     """(segment, offset) of every item when segment s holds lengths[s] items, in order."""
+    if xp is np:   # the same arrays by repetition: a search per item cost ~0.3 s at 8M items
+        lengths = np.asarray(lengths, dtype=np.int64)
+        seg = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+        return seg, np.arange(seg.size, dtype=np.int64) - (np.cumsum(lengths) - lengths)[seg]
     ends = xp.cumsum(lengths)
     total = int(_host(ends[-1])) if lengths.size else 0
     idx = xp.arange(total, dtype=xp.int64)
@@ -142,6 +253,8 @@ def _occupancy_extrapolate(distinct, examined, products, ncols):
     by bisection on log N, then N (1 - exp(-p / N)); exact where every product was examined."""
     d, q, p = (np.asarray(v, dtype=np.float64) for v in (distinct, examined, products))
     full = q >= p
+    if full.all():   # every row examined whole: its count is exact (np.where below picks d)
+        return d
     lo = np.log(np.maximum(d, 1.0))
     hi = np.full_like(d, np.log(max(ncols, 1)) + 1.0)
     for _ in range(60):
@@ -152,6 +265,23 @@ def _occupancy_extrapolate(distinct, examined, products, ncols):
     n = np.exp(0.5 * (lo + hi))
     est = np.minimum(n * -np.expm1(-p / n), float(ncols))
     return np.where(full, d, np.clip(est, d, np.minimum(p, ncols)))
+
+
+#: Rows x columns under which the host counts a sampled row's distinct columns in a bitmap.
+BITMAP_CELLS = 1 << 26
+
+
+def _distinct_per_row(keys, nrows: int, ncols: int, xp):
+    """Distinct keys (row * ncols + column) of each of ``nrows`` rows: by a sort, or on the host
+    by a bitmap of nrows x ncols where it has at most BITMAP_CELLS cells (no sort: ~3x faster)."""
+    if xp is np and nrows * ncols <= BITMAP_CELLS:
+        seen = np.zeros(nrows * ncols, dtype=bool)
+        seen[keys] = True
+        return np.count_nonzero(seen.reshape(nrows, ncols), axis=1).astype(np.int64)
+    keys = xp.sort(keys)
+    new = xp.ones(keys.size, dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
+    return xp.bincount(keys[new] // ncols, minlength=nrows)
 
 
 def sampled_compression(A, B, rowct) -> float:
@@ -187,10 +317,8 @@ def sampled_compression(A, B, rowct) -> float:
     entry, off_b = _expand(xp.clip(2 * COMPRESSION_ROW_CAP - before, 0, b_len), xp)
     row_of = seg_a[entry]
     ncols = B.shape[1]
-    keys = xp.sort(row_of * ncols + B.indices[b_start[entry] + off_b].astype(xp.int64))
-    new = xp.ones(keys.size, dtype=bool)
-    new[1:] = keys[1:] != keys[:-1]
-    counts = xp.stack([xp.bincount(keys[new] // ncols, minlength=rows.size),
+    keys = row_of * ncols + B.indices[b_start[entry] + off_b].astype(xp.int64)
+    counts = xp.stack([_distinct_per_row(keys, rows.size, ncols, xp),
                        xp.bincount(row_of, minlength=rows.size), p, draws])
     distinct, examined, p, draws = _host(counts)
     nnz_c = _occupancy_extrapolate(distinct, examined, p, ncols)
@@ -204,8 +332,12 @@ def spgemm_features(A, B) -> dict:
     if A.shape[0] == 0:
         return out
     rowct = products_per_row(A, B)
-    rf = rowct.astype(xp.float64)
-    mean, var, total, hi = (float(v) for v in _host(xp.stack([rf.mean(), rf.var(), rf.sum(), rf.max()])))
+    if xp is np:   # the figures of the general path below, without the float copy
+        total, hi = int(rowct.sum()), int(rowct.max())
+        mean, var = _int_mean_var(rowct, total, int(rowct.min()))
+    else:
+        rf = rowct.astype(xp.float64)
+        mean, var, total, hi = (float(v) for v in _host(xp.stack([rf.mean(), rf.var(), rf.sum(), rf.max()])))
     out.update(products=int(round(total)), rowct_mean=mean, rowct_max=int(hi),
                rowct_var_over_mean=var / mean if mean > 0 else 0.0,
                rbs_groups=rbsparse_histogram(rowct),
@@ -277,19 +409,49 @@ __all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_featu
 WARP = 32
 
 
-def warp_lengths(row_lengths, warp: int = WARP):
-    """Average warp length (longest row in each group of ``warp`` consecutive rows) before and after sorting."""
+def warp_lengths(row_lengths, warp: int = WARP, row_min: int | None = None, row_max: int | None = None):
+    """Average warp length (longest row in each group of ``warp`` consecutive rows) before and after sorting.
+
+    After sorting (longest first, zeros padding the last group), group g's longest row is the
+    one of rank g * warp; the sum of those is counted from a histogram of the lengths
+    (:func:`_warp_sums`) instead of sorting, where the longest row is no longer than a few times
+    the rows. ``row_min`` / ``row_max``: the lengths' extremes, where the caller has them. The
+    sums are exact integers, so both ways give the same floats."""
     xp = _xp(row_lengths)
     m = int(row_lengths.shape[0])
     if m == 0:
         return 0.0, 0.0
     pad = (-m) % warp
     lengths = row_lengths.astype(xp.int64)
+    groups = (m + pad) // warp
+    if row_min is None or row_max is None:
+        row_min, row_max = (int(v) for v in _host(xp.stack([lengths.min(), lengths.max()])))
+    if row_min >= 0 and row_max <= 4 * m + 1024:
+        before, after = (int(v) for v in _host(_warp_sums(lengths, xp, pad, row_max, warp)))
+        return before / groups, after / groups
     if pad:
         lengths = xp.concatenate([lengths, xp.zeros(pad, dtype=xp.int64)])
     before = lengths.reshape(-1, warp).max(axis=1).mean()
     after = xp.sort(lengths)[::-1].reshape(-1, warp).max(axis=1).mean()
     return float(before), float(after)
+
+
+def _warp_sums(lengths, xp, pad, row_max, warp):
+    """[sum of each group's longest row in row order, the same after sorting] of int64 ``lengths``
+    (all >= 0, at most ``row_max``) as one array where they live. After sorting, value v holds
+    the ranks [G, G + c) (G rows longer, c of length v, the ``pad`` zeros counted), which contain
+    ceil((G + c) / warp) - ceil(G / warp) of the ranks g * warp."""
+    m = lengths.shape[0]
+    full = m - m % warp
+    before = lengths[:full].reshape(-1, warp).max(axis=1).sum() if full else xp.zeros((), xp.int64)
+    if full < m:   # the last group, padded with zeros
+        before = before + xp.maximum(lengths[full:].max(), 0)
+    counts = xp.bincount(lengths, minlength=row_max + 1)
+    counts[0] += pad
+    longer = xp.cumsum(counts[::-1])[::-1] - counts
+    firsts = (longer + counts + (warp - 1)) // warp - (longer + (warp - 1)) // warp
+    after = (firsts * xp.arange(row_max + 1, dtype=xp.int64)).sum()
+    return xp.stack([before, after])
 
 
 #: The paper's compression estimate, products / nnz(C) of a row (nnz(C_i) ~ nnz_RowCt / pi).

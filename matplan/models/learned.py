@@ -20,6 +20,7 @@ kernel's ``reads_a_at_run`` (this layer never imports the kernels). docs/tuning.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import warnings
@@ -136,9 +137,16 @@ def _stamp(path: Path) -> tuple:
 
 def _signature(cls: str) -> tuple:
     """What the chosen model depends on: the named paths and each candidate file's state."""
+    named = os.environ.get(MODEL_ENV, "")
+    return (cls, named) + tuple(_stamp(f) for f in _candidate_files(cls, named, os.environ.get("HOME", "")))
+
+
+@functools.lru_cache(maxsize=64)
+def _candidate_files(cls: str, named: str, home: str) -> tuple:
+    """The model files _signature stats for ``cls`` under $MATPLAN_MODEL = ``named`` (and $HOME,
+    which ``~`` in it expands to): paths only, kept so a plan does not build them again."""
     files = [f for p in named_models() for f in model_paths(p)]
-    files += list(model_paths(PACKAGE_DIR / cls.lower()))
-    return (cls, os.environ.get(MODEL_ENV, "")) + tuple(_stamp(f) for f in files)
+    return tuple(files + list(model_paths(PACKAGE_DIR / cls.lower())))
 
 
 def model_for(backend: str, dev) -> CostModel | None:
@@ -157,7 +165,8 @@ def _predict(model, queries):
     """(rows, outside) of ``queries``; None after one warning if the model cannot predict them."""
     try:
         Z = model.schema_.transform(queries)
-        return Z, model.schema_.outside(Z[0]), model.predict_z(Z)
+        outside = model.schema_.outside(Z[0])   # past the training range the trees are not asked
+        return Z, outside, None if outside else model.predict_z(Z)
     except (ValueError, IndexError, KeyError, TypeError, FloatingPointError) as e:
         model.unusable_ = f"prediction failed: {type(e).__name__}: {e}"
         _warn(model.metadata_.get("name", "?"), model.unusable_)

@@ -8,6 +8,7 @@ the kernels. :class:`FeatureSchema` fixes the ordered columns a model was fitted
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -116,32 +117,42 @@ class FeatureSchema:
                   for c in RANGE_CHECKED}
         return cls(tuple(cols), tuple(kernels), ranges)
 
+    @functools.cached_property
+    def _index(self) -> dict:
+        """column -> position (made once per schema: transform runs at every plan)."""
+        return {c: i for i, c in enumerate(self.columns)}
+
     def transform(self, queries) -> np.ndarray:
-        index = {c: i for i, c in enumerate(self.columns)}
+        index = self._index
         X = np.full((len(queries), len(self.columns)), np.nan)
-        base_cache: dict = {}
+        kernel_cols = [index[f"kernel:{k}"] for k in self.kernels]
+        X[:, kernel_cols] = 0.0
+        base_rows: dict = {}   # queries of one problem share its base features: one row, copied
         for r, q in enumerate(queries):
             key = id(q.features), id(q.device)
-            if key not in base_cache:
-                base_cache[key] = base_features(q.features, q.device)
-            for c, v in base_cache[key].items():
-                X[r, index[c]] = v
-            for k in self.kernels:
-                X[r, index[f"kernel:{k}"]] = float(q.kernel == k)
+            if key not in base_rows:
+                base = base_features(q.features, q.device)
+                base_rows[key] = (np.array([index[c] for c in base], dtype=np.intp),
+                                  np.array(list(base.values()), dtype=np.float64))
+            cols, values = base_rows[key]
+            X[r, cols] = values
+            col = index.get(f"kernel:{q.kernel}")
+            if col is not None:
+                X[r, col] = 1.0
             for c, v in _param_items(q.kernel, q.params):
                 if c in index:
                     X[r, index[c]] = v
-            if "log_analytic_run" in index:
-                a = _analytic(q)
-                X[r, index["log_analytic_run"]] = log_floor(a.run_s)
-                X[r, index["log_analytic_prepare"]] = log_floor(a.prepare_s)
+        if "log_analytic_run" in index:
+            costs = [_analytic(q) for q in queries]
+            X[:, index["log_analytic_run"]] = [log_floor(a.run_s) for a in costs]
+            X[:, index["log_analytic_prepare"]] = [log_floor(a.prepare_s) for a in costs]
         return X
 
     def outside(self, row: np.ndarray) -> list:
         """Range-checked features of one transformed row that lie outside the training range."""
         out = []
         for c, (lo, hi) in self.ranges.items():
-            v = row[self.columns.index(c)]
+            v = row[self._index[c]]
             if v < lo - 1e-9 or v > hi + 1e-9:
                 out.append(c)
         return out

@@ -56,15 +56,19 @@ class CostModel:
         ops[~(onehot.max(axis=1) == 1.0)] = ""
         return ops
 
-    def _route(self, models, Z) -> np.ndarray:
+    def _route(self, models, Z, skip=None) -> np.ndarray:
         """The (log) targets of Z's rows from ``models`` ({key: (run, prepare) regressors or
-        forests}): a row's op's own where it has them, else the ones fitted on every op."""
-        T = np.empty((len(Z), 2))
+        forests}): a row's op's own where it has them, else the ones fitted on every op.
+        ``skip``: rows (bool mask) whose prepare target is not wanted (0 there; each row is
+        predicted on its own, so the others' figures do not change)."""
+        T = np.zeros((len(Z), 2))
         own = self._ops_of(Z) if len(models) > 1 else np.full(len(Z), "", dtype=object)
         pooled = ~np.isin(own, [op for op in models if op != ALL_OPS])
         for key, rows in [(ALL_OPS, pooled)] + [(op, own == op) for op in models if op != ALL_OPS]:
-            if rows.any():
-                T[rows] = np.column_stack([m.predict(Z[rows]) for m in models[key]])
+            for col, model in enumerate(models[key]):
+                take = rows if skip is None or col == 0 else rows & ~skip
+                if take.any():
+                    T[take, col] = model.predict(Z[take])
         return T
 
     def _analytic_cols(self, Z):
@@ -94,14 +98,20 @@ class CostModel:
 
     def predict_z(self, Z) -> np.ndarray:
         """(n, 2) seconds of rows already transformed by the schema."""
-        T = self._route(self.forests_, Z)
-        if self.kind == "combined":
-            T = T + self._analytic_cols(Z)
-        out = np.exp(T)
+        fixed = {}   # rows of each kernel whose prepare time is a constant (its trees are not asked)
         for kernel, prep_s in self.fixed_prepare_.items():
             col = f"kernel:{kernel}"
             if col in self.schema_.columns:
-                out[Z[:, self._col(col)] == 1.0, 1] = prep_s
+                fixed[kernel] = (Z[:, self._col(col)] == 1.0, prep_s)
+        skip = np.zeros(len(Z), dtype=bool)
+        for rows, _ in fixed.values():
+            skip |= rows
+        T = self._route(self.forests_, Z, skip)
+        if self.kind == "combined":
+            T = T + self._analytic_cols(Z)
+        out = np.exp(T)
+        for rows, prep_s in fixed.values():
+            out[rows, 1] = prep_s
         return out
 
     def _targets(self, Z, y):
