@@ -260,6 +260,8 @@ def summary_of(results) -> dict:
             min_planner_speedup_vs_vendor=min(planner, default=None),
             worst_planner_vs_oracle=max(vals("planner_vs_oracle"), default=None),
             worst_model_vs_oracle=max(vals("model_vs_oracle"), default=None),
+            planner_geomean_vs_oracle=geomean(vals("planner_vs_oracle")),
+            model_geomean_vs_oracle=geomean(vals("model_vs_oracle")),
             min_best_frac_of_copy_bw=min(vals("frac_of_copy_bw"), default=None),
             worst_planner_vs_oracle_b2b=max(vals("planner_vs_oracle_b2b"), default=None),
             min_best_frac_of_copy_bw_b2b=min(vals("frac_of_copy_bw_b2b"), default=None))
