@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ..core.device import DeviceSpec
+from ..core.validation import check_int
 
 # --- constants ---------------------------------------------------------------
 #: c: registers a thread uses besides the B, C and A values (indices, pointers,
@@ -183,8 +184,7 @@ def compute_utilisation(device: DeviceSpec, t1, t2: float, t3: float, dtype) -> 
 
 def _check_shape(m, n, k):
     for name, v in (("m", m), ("n", n), ("k", k)):
-        if isinstance(v, bool) or int(v) != v or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        check_int(v, name, "a positive integer")
 
 
 def model(device: DeviceSpec, m: int, n: int, k: int, dtype, t1, t2: float, t3: float) -> dict:

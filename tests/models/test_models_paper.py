@@ -367,3 +367,12 @@ def test_planning_bandwidth_snaps_near_the_recorded_copy_bandwidth():
     for f in (0.6, 1 - 2 * COPY_BW_SNAP, 1.2):
         assert planning_bandwidth(nominal * f, nominal) == nominal * f
     assert planning_bandwidth(1.5e12, 0.0) == 1.5e12          # no recorded figure: as measured
+
+
+def test_tsm2_model_takes_integer_shapes_only():
+    dev = known("H100")
+    got = tsm2.model(dev, np.int64(20000), 2000, 8, np.float64, 64, 32.0, 8.0)
+    assert got["time_s"] > 0
+    for bad in (4.0, 2.5, 0, True):
+        with pytest.raises(ValueError, match="^k: expected a positive integer"):
+            tsm2.model(dev, 20000, 2000, bad, np.float64, 64, 32.0, 8.0)

@@ -26,6 +26,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from ...core.validation import check_int
 from ...core.xp import cupyx_sparse
 import matplan.kernels.spgemm.analysis as analysis
 import matplan.kernels.spgemm.numeric as numeric
@@ -66,8 +67,7 @@ def panel_bounds(indptr, max_nnz: int, max_bytes: int | None = None, itemsize: i
     indptr = np.asarray(indptr, dtype=np.int64)
     if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
         raise ValueError("indptr: expected a 1-D non-decreasing array starting at 0 (C's row offsets)")
-    if isinstance(max_nnz, bool) or int(max_nnz) < 1:
-        raise ValueError(f"max_nnz: expected a positive number of nonzeros, got {max_nnz!r}")
+    max_nnz = check_int(max_nnz, "max_nnz", "a positive number of nonzeros")
     if max_bytes is not None and (isinstance(max_bytes, bool) or int(max_bytes) < 1):
         raise ValueError(f"max_bytes: expected a positive number of bytes, got {max_bytes!r}")
     m = indptr.size - 1
@@ -75,13 +75,13 @@ def panel_bounds(indptr, max_nnz: int, max_bytes: int | None = None, itemsize: i
     bounds = [0]
     while bounds[-1] < m:
         r = bounds[-1]
-        stop = int(np.searchsorted(indptr, indptr[r] + int(max_nnz), side="right")) - 1
+        stop = int(np.searchsorted(indptr, indptr[r] + max_nnz, side="right")) - 1
         if max_bytes is not None:
             stop = min(stop, int(np.searchsorted(cost, cost[r] + int(max_bytes), side="right")) - 1)
         if stop <= r:
             nnz = int(indptr[r + 1] - indptr[r])
             raise ValueError(f"row {r} of C alone has {nnz:,} nonzeros ({int(panel_bytes(nnz, 1, itemsize)):,} "
-                             f"bytes as a panel), past the panel limit of {int(max_nnz):,} nonzeros"
+                             f"bytes as a panel), past the panel limit of {max_nnz:,} nonzeros"
                              + (f" / {int(max_bytes):,} bytes" if max_bytes is not None else ""))
         bounds.append(min(stop, m))
     return np.asarray(bounds, dtype=np.int64)

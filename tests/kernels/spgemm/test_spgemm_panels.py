@@ -100,7 +100,8 @@ def test_single_row_past_the_limit_names_it():
 def test_bounds_edge_cases_and_bad_arguments():
     assert list(panels.panel_bounds(np.zeros(1, np.int64), 5)) == [0]          # no rows: no panel
     assert list(panels.panel_bounds(_indptr([5]), 5)) == [0, 1]                 # exactly at the limit
-    for bad in (0, -3, True):
+    assert list(panels.panel_bounds(_indptr([5]), np.int64(5))) == [0, 1]       # NumPy integers too
+    for bad in (0, -3, True, 2.5, 5.0):
         with pytest.raises(ValueError, match="max_nnz"):
             panels.panel_bounds(_indptr([1]), bad)
     with pytest.raises(ValueError, match="max_bytes"):
