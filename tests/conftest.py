@@ -69,6 +69,37 @@ def messy_csr(rng, m, n, dtype=np.float64):
     return A
 
 
+def lossy_plans(monkeypatch, worker_mod, loses=lambda B: True):
+    """Make ``worker_mod.make_plan``'s plans (matplan.distributed's workers) drop C's largest entry
+    wherever ``loses(B)``: a kernel that loses an entry, for the row-sum checks to catch."""
+    real = worker_mod.make_plan
+
+    class Lossy:
+        def __init__(self, p):
+            self._p = p
+
+        def __getattr__(self, name):
+            return getattr(self._p, name)
+
+        def run(self, A, B):
+            C = self._p.run(A, B).tocsr()
+            if C.nnz and loses(B):
+                C.data[np.argmax(np.abs(C.data))] = 0.0
+            return C
+
+    monkeypatch.setattr(worker_mod, "make_plan", lambda *a, **k: Lossy(real(*a, **k)))
+
+
+def csr_edge_cases(rng):
+    """(name, SciPy CSR) of the edge cases every SpMV/SpMM kernel is checked on."""
+    import scipy.sparse as sp
+    yield "messy", messy_csr(rng, 300, 200)            # empty rows, one long row, duplicates, unsorted
+    yield "random", random_csr(rng, 1000, 700, 0.01)
+    yield "all-empty", sp.csr_matrix((40, 30))
+    yield "0x0", sp.csr_matrix((0, 0))
+    yield "1x1", sp.csr_matrix(np.array([[-1.25]]))
+
+
 def nonzero_random(rng, shape, dtype):
     """Values in [-1.5, -0.5) U [0.5, 1.5): never zero, both signs (dense TSM2 operands)."""
     v = (rng.random(shape) + 0.5) * rng.choice([-1.0, 1.0], shape)

@@ -107,18 +107,19 @@ def build(folder: Path = _store.PACKAGE_DIR, targets=_store.TARGETS, jobs: int |
     folder.mkdir(parents=True, exist_ok=True)
     version = _nvrtc.Nvrtc().version()
     reuse = {} if rebuild else _reusable(folder, version)
-    records, work = [], []
+    records, work, order = [], [], {}   # order: each binary's place in the manifest
     for cu, names in units():
         key = _store.digest(_cuda.compiled_source(cu), _cuda.NVRTC_OPTIONS)
         for t in targets:
-            kept = reuse.get(_binary_name(cu, names, t))
+            name = _binary_name(cu, names, t)
+            order[name] = len(order)
+            kept = reuse.get(name)
             if kept is not None and kept["digest"] == key and set(kept["names"]) == set(names):
                 records.append(kept)
             else:
                 work.append((cu, names, t, str(folder)))
-    named = {r["binary"] for r in records} | {_binary_name(cu, names, t) for cu, names, t, _ in work}
     for old in folder.glob("*.xz"):
-        if old.name not in named:
+        if old.name not in order:
             old.unlink()
     start = time.perf_counter()
     progress(f"{len(records)} units current, {len(work)} to compile")
@@ -127,8 +128,7 @@ def build(folder: Path = _store.PACKAGE_DIR, targets=_store.TARGETS, jobs: int |
             records.append(record)
             progress(f"[{i}/{len(work)}] {record['file']} {record['target']}: {len(record['names'])} "
                      f"kernels in {seconds:.1f} s")
-    order = {_binary_name(cu, names, t): i for i, (cu, names) in enumerate(units()) for t in targets}
-    records.sort(key=lambda r: (order[r["binary"]], targets.index(r["target"])))
+    records.sort(key=lambda r: order[r["binary"]])
     manifest = {"format": _store.FORMAT, "nvrtc": version, "targets": list(targets),
                 "options": list(_cuda.NVRTC_OPTIONS), "units": records}
     (folder / _store.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

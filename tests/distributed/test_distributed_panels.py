@@ -8,7 +8,7 @@ import matplan  # noqa: E402
 import matplan.distributed as md  # noqa: E402
 from matplan.distributed import panels as panels_mod  # noqa: E402
 from matplan.distributed import worker as worker_mod  # noqa: E402
-from conftest import messy_csr, random_csr  # noqa: E402
+from conftest import lossy_plans, messy_csr, random_csr  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -131,22 +131,7 @@ def test_panel_arguments_are_checked(client, rng):
 
 
 def test_a_panel_failing_its_check_fails_the_call(client, rng, monkeypatch):
-    real = worker_mod.make_plan
-
-    class Lossy:
-        def __init__(self, p):
-            self._p = p
-
-        def __getattr__(self, name):
-            return getattr(self._p, name)
-
-        def run(self, A, B):
-            C = self._p.run(A, B).tocsr()
-            if C.nnz and B.shape[1] < 20:   # only the panels' products lose an entry
-                C.data[np.argmax(np.abs(C.data))] = 0.0
-            return C
-
-    monkeypatch.setattr(worker_mod, "make_plan", lambda *a, **k: Lossy(real(*a, **k)))
+    lossy_plans(monkeypatch, worker_mod, loses=lambda B: B.shape[1] < 20)   # only the panels' products
     A = random_csr(rng, 40, 30, 0.2)
     with pytest.raises(md.BlockCheckError, match="panel .* row sums"):
         md.spgemm(A, random_csr(rng, 30, 30, 0.2), client=client, nblocks=2, panels=2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import messy_csr, random_csr
+from conftest import csr_edge_cases, random_csr
 from matplan import plan
 from matplan.kernels import get
 from matplan.kernels.spmv import vendor
@@ -21,11 +21,7 @@ FORMS = [(None, "C"), (1, "C"), (4, "C"), (4, "F"), (32, "C"), (32, "F")]
 
 
 def cases(rng):
-    yield "messy", messy_csr(rng, 300, 200)            # empty rows, one long row, duplicates, unsorted
-    yield "random", random_csr(rng, 1000, 700, 0.01)
-    yield "all-empty", sp.csr_matrix((40, 30))
-    yield "0x0", sp.csr_matrix((0, 0))
-    yield "1x1", sp.csr_matrix(np.array([[-1.25]]))
+    yield from csr_edge_cases(rng)
     lengths = rng.integers(0, 4, 500)
     lengths[123] = 30_000                                  # one very long row among short ones
     indptr = np.concatenate([[0], np.cumsum(lengths)])

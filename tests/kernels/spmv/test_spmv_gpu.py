@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import messy_csr, random_csr
+from conftest import csr_edge_cases, random_csr
 from matplan import plan
 from matplan.kernels import get
 
@@ -36,11 +36,7 @@ def powerlaw(rng, m, n, a=1.7, cap=None, huge=None):
 
 
 def cases(rng):
-    yield "messy", messy_csr(rng, 300, 200)            # empty rows, one long row, duplicates, unsorted
-    yield "random", random_csr(rng, 1000, 700, 0.01)
-    yield "all-empty", sp.csr_matrix((40, 30))
-    yield "0x0", sp.csr_matrix((0, 0))
-    yield "1x1", sp.csr_matrix(np.array([[-1.25]]))
+    yield from csr_edge_cases(rng)
     yield "one-row-holds-most", powerlaw(rng, 500, 3000, cap=3, huge=20000)
     yield "powerlaw", powerlaw(rng, 3000, 3000, cap=2500)
     # 3000 empty rows first: merge-path tiles made only of row ends (no nonzeros)
