@@ -8,10 +8,14 @@ uniform, skewed, block-dense, banded) and the real matrices in
 (``--only`` and ``--dtypes`` pick some).
 Times are CUDA-event medians of ``--reps`` runs after warm-up. Two vendor figures, measured in the
 same run: ``vendor_ms`` is cuSPARSE prepared once (``spmv.cusparse``: A's descriptor, the dense
-descriptors and the workspace made once, y preallocated; the kernel as a C++ user runs it), and
-``speedup_vs_vendor`` uses it; ``cupyx_ms`` is cupyx's ``A @ x`` as a CuPy user calls it
-(descriptors and workspace made per call, SpMM on a column-major copy of B, a new result).
-``vendor_path`` says if the prepared call fell back to cupyx, and why.
+descriptors and the workspace made once, y preallocated; the kernel as a C++ user runs it) in its
+best configuration: every config of its search space (SpMV: the algorithms; SpMM: B and C
+row-major, or column-major with B and C copied in kept buffers, each with each SpMM algorithm,
+copies timed) is prepared once and timed as a candidate, and ``vendor_ms`` is the least median of
+those checked correct, ``vendor_config`` which one (``vendor_ms_b2b`` / ``vendor_config_b2b`` the
+same back to back); ``speedup_vs_vendor`` uses it. ``cupyx_ms`` is cupyx's ``A @ x`` as a CuPy user
+calls it (descriptors and workspace made per call, SpMM on a column-major copy of B, a new result).
+``vendor_path`` says if the winning config fell back to cupyx, and why.
 Every figure is checked against SciPy in float64 first; a ratio with a wrong side is None and
 the summary's geomeans count only rows checked correct (``*_rows_counted``).
 ``frac_of_copy_bw`` = the CSR SpMV's minimum traffic (values, indices, indptr,
@@ -42,6 +46,7 @@ then ``results/SUMMARY.md`` is regenerated.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -62,7 +67,8 @@ from matplan.core import device as device_mod  # noqa: E402
 from matplan.models import traffic  # noqa: E402
 
 REUSE = 1000
-#: The vendor candidate: cuSPARSE prepared once (its time is vendor_ms; cupyx's A @ x is cupyx_ms).
+#: The vendor candidate: cuSPARSE prepared once (its best config's time is vendor_ms; cupyx's A @ x
+#: is cupyx_ms).
 VENDOR = "spmv.cusparse"
 FAMILIES = ("poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded")
 QUICK_FAMILIES = ("poisson3d", "rmat", "skewed")
@@ -93,12 +99,25 @@ def label(kernel, params):
     return kernel + "[" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + "]"
 
 
-def candidates_to_time(pl):
-    """The planner's scored candidates, plus the ELL-R variant the sorting rule did not pick."""
+def is_vendor(kernel_label) -> bool:
+    """Whether a candidate's label is one of the vendor's configs (``spmv.cusparse[...]``)."""
+    return kernel_label == VENDOR or str(kernel_label).startswith(VENDOR + "[")
+
+
+def candidates_to_time(pl, dev=None):
+    """The planner's scored candidates, plus the ELL-R variant the sorting rule did not pick and
+    every config of the vendor's search space (the vendor figure is the best of them)."""
     out = [(c.kernel, dict(c.params), c.total_s) for c in pl.candidates if c.source != "rejected"]
     for kernel, params, _ in list(out):
         if kernel == "spmv.ellr":
             out.append((kernel, {"sorted": not params["sorted"]}, float("nan")))
+    if any(kernel == VENDOR for kernel, _, _ in out):
+        vendor = get(VENDOR)
+        dev = dev or device_mod.current()
+        have = [params for kernel, params, _ in out if kernel == VENDOR]
+        for params in vendor.search_space(pl.features, dev):
+            if params not in have:
+                out.append((VENDOR, dict(params), vendor.cost(pl.features, params, dev).total(REUSE)))
     return out
 
 
@@ -194,21 +213,25 @@ def matrix_row(info, rows, cupyx, chosen, model, min_bytes, copy_bw, copy_bw_b2b
     """One result row from the timed candidates ``rows`` (dicts with ``kernel``, ``ms``, ``ms_b2b``,
     ``prepare_ms``, ``correct``, or ``error``), the cupyx call's timing ``cupyx`` and the labels of
     the planner's and the models' choices. Every ratio needs both of its sides checked correct;
-    a figure of a wrong or failed side is None. ``vendor_ms`` is the prepared cuSPARSE call,
-    ``cupyx_ms`` the cupyx ``A @ x``."""
+    a figure of a wrong or failed side is None. ``vendor_ms`` is the prepared cuSPARSE call in its
+    fastest config checked correct (``vendor_config``, of ``vendor_configs_correct``; failed or
+    wrong ones are counted in ``vendor_configs_failed``), ``cupyx_ms`` the cupyx ``A @ x``."""
     timed = [r for r in rows if "ms" in r and r.get("correct")]
     for r in timed:              # what one application costs, the planner's objective
         r["per_use_ms"] = r["ms"] + r["prepare_ms"] / REUSE
         r["per_use_ms_b2b"] = r["ms_b2b"] + r["prepare_ms"] / REUSE if r.get("ms_b2b") else None
-    vendor = next((r for r in timed if r["kernel"] == VENDOR), {})
-    vendor_row = next((r for r in rows if r["kernel"] == VENDOR), {})
-    ours = [r for r in timed if r["kernel"] != VENDOR]
+    # the vendor's figure: its fastest config checked correct (each prepared once, timed alike)
+    vendors = [r for r in timed if is_vendor(r["kernel"])]
+    vendor = min(vendors, key=lambda r: r["ms"], default={})
+    vendor_b2b = min((r for r in vendors if r.get("ms_b2b")), key=lambda r: r["ms_b2b"], default={})
+    vendor_row = vendor or next((r for r in rows if is_vendor(r["kernel"])), {})
+    ours = [r for r in timed if not is_vendor(r["kernel"])]
     best = min(ours, key=lambda r: r["ms"], default={})
     oracle = min(timed, key=lambda r: r["per_use_ms"], default={})
     chosen_row = next((r for r in timed if r["kernel"] == chosen), {})
     model_row = next((r for r in timed if r["kernel"] == model), {})
     fast = [r for r in timed if r.get("ms_b2b")]
-    best_b2b = min((r for r in fast if r["kernel"] != VENDOR), key=lambda r: r["ms_b2b"], default={})
+    best_b2b = min((r for r in fast if not is_vendor(r["kernel"])), key=lambda r: r["ms_b2b"], default={})
     oracle_b2b = min(fast, key=lambda r: r["per_use_ms_b2b"], default={})
     cupyx_ms = cupyx.get("ms") if cupyx.get("correct") else None
     cupyx_b2b = cupyx.get("ms_b2b") if cupyx.get("correct") else None
@@ -216,7 +239,9 @@ def matrix_row(info, rows, cupyx, chosen, model, min_bytes, copy_bw, copy_bw_b2b
     def ratio(a, b):
         return a / b if a and b else None
     return dict(info, kernel=best.get("kernel"), ms=best.get("ms"), vendor_ms=vendor.get("ms"),
-                vendor_path=vendor_row.get("path"), vendor_correct=vendor_row.get("correct", False),
+                vendor_config=vendor.get("kernel"), vendor_configs_correct=len(vendors),
+                vendor_configs_failed=sum(is_vendor(r["kernel"]) and not r.get("correct") for r in rows),
+                vendor_path=vendor_row.get("path"), vendor_correct=bool(vendor),
                 cupyx_ms=cupyx_ms, cupyx_correct=cupyx.get("correct", False), cupyx_error=cupyx.get("error"),
                 speedup_vs_vendor=ratio(vendor.get("ms"), best.get("ms")),
                 speedup_vs_cupyx=ratio(cupyx_ms, best.get("ms")),
@@ -231,9 +256,10 @@ def matrix_row(info, rows, cupyx, chosen, model, min_bytes, copy_bw, copy_bw_b2b
                 planner_vs_oracle=ratio(chosen_row.get("per_use_ms"), oracle.get("per_use_ms")),
                 model_kernel=model, model_ms=model_row.get("ms"),
                 model_vs_oracle=ratio(model_row.get("per_use_ms"), oracle.get("per_use_ms")),
-                kernel_b2b=best_b2b.get("kernel"), ms_b2b=best_b2b.get("ms_b2b"), vendor_ms_b2b=vendor.get("ms_b2b"),
+                kernel_b2b=best_b2b.get("kernel"), ms_b2b=best_b2b.get("ms_b2b"),
+                vendor_ms_b2b=vendor_b2b.get("ms_b2b"), vendor_config_b2b=vendor_b2b.get("kernel"),
                 cupyx_ms_b2b=cupyx_b2b, frac_of_copy_bw_b2b=best_b2b.get("frac_of_copy_bw_b2b"),
-                vendor_frac_of_copy_bw_b2b=vendor.get("frac_of_copy_bw_b2b"),
+                vendor_frac_of_copy_bw_b2b=vendor_b2b.get("frac_of_copy_bw_b2b"),
                 cupyx_frac_of_copy_bw_b2b=ratio(min_bytes, cupyx_b2b * 1e-3 * copy_bw_b2b if cupyx_b2b else None),
                 planner_ms_b2b=chosen_row.get("ms_b2b"), oracle_kernel_b2b=oracle_b2b.get("kernel"),
                 planner_vs_oracle_b2b=ratio(chosen_row.get("per_use_ms_b2b"), oracle_b2b.get("per_use_ms_b2b")),
@@ -243,7 +269,8 @@ def matrix_row(info, rows, cupyx, chosen, model, min_bytes, copy_bw, copy_bw_b2b
 
 def summary_of(results) -> dict:
     """Per dtype: geomeans and extremes over the rows whose figures were checked correct (a ratio
-    of a row is None where either side was wrong), with how many rows each counts."""
+    of a row is None where either side was wrong), with how many rows each counts. The vendor's
+    figure of a row is its best prepared config; ``vendor_configs_won`` counts which won."""
     summary = {}
     for dt in sorted({r["dtype"] for r in results}):
         rs = [r for r in results if r["dtype"] == dt]
@@ -264,8 +291,17 @@ def summary_of(results) -> dict:
             model_geomean_vs_oracle=geomean(vals("model_vs_oracle")),
             min_best_frac_of_copy_bw=min(vals("frac_of_copy_bw"), default=None),
             worst_planner_vs_oracle_b2b=max(vals("planner_vs_oracle_b2b"), default=None),
-            min_best_frac_of_copy_bw_b2b=min(vals("frac_of_copy_bw_b2b"), default=None))
+            min_best_frac_of_copy_bw_b2b=min(vals("frac_of_copy_bw_b2b"), default=None),
+            vendor_configs_won=dict(collections.Counter(vendor_config_name(r["vendor_config"])
+                                                        for r in rs if r.get("vendor_config"))))
     return summary
+
+
+def vendor_config_name(kernel_label) -> str:
+    """A vendor config's label without the kernel's name: ``alg=csr_alg2,order=col``, or
+    ``default`` for cuSPARSE's default algorithm on row-major B."""
+    rest = str(kernel_label)[len(VENDOR):].strip("[]")
+    return rest or "default"
 
 
 def small_overhead(cp, csp, rng, calls=300):
@@ -347,7 +383,8 @@ def main(argv=None):
     dtypes = [np.dtype(d).type for d in args.dtypes] if args.dtypes else (
         (np.float64,) if args.quick else (np.float64, np.float32))
     results = []
-    print("vendor = cuSPARSE prepared once (descriptors, workspace; y preallocated); cupyx = A @ x as a "
+    print("vendor = cuSPARSE prepared once (descriptors, workspace; y preallocated), the fastest of its configs "
+          "(algorithm; SpMM: B/C order) checked correct, named [in brackets]; cupyx = A @ x as a "
           "CuPy user calls it; ratios are the other's time over ours, n/a where a side was wrong")
     hdr = (f"{'matrix':<24} {'dtype':<7} {'nnz':>10} {'best kernel':<30} {'ms':>7} {'vendor':>7} {'cupyx':>7} "
            f"{'x vend':>6} {'x cupx':>6} {'bw':>5} {'vnd bw':>6} {'planner':<30} {'pl ms':>7} {'pl/vnd':>6} "
@@ -366,13 +403,15 @@ def main(argv=None):
                   f"{_f(r['planner_ms'], '7.3f')} {_f(pl_vs_vendor, '6.2f')} {_f(r['planner_vs_oracle'], '6.2f')} "
                   f"{r['planning_ms']:7.1f} {_f(r['model_vs_oracle'], '7.2f')} | "
                   f"{_f(r['ms_b2b'], '15.3f')} {_f(r['vendor_ms_b2b'], '7.3f')} {_f(r['cupyx_ms_b2b'], '7.3f')}"
+                  + (f"  [{vendor_config_name(r['vendor_config'])}]" if r["vendor_config"] else "")
                   + ("" if r["vendor_path"] in (None, "prepared") else f"  vendor ran {r['vendor_path']}")
                   + ("" if r["all_correct"] else "  WRONG/ERROR: see JSON"), flush=True)
             save(args, gpu, copy_bw, copy_bw_b2b, dev, results, None, None)
         del A
         cp.get_default_memory_pool().free_all_blocks()
     summary = summary_of(results)
-    print("summary (rows checked correct only):", json.dumps(summary, indent=1))
+    print("summary (rows checked correct only; vendor = the best prepared cuSPARSE config of each row):",
+          json.dumps(summary, indent=1))
     overhead = small_overhead(cp, csp, rng)
     print(f"10k-nonzero matrix ({overhead['nnz']:,} nnz, planner picks {overhead['planner_kernel']}), "
           "us per call from Python:")
@@ -396,7 +435,9 @@ def save(args, gpu, copy_bw, copy_bw_b2b, dev, results, summary, overhead):
     doc = dict(copy_bandwidth_b2b_gbs=copy_bw_b2b / 1e9, k=args.k, reuse=REUSE, reps=args.reps,
                b2b_calls=B2B, sizes=args.sizes, matrices=args.only, results=results, summary=summary,
                small_matrix_overhead=overhead, complete=summary is not None,
-               vendor="cuSPARSE SpMV/SpMM prepared once (spmv.cusparse): vendor_ms",
+               vendor="cuSPARSE SpMV/SpMM prepared once (spmv.cusparse), the fastest of its configurations "
+                      "(algorithm; SpMM: B and C row- or column-major, copies timed) checked correct: "
+                      "vendor_ms, the config in vendor_config",
                cupyx="cupyx A @ x, as a CuPy user calls it: cupyx_ms")
     return write_result(args.out, result_name(args), gpu, doc)
 

@@ -116,10 +116,14 @@ def spmv_table(doc) -> Table:
                         frac_bw=r.get("frac_of_copy_bw"), frac_bw_b2b=r.get("frac_of_copy_bw_b2b"),
                         planner_kernel=r.get("planner_kernel"), planner_ms=r.get("planner_ms"),
                         planner_vs_oracle=r.get("planner_vs_oracle"), ours_ok=ok(r.get("kernel")),
-                        vendor_ok=ok("spmv.cusparse"), planner_ok=ok(r.get("planner_kernel")), extra=extra))
+                        vendor_ok=r["vendor_correct"] if "vendor_config" in r else ok("spmv.cusparse"),
+                        planner_ok=ok(r.get("planner_kernel")), extra=extra))
     prepared = any(row.cupy_ms is not None for row in rows) or any("cupyx_ms" in r for r in doc.get("results", []))
+    best = any("vendor_config" in r for r in doc.get("results", []))
     vendor = ("cuSPARSE prepared once (`spmv.cusparse`: A's descriptor, the dense descriptors and the "
-              "workspace made once, the output preallocated: the kernel as a C++ user runs it)" if prepared else
+              "workspace made once, the output preallocated: the kernel as a C++ user runs it)"
+              + (", the fastest of its configurations checked correct (algorithm; SpMM: B and C row- or "
+                 "column-major, copies timed; which in `vendor_config`)" if best else "") if prepared else
               "cupyx `A @ x` (cuSPARSE with CuPy's per-call descriptors and workspace; the prepared "
               "cuSPARSE call is not measured in this file)")
     size = "" if sizes == ["large"] else f" ({', '.join(sizes)} sizes)"

@@ -12,12 +12,14 @@ A kernel is a stateless strategy object:
   prepare then run; a kernel whose call is dominated by host time gives a shorter path.
 
 ``Prepared`` carries the converted arrays and their byte size, so plan caches
-can bound themselves by bytes.
+can bound themselves by bytes; :func:`out_or_new` is the one check of a kernel's ``out``.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterable
+
+import numpy as np
 
 from ..core.types import Cost
 from ..core.xp import gpu_available
@@ -46,6 +48,28 @@ def _nbytes(a) -> int:
     if hasattr(a, "indptr"):  # SciPy / cupyx compressed sparse matrix
         return sum(getattr(a, name).nbytes for name in ("data", "indices", "indptr"))
     return getattr(a, "nbytes", 0)
+
+
+def out_or_new(out, shape, dtype, xp, orders: str = "C"):
+    """The array a kernel's ``run`` writes its result into: a new C-contiguous ``xp.empty`` when
+    ``out`` is None, else ``out`` itself once checked to be an ``xp`` array of exactly ``shape`` and
+    ``dtype``, contiguous in one of ``orders`` ("C", "F" or "CF"). Otherwise TypeError (not such an
+    array) or ValueError (shape, dtype, contiguity) naming ``out``: a kernel writes through raw
+    pointers, so a wrong ``out`` would be written wrongly, never cast or copied silently."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        return xp.empty(shape, dtype=dtype)
+    if not isinstance(out, xp.ndarray):
+        raise TypeError(f"out: expected a {xp.__name__}.ndarray, got {type(out).__module__}.{type(out).__name__}")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out: expected shape {shape}, got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise ValueError(f"out: expected dtype {dtype}, got {out.dtype}")
+    if not ((out.flags.c_contiguous and "C" in orders) or (out.flags.f_contiguous and "F" in orders)):
+        what = " or ".join(f"{o}-contiguous" for o in orders)
+        raise ValueError(f"out: expected a {what} array, got strides {out.strides}")
+    return out
 
 
 class Kernel:

@@ -294,9 +294,15 @@ CUSPARSE_PREPARED_SPMM_EFFICIENCY = 0.65
 CUSPARSE_PREPARED_OVERHEAD_S = 32e-6
 
 
-def cusparse_prepared(f, device) -> Cost:
-    """``spmv.cusparse``: cuSPARSE SpMV, or SpMM on row-major B and C, on descriptors and a
-    workspace made once (cupyx's call, with its per-call costs, is :func:`cusparse`)."""
+def cusparse_prepared(f, device, order: str = "row") -> Cost:
+    """``spmv.cusparse``: cuSPARSE SpMV, or SpMM on descriptors and a workspace made once (cupyx's
+    call, with its per-call costs, is :func:`cusparse`). SpMM in ``order`` "row" multiplies B and
+    writes C as they are (row-major); "col" (column-major, cupyx's order) costs the same call plus
+    its two conversions: B copied to column-major and C copied back, each read and written once at
+    the copy bandwidth, and a launch each (the planner's B and out are C-ordered). No algorithm is
+    modelled apart: which is fastest is the measurement's to find."""
+    if order not in ("row", "col"):
+        raise ValueError(f"order: expected 'row' or 'col', got {order!r}")
     bw, fixed = device.mem_bandwidth, CUSPARSE_PREPARED_OVERHEAD_S
     if f.k == 1:
         t = traffic.csr_spmm_bytes(f) / (bw * CUSPARSE_PREPARED_SPMV_EFFICIENCY)
@@ -304,6 +310,10 @@ def cusparse_prepared(f, device) -> Cost:
     else:
         nbytes = traffic.csr_bytes(f) + (f.nnz + f.m) * f.k * traffic.itemsize(f)
         t = nbytes / (bw * CUSPARSE_PREPARED_SPMM_EFFICIENCY)
-        why = (f"cuSPARSE SpMM prepared once on row-major B: A, each nonzero's row of B and C at "
+        why = (f"cuSPARSE SpMM prepared once on {order}-major B: A, each nonzero's row of B and C at "
                f"~{CUSPARSE_PREPARED_SPMM_EFFICIENCY:.2f} of bandwidth")
+        if order == "col":
+            copies = 2 * f.k * (f.n + f.m) * traffic.itemsize(f)
+            t += copies / bw + 2 * LAUNCH_S
+            why += f", + B and C copied to and from column-major ({copies / 1e6:.1f} MB at the copy bandwidth)"
     return Cost(0.0, t + fixed, why + f" + {fixed * 1e6:.0f} us per call")

@@ -16,7 +16,10 @@ a 20-us kernel vary by 10% with the host's jitter). Two kinds of candidates are 
   enough work for it to pay (at most ``BUDGET`` of reuse x the predicted cost per application)
   and a run is predicted to take at least ``MIN_RUN_S``; a finalist whose conversion does not fit
   the budget is left out (the model's best is always in). Their timings are kept by a digest of
-  the planner's features.
+  the planner's features. A finalist whose kernel offers ``search_space(features, device)`` but
+  keeps no shape bucket (cuSPARSE's SpMV/SpMM: algorithm and B order) has each config of it
+  timed, and its fastest kept, where the budget still holds with every config counted (the
+  finalists' own timings come first); a lone such finalist is measured for its search alone.
 * every candidate of a kernel whose timings are kept by a shape bucket (the kernel's optional
   ``measure_key(features)``: TSM2 and cuBLAS for tall-and-skinny products), on every plan for the
   GPU in use whatever the reuse: the timing is paid once per bucket and machine. A kernel that
@@ -34,6 +37,7 @@ nothing. A kernel may list the files its timings depend on in ``sources`` (see
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 import warnings
@@ -90,18 +94,23 @@ def finalists(scored) -> list:
     return [c for c in scored if c.total_s <= limit][:MAX_FINALISTS]
 
 
-def predicted_cost_s(finals) -> float:
-    """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + CALLS x ROUNDS times."""
+def predicted_cost_s(finals, configs=lambda c: 1) -> float:
+    """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + CALLS x ROUNDS
+    times, ``configs(c)`` times over for a finalist whose kernel's configs are all timed."""
     calls = WARMUP + CALLS * ROUNDS
-    return sum(c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S) for c in finals)
+    return sum(configs(c) * (c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S)) for c in finals)
 
 
-def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int) -> list:
-    """The finalists to measure (none: keep the model's choice). Never for one finalist or a plan
-    for another device than the one in use (measure="always" raises there). "always": all of them;
-    "auto": on the GPU only, for runs predicted past MIN_RUN_S, the model's best and each next
-    finalist whose measurement keeps the total within BUDGET of the plan's predicted work."""
-    if mode == "never" or len(finals) < 2:
+def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int,
+               configs=lambda c: 1) -> list:
+    """The finalists to measure (none: keep the model's choice). Never for one config to time (one
+    finalist, not searched) or a plan for another device than the one in use (measure="always"
+    raises there). "always": all of them; "auto": on the GPU only, for runs predicted past
+    MIN_RUN_S, the model's best and each next finalist whose measurement (one config each) keeps
+    the total within BUDGET of the plan's predicted work; a lone finalist whose configs are
+    searched (``configs(c)``: how many configs timing ``c`` takes) is measured where its whole
+    search fits. Which searches run is :func:`to_search`'s."""
+    if mode == "never" or sum(configs(c) for c in finals) < 2:
         return []
     if planning_elsewhere:
         if mode == "always":
@@ -117,7 +126,25 @@ def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse:
     for c in finals[1:]:
         if predicted_cost_s(chosen + [c]) <= budget:
             chosen.append(c)
-    return chosen if len(chosen) > 1 and predicted_cost_s(chosen) <= budget else []
+    if len(chosen) > 1 and predicted_cost_s(chosen) <= budget:
+        return chosen
+    lone = finals[:1]
+    return lone if configs(lone[0]) > 1 and predicted_cost_s(lone, configs) <= budget else []
+
+
+def to_search(mode: str, chosen, reuse: int, configs=lambda c: 1) -> list:
+    """Of the finalists :func:`to_measure` chose, those whose every config is timed (``configs(c)``
+    of them) rather than ``c`` alone: all of them for "always"; for "auto", in order, each whose
+    search keeps the whole measurement within BUDGET (the finalists themselves come first)."""
+    searchable = [c for c in chosen if configs(c) > 1]
+    if mode == "always" or not searchable:
+        return searchable
+    budget = BUDGET * reuse * chosen[0].total_s
+    out = []
+    for c in searchable:
+        if predicted_cost_s(chosen, lambda x: configs(x) if any(x is y for y in out + [c]) else 1) <= budget:
+            out.append(c)
+    return out
 
 
 def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewhere: bool,
@@ -129,12 +156,15 @@ def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewher
     plan adds to the kernel's (``per_call``). Never times anything for ``mode == "never"``."""
     if mode == "never":
         return scored, None
-    general = to_measure(mode, problem.backend, planning_elsewhere, finalists(scored), reuse)
+    count = functools.partial(_searched, feats=feats, dev=dev)
+    general = to_measure(mode, problem.backend, planning_elsewhere, finalists(scored), reuse, count)
+    search = to_search(mode, general, reuse, count)
     by_bucket = []
     if problem.backend == "gpu" and not planning_elsewhere:
         by_bucket = [c for c in scored if _bucket(get(c.kernel), feats) is not None
                      and all(c is not g for g in general)]
-    pairs = [(c, _configs(c, feats, dev, reuse, extra_s)) for c in general + by_bucket]
+    pairs = [(c, _configs(c, feats, dev, reuse, extra_s, any(c is x for x in search))) for c in general]
+    pairs += [(c, _configs(c, feats, dev, reuse, extra_s)) for c in by_bucket]
     unready = sum(skipped for _, (_, skipped) in pairs)
     # a kernel none of whose configs is compiled for this GPU is not timed: it stays predicted
     chosen = [c for c, (group, _) in pairs if group]
@@ -213,14 +243,25 @@ def _candidate(kernel, params, feats, dev, reuse, extra_s: float = 0.0) -> Candi
                      "analytic", cost.why)
 
 
-def _configs(c, feats, dev, reuse, extra_s) -> tuple:
-    """(the candidates timed for ``c``, how many configs were left out): its kernel's search
-    space where the kernel keeps its timings by a bucket and has one, else ``c`` alone; a kernel
-    with a ``ready(features, params)`` test keeps only the configs timing them compiles nothing
-    for (planning never compiles what it may not run)."""
+def _searched(c, *, feats, dev) -> int:
+    """How many configs timing finalist ``c`` takes: its kernel's search space where the kernel
+    has one and keeps no bucket (a bucketed kernel is timed whatever the budget), else 1."""
     kernel = get(c.kernel)
     space = getattr(kernel, "search_space", None)
-    if space is None or _bucket(kernel, feats) is None:
+    if space is None or _bucket(kernel, feats) is not None:
+        return 1
+    return max(1, len(space(feats, dev)))
+
+
+def _configs(c, feats, dev, reuse, extra_s, search: bool = True) -> tuple:
+    """(the candidates timed for ``c``, how many configs were left out): its kernel's search
+    space where it has one and keeps its timings by a bucket, or keeps none and ``search`` is set
+    (its timings then kept by the features), else ``c`` alone; a kernel with a
+    ``ready(features, params)`` test keeps only the configs timing them compiles nothing for
+    (planning never compiles what it may not run)."""
+    kernel = get(c.kernel)
+    space = getattr(kernel, "search_space", None)
+    if space is None or (not search and _bucket(kernel, feats) is None):
         return [c], 0
     params = list(space(feats, dev)) or [c.params]
     ready = getattr(kernel, "ready", None)
@@ -320,4 +361,4 @@ def _digest(feats) -> str:
 
 
 __all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "WARM_UP_S", "check_mode", "finalists", "to_measure",
-           "refine", "measure", "tune"]
+           "to_search", "refine", "measure", "tune"]

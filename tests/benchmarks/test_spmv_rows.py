@@ -1,5 +1,6 @@
-"""benchmarks/spmv.py's result rows: vendor_ms is the prepared cuSPARSE call, cupyx_ms the cupyx
-call, and every ratio and geomean counts only figures checked correct (no GPU needed)."""
+"""benchmarks/spmv.py's result rows: vendor_ms is the prepared cuSPARSE call in its fastest config
+checked correct, cupyx_ms the cupyx call, and every ratio and geomean counts only figures checked
+correct (no GPU needed)."""
 import json
 import sys
 import types
@@ -79,6 +80,57 @@ def test_summary_geomeans_count_only_checked_rows():
     assert bench.summary_of([]) == {}
 
 
+def test_vendor_is_its_fastest_config_checked_correct():
+    """Every vendor config is a timed candidate; vendor_ms is the least single-call median of those
+    checked correct (a faster wrong or failed one never counts), b2b its own least."""
+    r = row([cand("spmv.csr_scalar", 0.05, ms_b2b=0.045),
+             cand("spmv.cusparse", 0.09, ms_b2b=0.05, path="prepared"),
+             cand("spmv.cusparse[order=col]", 0.07, ms_b2b=0.066, path="prepared"),
+             cand("spmv.cusparse[alg=csr_alg2]", 0.02, correct=False, path="prepared"),
+             dict(kernel="spmv.cusparse[alg=csr_alg3,order=col]", error="RuntimeError: cuSPARSE refused"),
+             cand("spmv.cusparse[alg=csr_alg1,order=col]", 0.08, path="prepared")],
+            chosen="spmv.cusparse[order=col]")
+    assert r["vendor_ms"] == 0.07 and r["vendor_config"] == "spmv.cusparse[order=col]"
+    assert r["vendor_ms_b2b"] == 0.05 and r["vendor_config_b2b"] == "spmv.cusparse"
+    assert r["vendor_correct"] and r["vendor_path"] == "prepared"
+    assert r["vendor_configs_correct"] == 3 and r["vendor_configs_failed"] == 2
+    assert r["kernel"] == "spmv.csr_scalar" and r["speedup_vs_vendor"] == pytest.approx(0.07 / 0.05)
+    assert r["oracle_kernel"] == "spmv.csr_scalar" and r["planner_speedup_vs_vendor"] == pytest.approx(1.0)
+    assert r["kernel_b2b"] == "spmv.csr_scalar"            # a vendor config is never "ours"
+    s = bench.summary_of([r, row([cand("spmv.csr_scalar", 0.05), cand("spmv.cusparse", 0.06)])])["float64"]
+    assert s["vendor_configs_won"] == {"order=col": 1, "default": 1}
+    assert bench.vendor_config_name("spmv.cusparse[alg=csr_alg2,order=col]") == "alg=csr_alg2,order=col"
+
+
+def test_no_correct_vendor_config_gives_no_vendor_figure():
+    r = row([cand("spmv.csr_scalar", 0.05), cand("spmv.cusparse", 0.01, correct=False, path="prepared"),
+             dict(kernel="spmv.cusparse[order=col]", error="RuntimeError: boom")])
+    assert r["vendor_ms"] is None and r["vendor_config"] is None and not r["vendor_correct"]
+    assert r["vendor_path"] == "prepared" and r["vendor_configs_failed"] == 2
+    assert r["speedup_vs_vendor"] is None
+
+
+def test_every_vendor_config_is_timed():
+    """candidates_to_time adds the vendor's search space to the planner's candidates, once each."""
+    from matplan.core import device
+    from matplan.core.features import Features
+    from matplan.core.types import Candidate
+    f = Features(op="spmm", dtype="float32", backend="gpu", m=1000, n=800, k=4, nnz=9000, index_dtype="int32")
+    pl = types.SimpleNamespace(features=f, candidates=[
+        Candidate("spmv.csr_scalar", {}, 0.0, 1e-4, 1e-4, "analytic", ""),
+        Candidate("spmv.cusparse", {}, 0.0, 2e-4, 2e-4, "analytic", ""),
+        Candidate("spmv.brc", {}, 0.0, 0.0, float("inf"), "rejected", "no")])
+    todo = bench.candidates_to_time(pl, device.known("H100"))
+    vendor = [p for k, p, _ in todo if k == "spmv.cusparse"]
+    assert len(vendor) == 8 and vendor[0] == {} and {"alg": "csr_alg3", "order": "col"} in vendor
+    assert [k for k, _, _ in todo if k != "spmv.cusparse"] == ["spmv.csr_scalar"]
+    assert all(t > 0 for k, _, t in todo)
+    spmv = types.SimpleNamespace(features=Features(op="spmv", dtype="float64", backend="gpu", m=10, n=10, k=1,
+                                                   nnz=30, index_dtype="int64"),
+                                 candidates=[Candidate("spmv.cusparse", {}, 0.0, 2e-5, 2e-5, "analytic", "")])
+    assert [p for _, p, _ in bench.candidates_to_time(spmv, device.known("H100"))] == [{}, {"alg": "csr_alg2"}]
+
+
 def test_vendor_path_names_the_fallback():
     call = types.SimpleNamespace(layout_fallbacks={(4, 2): "cuSPARSE refused B of 4 columns, row-major: X"})
     assert bench.vendor_path(types.SimpleNamespace(meta={"cusparse": call, "fallback": None})) == \
@@ -108,6 +160,7 @@ def test_summary_says_which_vendor_is_which(tmp_path):
     md, tables = summarize.build_summary(tmp_path)
     text = "\n".join(md)
     assert "Vendor: cuSPARSE prepared once (`spmv.cusparse`" in text
+    assert "the fastest of its configurations checked correct" in text      # the rows name vendor_config
     assert "what a CuPy user's call costs: cupyx `A @ x` (descriptors and workspace made per call" in text
     rows = tables[0][2].rows
     assert rows[0].cupy_ms == 0.12 and rows[0].planner_vs_cupy == pytest.approx(0.12 / 0.06)

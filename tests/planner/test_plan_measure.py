@@ -114,6 +114,63 @@ def test_finalists_and_budget():
     assert measure.to_measure("auto", "gpu", False, dear, reuse_enough) == [finals[0], finals[1]]
 
 
+class _Searched(_Sleepy):
+    """A host SpMV whose configs the model cannot tell apart (as cuSPARSE's algorithms): it
+    offers {} and searches ``sleeps`` (config name -> seconds a run), no shape bucket."""
+
+    def __init__(self, name, predicted_s, sleeps):
+        super().__init__(name, predicted_s, 0.0)
+        self.sleeps = sleeps
+
+    def search_space(self, f, device):
+        return [{}] + [{"cfg": c} for c in self.sleeps]
+
+    def run(self, prepared, B, out=None):
+        time.sleep(self.sleeps.get(prepared.params.get("cfg"), 4e-3))
+        return prepared.arrays["A"] @ B
+
+
+def test_a_finalists_search_space_is_timed_and_its_fastest_kept(monkeypatch, spmv):
+    ks = [_Searched("test.searched", 1.0e-3, {"slow": 6e-3, "fast": 0.0}), _Sleepy("test.plain", 1.05e-3, 2e-3)]
+    for k in ks:
+        monkeypatch.setitem(registry._REGISTRY, k.name, k)
+    p = planner.plan(*spmv, kernels=[k.name for k in ks], measure="always")
+    assert p.kernel == "test.searched" and p.params == {"cfg": "fast"}
+    searched = next(c for c in p.candidates if c.kernel == "test.searched")
+    assert searched.source == "measured" and "fastest of 3 configs measured" in searched.why
+    np.testing.assert_allclose(p.run(*spmv), spmv[0] @ spmv[1], rtol=1e-12)
+
+
+def test_the_budget_counts_every_config_a_search_times():
+    """The finalists are chosen one config each, as before; a finalist's search (every config of
+    its kernel) runs only where the budget holds it, the earlier finalists' first."""
+    finals, eight = [_cand(1.0e-4), _cand(1.1e-4)], (lambda c: 8)
+    one = measure.predicted_cost_s(finals)
+    assert measure.predicted_cost_s(finals, lambda c: 8 if c is finals[1] else 1) == pytest.approx(
+        one + 7 * measure.predicted_cost_s(finals[1:]))
+    reuse = int(np.ceil(one / (measure.BUDGET * 1.0e-4)))
+    assert measure.to_measure("auto", "gpu", False, finals, reuse, eight) == finals
+    assert measure.to_search("auto", finals, reuse, eight) == []
+    first = int(np.ceil(measure.predicted_cost_s(finals, lambda c: 8 if c is finals[0] else 1)
+                        / (measure.BUDGET * 1.0e-4)))
+    assert measure.to_search("auto", finals, first, eight) == finals[:1]
+    assert measure.to_search("auto", finals, 8 * reuse, eight) == finals
+    assert measure.to_search("always", finals, 1, eight) == finals
+    assert measure.to_search("auto", finals, 10**9) == []                      # nothing to search
+    # one finalist whose configs are searched is measured alone, where its search fits
+    assert measure.to_measure("always", "gpu", False, finals[:1], 1, eight) == finals[:1]
+    assert measure.to_measure("auto", "gpu", False, finals[:1], 8 * reuse, eight) == finals[:1]
+    assert measure.to_measure("auto", "gpu", False, finals[:1], 1, eight) == []
+    assert measure.to_measure("auto", "gpu", False, finals[:1], 10**9) == []
+
+
+def test_a_lone_searched_finalist_is_searched(monkeypatch, spmv):
+    k = _Searched("test.searched", 1.0e-3, {"slow": 6e-3, "fast": 0.0})
+    monkeypatch.setitem(registry._REGISTRY, k.name, k)
+    p = planner.plan(*spmv, kernels=[k.name], measure="always")
+    assert p.kernel == "test.searched" and p.params == {"cfg": "fast"}
+
+
 @pytest.mark.gpu
 def test_gpu_measured_plan_runs_and_is_the_fastest_measured(cp, rng):
     import cupyx.scipy.sparse as csp

@@ -19,7 +19,7 @@ from .. import _cuda
 from .formats import (LONG_FACTORS, MERGE_IPT, MERGE_NT, SPLIT_CHUNK, SPMM_COLUMNS, SPMM_SLOTS, VECTOR_WIDTHS,
                       WIDTH_CAP, brcp as brcp_arrays, ellr as ellr_arrays, ellr_padded_slots, merge_path,
                       result_shape, split_chunks, split_limit, spmm_columns, spmm_slots, vector_width)
-from ..base import Kernel, Prepared
+from ..base import Kernel, Prepared, out_or_new
 from ..registry import register
 
 CU = "spmv/spmv.cu"
@@ -112,13 +112,8 @@ class _SpMV(Kernel):
     def run(self, prepared, B, out=None):
         cp = _cupy()
         m, n = prepared.shape
-        oshape = result_shape(prepared.shape, prepared.dtype, B)
+        out = out_or_new(out, result_shape(prepared.shape, prepared.dtype, B), prepared.dtype, cp)
         k = 1 if B.ndim == 1 else B.shape[1]
-        if out is None:
-            out = cp.empty(oshape, dtype=prepared.dtype)
-        elif out.shape != oshape or out.dtype != prepared.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"out: expected a C-contiguous {prepared.dtype} array of shape {oshape}, "
-                             f"got {out.dtype} {out.shape}")
         if m == 0 or k == 0:
             return out
         if k > 65535:
