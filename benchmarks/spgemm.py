@@ -13,6 +13,20 @@ plan.run's own output (``planner_correct``, ``planner_check``); ``check`` says t
 Each is checked against SciPy, not against another kernel: an nnz that differs is that kernel's
 failure to explain. ``vendor_status`` records where cuSPARSE raised, returned a wrong result, or
 was not run because the problem is past its known limits (VENDOR_LIMITS).
+
+Two cuSPARSE figures, side by side. ``vendor_ms`` is the one-shot call a CuPy user makes,
+cupyx's ``A @ B`` (``cusparseSpGEMM_*``: work estimation, compute, C allocated, copy, every call);
+``speedup_vs_vendor`` is against it. ``vendor_reuse_ms`` is cuSPARSE's SpGEMM with reuse as a C++
+user with a fixed pattern runs it (``kernels/spgemm/cusparse_reuse.py``): C's structure made once
+(``vendor_reuse_setup_ms``, the faster of two setups where one takes under a second), then the
+median of compute-only calls (``cusparseSpGEMMreuse_compute`` into the kept C, values only), timed
+in turn with the others after the same warm-up; its output checked against SciPy as the others
+(``vendor_reuse_correct``, ``vendor_reuse_check``; ``vendor_reuse_status`` says where it was not
+run: past VENDOR_LIMITS, out of memory, as reuse keeps its buffers beside C, or unavailable).
+``speedup_vs_vendor_reuse`` = vendor_reuse_ms / ms, our repeated call (a guess replay where
+``ms_kind`` says so, which still computes C's structure) against reuse's values-only call;
+``vendor_reuse_speedup_vs_vendor`` = vendor_ms / vendor_reuse_ms. Each ratio only where both
+figures are checked correct; ``geomean_speedup_vs_vendor_reuse`` in the summary likewise.
 A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory; wordnet A·Aᵀ
 has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
 (``output``/``panels`` in the JSON). SpTRANS: ``sptrans.transpose`` (the full transpose, no plan:
@@ -99,6 +113,68 @@ def panelled(cp, hs, A, B, ref):
                 check=why or f"ok: each panel ({ref.counts_note or 'per-row counts'}, sampled rows, row sums)",
                 status="ok", ms_kind="full product", full_ms=ms,
                 gflops=2 * info.get("products", 0) / (ms * 1e6), note="ms includes the check of each panel")
+
+
+def vendor_reuse(cp, A, B, ref):
+    """(fields, PreparedSpGEMMReuse or None) of cuSPARSE's SpGEMM with reuse on canonical A and B:
+    the setup timed (the faster of two where one takes under a second: the first in a process may
+    load cuSPARSE's kernels), one compute checked against SciPy. None where it cannot be timed
+    (the fields say why: unavailable, out of memory, an error)."""
+    from matplan.kernels.spgemm import cusparse_reuse, vendor
+    why = cusparse_reuse.unavailable()
+    if why:
+        return dict(vendor_reuse_ms=None, vendor_reuse_status=f"not run: {why}"), None
+    prepared, setups = None, []
+    try:
+        Ac, Bc = vendor.canonical(A), vendor.canonical(B)
+        while len(setups) < 2 and (not setups or setups[0] < 1.0):
+            if prepared is not None:
+                prepared.close()
+                prepared = None
+            cp.cuda.Device().synchronize()
+            t = time.perf_counter()
+            prepared = cusparse_reuse.PreparedSpGEMMReuse(Ac, Bc)
+            cp.cuda.Device().synchronize()
+            setups.append(time.perf_counter() - t)
+        C = prepared.compute().copy()   # a copy: cupyx's checks may sort C in place, computes keep cuSPARSE's order
+        ok, why = check_product(C, ref)
+        del C
+        fields = dict(vendor_reuse_status="ok" if ok else f"wrong: {why}", vendor_reuse_correct=ok,
+                      vendor_reuse_check=why, vendor_reuse_nnz_c=prepared.nnz, vendor_reuse_setup_ms=min(setups) * 1e3,
+                      vendor_reuse_kept_bytes=prepared.kept_bytes, vendor_reuse_buffer_bytes=prepared.buffer_bytes)
+        return fields, prepared
+    except MemoryError as e:        # reuse keeps buffers 4 and 5 beside C: more than the one-shot call
+        status = f"out of memory: {type(e).__name__}: {str(e)[:160]}"
+    except Exception as e:          # recorded, not hidden
+        status = f"{type(e).__name__}: {str(e)[:200]}"
+    if prepared is not None:
+        prepared.close()
+    cp.get_default_memory_pool().free_all_blocks()
+    return dict(vendor_reuse_ms=None, vendor_reuse_status=status), None
+
+
+def reuse_ratios(row) -> dict:
+    """``speedup_vs_vendor_reuse`` (reuse's compute over our repeated call) and
+    ``vendor_reuse_speedup_vs_vendor`` (the one-shot call over reuse's compute), each only where
+    both of its figures are checked correct."""
+    out = {}
+    reuse_ok = row.get("vendor_reuse_ms") and row.get("vendor_reuse_correct")
+    if reuse_ok and row.get("ms") and row.get("correct"):
+        out["speedup_vs_vendor_reuse"] = row["vendor_reuse_ms"] / row["ms"]
+    if reuse_ok and row.get("vendor_ms") and row.get("vendor_correct"):
+        out["vendor_reuse_speedup_vs_vendor"] = row["vendor_ms"] / row["vendor_reuse_ms"]
+    return out
+
+
+def reuse_summary(rows) -> dict:
+    """The summary's reuse fields: geomeans over the rows whose two figures are checked correct,
+    how many, and where reuse was not timed or was wrong."""
+    vs_ours = [r["speedup_vs_vendor_reuse"] for r in rows if r.get("speedup_vs_vendor_reuse")]
+    gains = [r["vendor_reuse_speedup_vs_vendor"] for r in rows if r.get("vendor_reuse_speedup_vs_vendor")]
+    return dict(geomean_speedup_vs_vendor_reuse=geomean(vs_ours), matrices_compared_vendor_reuse=len(vs_ours),
+                geomean_vendor_reuse_speedup_vs_vendor=geomean(gains),
+                vendor_reuse_not_ok=[f"{r['matrix']}: {r['vendor_reuse_status']}" for r in rows
+                                     if r.get("vendor_reuse_status", "ok") != "ok"])
 
 
 #: The row-row merge is run up to this many products (it holds ~28 bytes a product).
@@ -209,9 +285,32 @@ def run_one(cp, name, A_host):
             fns["planner_ms"] = lambda: p.run(A, B)
     except Exception as e:
         row["planner_kernel"], row["planner_ms"] = f"error: {e}", None
+    # cuSPARSE with reuse, set up last so its kept buffers do not crowd the calls above
+    reuse = None
+    if products > limit:
+        row.update(vendor_reuse_ms=None, vendor_reuse_status=f"not run: {products:,} products > known limit {limit:,}")
+    else:
+        fields, reuse = vendor_reuse(cp, A, B, ref)
+        row.update(fields)
+        if reuse is not None:
+            fns["vendor_reuse_ms"] = reuse.compute
     if fns:                  # in turn, so that a drift of the host's speed falls on each alike
-        row.update({key: s * 1e3 for key, s in cuda_medians_alternating_s(fns, reps, warm).items()})
-        cp.get_default_memory_pool().free_all_blocks()
+        try:
+            times = cuda_medians_alternating_s(fns, reps, warm)
+        except MemoryError as e:    # reuse's buffers beside the others' calls: time them without it
+            if reuse is None:
+                raise
+            fns.pop("vendor_reuse_ms")
+            reuse.close()
+            reuse = None
+            cp.get_default_memory_pool().free_all_blocks()
+            row.update(vendor_reuse_ms=None,
+                       vendor_reuse_status=f"out of memory when timed beside the others: {str(e)[:160]}")
+            times = cuda_medians_alternating_s(fns, reps, warm)
+        row.update({key: s * 1e3 for key, s in times.items()})
+    if reuse is not None:
+        reuse.close()
+    cp.get_default_memory_pool().free_all_blocks()
     if row.get("status") == "ok" and row.get("ms"):
         row["gflops"] = 2 * products / (row["ms"] * 1e6)
     if "planner_ms" not in row and not str(row.get("planner_kernel", "")).startswith("error"):
@@ -227,6 +326,7 @@ def run_one(cp, name, A_host):
         row["planner_ms_kind"] = row["ms_kind"]
     if row.get("ms") and row.get("vendor_ms") and row.get("correct") and row.get("vendor_correct"):
         row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
+    row.update(reuse_ratios(row))
     timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("correct") else None),
                                  ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None),
                                  ("spgemm.merge", row.get("merge_ms") if row.get("merge_status") == "ok" else None))
@@ -289,6 +389,7 @@ def main(argv=None):
                                     and r["planner_ms"] > r["vendor_ms"]],
         wrong=[f"{r['matrix']} {who}: {r.get(key)}" for r in rows for who, flag, key in (
             ("ours", "correct", "check"), ("cuSPARSE", "vendor_correct", "vendor_check"),
+            ("cuSPARSE reuse", "vendor_reuse_correct", "vendor_reuse_check"),
             ("merge", "merge_correct", "merge_check"), ("plan.run", "planner_correct", "planner_check"))
             if r.get(flag) is False],
         sptrans_geomean_speedup=geomean([r["sptrans_speedup"] for r in sp_ok]),
@@ -298,6 +399,7 @@ def main(argv=None):
         full_geomean_speedup_vs_vendor=geomean([r["vendor_ms"] / r["full_ms"] for r in ok]),
         merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")
                                        and r.get("merge_correct") and r.get("correct")]),
+        **reuse_summary(rows),
     )
     doc = dict(copy_bandwidth=dev.mem_bandwidth, dtype="float64", summary=summary, results=rows,
                wall_s=time.time() - t0)

@@ -54,7 +54,9 @@ constant on the module defining it reaches every reader.
 * ``one_pass``: the one-pass path; ``guesses``: guessed analyses and their graphs;
 * ``panels``: row panels, ``out='host'``, ``spgemm_panels()``;
 * ``kernel``: the ``spgemm.hash`` Kernel (candidates, cost, run); ``merge``: ``spgemm.merge``;
-  ``vendor``: ``spgemm.cusparse``; ``transpose``: the sort-based SpTRANS baseline.
+  ``vendor``: ``spgemm.cusparse``; ``transpose``: the sort-based SpTRANS baseline;
+  ``cusparse_reuse``: cuSPARSE's SpGEMM with reuse prepared once (a benchmark baseline, not a
+  candidate; not imported here).
 
 Device code: ``hash_analysis.cu`` (scans, classify_rows, bucket_rows), ``hash_shared.cu`` (the
 shared-memory tables), ``hash_esc.cu`` (numeric_esc), ``hash_global.cu`` (the global path),
