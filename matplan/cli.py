@@ -16,6 +16,7 @@ from .kernels import _store as kernel_store, prebuild
 from .corpus.io import read_matrix
 from .tuning_db import cli as tuning_cli, progress
 from .tuning_db.cli import INTERRUPTED_EXIT, positive_int
+from .tuning_db.tune import LOCAL as LOCAL_SCHEDULER
 
 
 def _to_device(x, gpu: bool):
@@ -162,6 +163,26 @@ def cmd_warmup(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """matplan tune; ``--scheduler local`` runs it on ``matplan.distributed.local_cluster()`` (one
+    single-threaded worker per GPU, or ``--n-jobs`` CPU workers), started here and closed after."""
+    if args.scheduler != LOCAL_SCHEDULER or args.list:
+        return tuning_cli.cmd_tune(args)
+    try:
+        from . import distributed as md   # the optional Dask extra, imported for this option only
+    except ImportError as exc:
+        raise SystemExit(f"matplan tune: --scheduler local needs Dask: pip install 'matplan[distributed]' ({exc})")
+    gpu = args.backend == "gpu" or (args.backend is None and cupy_module() is not None)
+    try:
+        cluster = md.local_cluster(args.n_jobs if gpu else args.n_jobs or 1, gpu=gpu)
+    except RuntimeError as exc:   # no GPU worker can start (no GPU, or gpu_cluster's extra missing)
+        raise SystemExit(f"matplan tune: --scheduler local: {exc}") from exc
+    with cluster:
+        print(f"matplan tune: started {cluster!r}", file=sys.stderr)
+        args.scheduler = cluster.scheduler_address
+        return tuning_cli.cmd_tune(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="matplan", description=__doc__)
     ap.add_argument("--version", action="version", version=f"matplan {__version__}")
@@ -201,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_warmup)
 
     tuning_cli.add_subparsers(sub)
+    sub.choices["tune"].set_defaults(func=cmd_tune)   # --scheduler local through matplan.distributed
     return ap
 
 

@@ -23,7 +23,10 @@ LAYERS = {"core": 0, "corpus": 0, "models": 1, "kernels": 2, "planner": 3, "disp
 ROOT_HEIGHT = max(LAYERS.values()) + 1
 #: Function-level imports of matplan modules that are allowed: (importer, imported module) -> the
 #: reason, which must be an optional heavy dependency that the imported module pulls in at its top.
-LAZY_ALLOWED: dict = {}
+LAZY_ALLOWED: dict = {
+    ("matplan.cli", "matplan.distributed"):
+        "Dask (the optional distributed extra), for `matplan tune --scheduler local` only",
+}
 #: At most this many lazy imports, however well reasoned.
 MAX_LAZY = 10
 

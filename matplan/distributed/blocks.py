@@ -108,13 +108,14 @@ def check_bounds(bounds, m: int) -> np.ndarray:
     return b
 
 
-def row_blocks(A, B=None, *, blocks=None, nblocks: int | None = None) -> RowBlocks:
+def row_blocks(A, B=None, *, blocks=None, nblocks: int | None = None, weights=None) -> RowBlocks:
     """The RowBlocks of a distributed product of A with B (see :func:`row_weights`).
 
     blocks: None (balance by work into ``nblocks``), a RowBlocks (kept as is), or a sequence of
-    row boundaries [0, ..., m] chosen by the caller (empty blocks allowed)."""
+    row boundaries [0, ..., m] chosen by the caller (empty blocks allowed). weights: row_weights(A,
+    B) where the caller has them already."""
     m = A.shape[0]
-    weights = row_weights(A, B)
+    weights = row_weights(A, B) if weights is None else weights
     measure = "products" if B is not None and hasattr(B, "indptr") else "nonzeros"
     if isinstance(blocks, RowBlocks):
         if blocks.rows != m:
@@ -132,3 +133,34 @@ def row_blocks(A, B=None, *, blocks=None, nblocks: int | None = None) -> RowBloc
 def slice_rows(A, r0: int, r1: int):
     """Rows [r0, r1) of CSR A as a CSR matrix of its own (SciPy or cupyx, as A)."""
     return A[r0:r1]
+
+
+#: Blocks per worker by default: one (the fewest plans and launches a call; hubs add blocks of their own).
+BLOCKS_PER_WORKER = 1
+#: ... unless a worker's share of a SpGEMM exceeds this many products: then more, so each block's C
+#: and its kernel's working memory stay well within one GPU (R-MAT 19's 7.9e9 ran whole on one H100).
+MAX_BLOCK_PRODUCTS = 4_000_000_000
+
+
+def default_nblocks(workers: int, total_work: int, measure: str) -> int:
+    """Blocks for ``workers`` workers: BLOCKS_PER_WORKER each, more where SpGEMM blocks (``measure``
+    "products") would exceed MAX_BLOCK_PRODUCTS."""
+    per = BLOCKS_PER_WORKER
+    if measure == "products" and workers:
+        per = max(per, -(-int(total_work) // (workers * MAX_BLOCK_PRODUCTS)))
+    return max(1, workers * per)
+
+
+def assign_blocks(weights, n_workers: int) -> list:
+    """The worker (0 .. n_workers - 1) of each block: heaviest block first to the least loaded worker,
+    so each worker's total work is balanced whatever the blocks' sizes (a hub's block among them)."""
+    n_workers = check_int(n_workers, "n_workers", "a positive number of workers")
+    load = [0] * n_workers
+    count = [0] * n_workers
+    out = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda j: (-int(weights[j]), j)):
+        w = min(range(n_workers), key=lambda k: (load[k], count[k], k))
+        out[i] = w
+        load[w] += int(weights[i])
+        count[w] += 1
+    return out

@@ -1,125 +1,111 @@
 """Distributed SpMM/SpMV: A's row blocks (balanced by nonzeros) resident on the workers with their
-bound plans, applied to a replicated X as often as the caller likes.
+bound plans, applied to X as often as the caller likes.
 
-A :class:`DistributedOperator` scatters A's blocks once and makes, on each block's worker, a
-:class:`~matplan.distributed.worker.Resident` that holds the block (on the worker's GPU where it
-has one) and, per shape of X, the block's own plan bound to it (``plan(A_block, X).bind``). A
-call scatters X to every worker, runs one task per block on the block it keeps, and gathers the
-rows of Y in order. Between calls nothing is planned, converted or sent again but X: the pattern
-of an iterative method (examples/distributed_power_iteration.py). :func:`spmm` is one call of a
-fresh operator.
+A :class:`DistributedOperator` holds A as a :class:`~matplan.distributed.csr.DistributedCSR` (made
+from a host A, or one the caller made resident) whose blocks keep, per shape and dtype of X, their
+own plan bound to them (``plan(A_block, X).bind``), planned on first use. X may be
+
+* a NumPy/CuPy array: sent to every worker for the call, one task per block, the rows of Y gathered
+  in order (NumPy; CuPy for a CuPy X), as an iterative method on the client wants;
+* a :func:`~matplan.distributed.replicate`-d X already on every worker, or a
+  :class:`~matplan.distributed.dense.DistributedDense` (a previous Y): nothing goes through the
+  client; each worker assembles a distributed X from its blocks, and Y stays on the workers as a
+  DistributedDense (``gather()``, ``to_cupy()``).
+
+:func:`spmm` is one call of an operator (over a host A: made for that call).
 """
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from ..core import validation
-from ..core.validation import SUPPORTED_DTYPES, check_int
-from ..core.xp import cupy_module, is_gpu_array, to_host
-from .blocks import row_blocks, slice_rows
-from .spgemm import BLOCKS_PER_WORKER, check_options
-from .tasks import RETRIES, Live, Timer, collect, resolve_client, scatter_blocks, split_times, task_key, worker_count
-from .worker import Operand, apply_resident, make_resident, resident_plans, resident_summary
+from ..core.validation import check_int
+from ..core.xp import cupy_module, is_gpu_array
+from .block_tasks import gather_operand, spmm_block
+from .csr import DistributedCSR
+from .dense import DistributedDense
+from .replicated import Replicated, dense_operand
+from .spgemm import check_options, operand_client
+from .tasks import RETRIES, Live, Timer, collect, collect_blocks, resolve_client, split_times, task_key
 
 #: An operator's default ``reuse`` for its blocks' plans: iterative methods apply it many times.
 OPERATOR_REUSE = 100
-
-
-def _sparse_matrix(A):
-    """A as a host SciPy CSR matrix of float32/float64, its structure checked; a clear error otherwise."""
-    A_h = to_host(A)
-    if not sp.issparse(A_h):
-        raise TypeError(f"A: expected a sparse matrix (SciPy or cupyx), got {type(A).__name__}")
-    A_h = A_h.tocsr()
-    if np.dtype(A_h.dtype) not in SUPPORTED_DTYPES:
-        raise TypeError(f"A: expected float32 or float64 values, got {A_h.dtype} (cast it with A.astype)")
-    validation.check_csr(A_h, "A")
-    return A_h
+#: What the workers' own time of an SpMM call is made of.
+SPMM_PHASES = ("place_s", "plan_s", "kernel_s", "fetch_s")
 
 
 class DistributedOperator:
     """y = A @ x and Y = A @ X on a Dask cluster, A's blocks and bound plans kept on the workers.
 
-    client, blocks, nblocks, on, measure, retries: as for :func:`matplan.distributed.spgemm` (blocks
-    are balanced by nonzeros); reuse: the planner's, the applications each block's plan will serve.
-    ``plans`` lists each block's plan per shape of X; ``last_timings`` the last call's time split."""
+    A: a SciPy/cupyx CSR (made resident here, blocks balanced by nonzeros; freed by ``close()``) or
+    a DistributedCSR (used as it is, left to its owner). client, blocks, nblocks, on, measure,
+    retries: as for :func:`matplan.distributed.spgemm`; reuse: the planner's, the applications each
+    block's plan will serve. ``plans`` lists each block's plan per shape of X; ``last_timings`` the
+    last call's time split; ``matrix`` the DistributedCSR."""
 
     def __init__(self, A, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto",
                  reuse: int = OPERATOR_REUSE, measure="auto", retries: int = RETRIES):
-        self.client = resolve_client(client)
         self.retries, _ = check_options(on, retries)
         self.on, self.measure = on, measure
         self.reuse = check_int(reuse, "reuse", "a positive integer (applications of the operator)")
-        A_h = _sparse_matrix(A)
-        self.shape, self.dtype = A_h.shape, np.dtype(A_h.dtype)
-        if blocks is None and nblocks is None:
-            nblocks = BLOCKS_PER_WORKER * worker_count(self.client)
-        self.rblocks = row_blocks(A_h, None, blocks=blocks, nblocks=nblocks)
-        self._A = A_h
+        if isinstance(A, DistributedCSR):
+            if blocks is not None or nblocks is not None:
+                raise ValueError("blocks, nblocks: A is a DistributedCSR, whose row blocks are fixed")
+            self.client, self.matrix, self._owned = operand_client(client, A), A, False
+        else:
+            self.client = resolve_client(client)
+            self.matrix = DistributedCSR.from_matrix(A, client=self.client, blocks=blocks, nblocks=nblocks, on=on,
+                                                     retries=self.retries)
+            self._owned = True
+        self.shape, self.dtype = self.matrix.shape, self.matrix.dtype
         self.key = task_key("spmm")
         self._serial = itertools.count()
-        n = len(self.rblocks)
-        self._parts = [Live(lambda i=i: self.client.scatter(self._part(i), hash=False)) for i in range(n)]
-        self._residents = [Live(lambda i=i: self._make(i)) for i in range(n)]
-        for live, f in zip(self._parts, scatter_blocks(self.client, [self._part(i) for i in range(n)])):
-            live.set(f)
-        self._where = self._ready()
-        self.last_timings = {}
+        self._closed = False
+        self.last_timings, self.last_kernels = {}, []
+
+    @property
+    def rblocks(self):
+        return self.matrix.rblocks
 
     def blocks_info(self) -> list:
         """Per block: rows, nonzeros, bytes, worker and location ("gpu" or "host") as made resident."""
-        return [dict(w) for w in self._where]
-
-    def _part(self, i):
-        return slice_rows(self._A, self.rblocks.bounds[i], self.rblocks.bounds[i + 1])
-
-    def _make(self, i):
-        r0, r1 = self.rblocks.bounds[i], self.rblocks.bounds[i + 1]
-        return self.client.submit(make_resident, i, r0, r1, self._parts[i].get(), self.on, self.reuse, self.measure,
-                                  key=f"{self.key}-resident-{i}-{next(self._serial)}")
+        return self.matrix.blocks_info()
 
     def describe(self, i) -> str:
-        return f"block {i} (rows {self.rblocks.bounds[i]}-{self.rblocks.bounds[i + 1]})"
+        return f"block {i} (rows {self.matrix.bounds[i]}-{self.matrix.bounds[i + 1]})"
 
-    def _collect(self, submit) -> list:
-        if self._residents is None:
+    def _check_open(self):
+        if self._closed:
             raise RuntimeError("this DistributedOperator was closed")
-        out, _ = collect(submit, list(range(len(self.rblocks))), retries=self.retries, what="spmm",
-                         describe=self.describe)
-        return [out[i] for i in range(len(self.rblocks))]
 
-    def _ready(self) -> list:
-        """Each block made resident on a worker: its rows, nonzeros, worker and whether it is on a GPU."""
-        return self._collect(lambda i: self.client.submit(resident_summary, self._residents[i].get(),
-                                                          key=f"{self.key}-where-{i}-{next(self._serial)}"))
+    def _opts(self, worker):
+        return {} if worker is None else dict(workers=[worker], allow_other_workers=True)
 
     # -- products ----------------------------------------------------------------------------
-    def _operand(self, X):
-        gpu = is_gpu_array(X)
-        X_h = np.asarray(to_host(X))
-        if X_h.ndim not in (1, 2) or X_h.shape[0] != self.shape[1]:
-            raise ValueError(f"X: expected shape ({self.shape[1]},) or ({self.shape[1]}, k) for this "
-                             f"{self.shape[0]}x{self.shape[1]} operator, got {X_h.shape}")
-        if np.dtype(X_h.dtype) not in SUPPORTED_DTYPES:
-            raise TypeError(f"X: expected float32 or float64 values, got {X_h.dtype} (cast it with X.astype)")
-        dtype = np.promote_types(self.dtype, X_h.dtype)
-        return X_h, gpu, dtype
-
     def matmat(self, X):
-        """A @ X (X: (n,) or (n, k), NumPy or CuPy; the result on the same side, in the promoted dtype)."""
+        """A @ X. X: (n,) or (n, k), NumPy or CuPy (the result on the same side, in the promoted
+        dtype), or a replicated X / DistributedDense (the result a DistributedDense on the workers)."""
+        self._check_open()
+        if isinstance(X, (Replicated, DistributedDense)):
+            return SpmmCall(self, X).result()
         timer = Timer()
-        X_h, gpu, dtype = self._operand(X)
-        x = Live(lambda: self.client.scatter(Operand(X_h), broadcast=True, hash=False))
-        x.get()
+        gpu = is_gpu_array(X)
+        X_h = dense_operand(X, "X", self.shape[1])
+        dtype = np.promote_types(self.dtype, X_h.dtype)
+        x = Replicated(X_h, client=self.client)
         timer.lap("scatter_s")
-        results = self._collect(lambda i: self.client.submit(
-            apply_resident, self._residents[i].get(), x.get(), key=f"{self.key}-apply-{i}-{next(self._serial)}"))
+        hints = self.matrix.workers()
+        try:
+            out, _ = collect(lambda i: self.client.submit(
+                spmm_block, self.matrix.future(i), x.future(), self.on, self.reuse, self.measure, False,
+                key=f"{self.key}-apply-{i}-{next(self._serial)}", **self._opts(hints[i])),
+                list(range(len(self.matrix))), retries=self.retries, what="spmm", describe=self.describe)
+        finally:
+            x.release()
         timer.lap("run_s")
-        x.release()
+        results = [out[i] for i in range(len(self.matrix))]
         shape = (self.shape[0],) + X_h.shape[1:]
         Y = np.concatenate([y for y, _ in results]) if results else np.zeros(shape, dtype)
         if Y.shape != shape:
@@ -128,12 +114,14 @@ class DistributedOperator:
         if gpu:
             Y = cupy_module().asarray(Y)
         timer.lap("assemble_s")
-        infos = [info for _, info in results]
-        self.last_timings = dict(timer.phases, **split_times(timer.phases["run_s"], infos,
-                                                             keys=("place_s", "kernel_s", "fetch_s")))
-        self.last_timings["total_s"] = sum(timer.phases.values())
-        self.last_kernels = [info["kernel"] for info in infos]
+        self._timed(timer, [info for _, info in results])
         return Y
+
+    def _timed(self, timer, infos) -> dict:
+        self.last_timings = dict(timer.phases, **split_times(timer.phases["run_s"], infos, keys=SPMM_PHASES))
+        self.last_timings.update(total_s=sum(timer.phases.values()), planned=sum(bool(i.get("planned")) for i in infos))
+        self.last_kernels = [info["kernel"] for info in infos]
+        return self.last_timings
 
     matvec = matmat
     __call__ = matmat
@@ -144,19 +132,18 @@ class DistributedOperator:
     @property
     def plans(self) -> list:
         """Per block and per shape of X met so far: rows, k, dtype, kernel and reasons, worker, bytes bound."""
-        per_block = self._collect(lambda i: self.client.submit(
-            resident_plans, self._residents[i].get(), key=f"{self.key}-plans-{i}-{next(self._serial)}"))
-        return [p for block in per_block for p in block]
+        self._check_open()
+        return [p for p in self.matrix.bound_plans() if p["op"] == "spmm"]
 
     def as_linear_operator(self) -> spla.LinearOperator:
         """A SciPy LinearOperator over this operator (host vectors in and out)."""
         return spla.LinearOperator(self.shape, matvec=self.matmat, matmat=self.matmat, dtype=self.dtype)
 
     def close(self) -> None:
-        """Free the blocks and their plans on the workers."""
-        for live in (self._residents or []) + (self._parts or []):
-            live.release()
-        self._residents = self._parts = None
+        """Free A's blocks and their plans on the workers (where this operator made them)."""
+        if self._owned and not self._closed:
+            self.matrix.release()
+        self._closed = True
 
     def __enter__(self):
         return self
@@ -165,19 +152,92 @@ class DistributedOperator:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._residents is None else f"{len(self.rblocks)} row blocks resident"
+        state = "closed" if self._closed else f"{len(self.matrix)} row blocks resident"
         return (f"<DistributedOperator {self.shape[0]:,}x{self.shape[1]:,} {self.dtype}, {state} "
                 f"({self.rblocks.measure})>")
 
 
+class SpmmCall:
+    """A @ X for a distributed X (replicated, or a previous DistributedDense), Y left on the workers;
+    recomputes Y's blocks lost with their workers (the source of the DistributedDense it returns)."""
+
+    def __init__(self, op: DistributedOperator, X):
+        self.op, self.X = op, X
+        operand_client(op.client, X)
+        if isinstance(X, Replicated) and X.sparse:
+            raise ValueError("X: a replicated sparse B is SpGEMM's operand (matplan.distributed.spgemm)")
+        shape = X.shape
+        if len(shape) not in (1, 2) or shape[0] != op.shape[1]:
+            raise ValueError(f"X: expected shape ({op.shape[1]},) or ({op.shape[1]}, k) for this "
+                             f"{op.shape[0]}x{op.shape[1]} operator, got {tuple(shape)}")
+        self.shape = (op.shape[0],) + tuple(shape[1:])
+        self.dtype = np.promote_types(op.dtype, X.dtype)
+        self.key = task_key("spmm")
+        self._serial = itertools.count()
+        self._gathered = {}   # worker -> Live future of X assembled there
+
+    def _operand(self, worker):
+        """X where a block on ``worker`` runs: the replicated future, or X assembled on that worker."""
+        if isinstance(self.X, Replicated):
+            return self.X.future()
+        live = self._gathered.get(worker)
+        if live is None:
+            token = f"{self.key}-x"
+            live = self._gathered[worker] = Live(lambda: self.op.client.submit(
+                gather_operand, self.op.on, token, *[self.X.future(j) for j in range(len(self.X))],
+                key=f"{self.key}-x-{next(self._serial)}", **self.op._opts(worker)))
+        return live.get()
+
+    def _submit(self, i, worker):
+        return self.op.client.submit(spmm_block, self.op.matrix.future(i), self._operand(worker), self.op.on,
+                                     self.op.reuse, self.op.measure, True,
+                                     key=f"{self.key}-block-{i}-{next(self._serial)}", **self.op._opts(worker))
+
+    def run(self, indices) -> tuple:
+        hints = self.op.matrix.workers()
+        futures, infos, _ = collect_blocks(self.op.client, indices, self._submit, hint=lambda i: hints[i], key=self.key,
+                                           retries=self.op.retries, what="spmm", describe=self.op.describe)
+        return futures, infos
+
+    def result(self) -> DistributedDense:
+        timer = Timer()
+        timer.lap("scatter_s")
+        n = len(self.op.matrix)
+        futures, infos = self.run(range(n))
+        timer.lap("run_s")
+        for live in self._gathered.values():   # X assembled on the workers is not needed after the call
+            live.release()
+        self._gathered.clear()
+        records = [infos[i] for i in range(n)]
+        timings = self.op._timed(timer, records)
+        return DistributedDense(self.shape, self.dtype, self.op.matrix.bounds, records,
+                                futures=[futures[i] for i in range(n)], client=self.op.client, source=self,
+                                timings=timings)
+
+    def recompute(self, i):
+        """(future, record) of Y's block i computed again (its worker was lost)."""
+        futures, infos = self.run([i])
+        self._gathered.clear()
+        return futures[i], infos[i]
+
+
 def spmm(A, X, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto", measure="auto",
-         retries: int = RETRIES, info: dict | None = None):
-    """A @ X (SpMV for a vector X, SpMM for a matrix) over A's row blocks on a Dask cluster, X
-    replicated; one call of a fresh :class:`DistributedOperator` planned for one use. ``info``, a
-    dict, receives the blocks' plans and the call's timings."""
-    with DistributedOperator(A, client=client, blocks=blocks, nblocks=nblocks, on=on, reuse=1, measure=measure,
-                             retries=retries) as op:
-        Y = op @ X
-        if info is not None:
-            info.update(plans=op.plans, timings=op.last_timings, blocks=op.rblocks)
-        return Y
+         retries: int = RETRIES, reuse: int | None = None, info: dict | None = None):
+    """A @ X (SpMV for a vector X, SpMM for a matrix) over A's row blocks on a Dask cluster: one
+    call of a :class:`DistributedOperator`.
+
+    A: a SciPy/cupyx CSR (made resident for this call) or a DistributedCSR (its blocks and the plans
+    they keep are reused). X: NumPy/CuPy (sent; Y gathered, on X's side) or a replicated X /
+    DistributedDense (Y a DistributedDense left on the workers). reuse: the planner's (default 1
+    for a host A, OPERATOR_REUSE for a resident one). ``info``, a dict, receives the blocks' plans,
+    the call's timings and the row blocks."""
+    if reuse is None:
+        reuse = OPERATOR_REUSE if isinstance(A, DistributedCSR) else 1
+    op = DistributedOperator(A, client=client, blocks=blocks, nblocks=nblocks, on=on, reuse=reuse, measure=measure,
+                             retries=retries)
+    Y = op @ X
+    if info is not None:
+        info.update(plans=op.plans, timings=op.last_timings, blocks=op.rblocks)
+    if not isinstance(Y, DistributedDense):   # a distributed Y keeps A to recompute lost blocks
+        op.close()
+    return Y

@@ -19,11 +19,11 @@ import scipy.sparse as sp
 
 from ..core.features import products_per_row
 from ..core.validation import check_int
-from ..core.xp import array_module, cupy_module, cupyx_sparse, to_host
+from ..core.xp import array_module, cupyx_sparse, to_host
+from .block_tasks import spill_register
 from .blocks import balanced_bounds, check_bounds
 from .checks import BlockCheckError, check_rowsums
-from .spill import REGISTRY
-from .worker import SPILL_FRACTION, Block, Operand, _gpu_total_bytes, _to_gpu, use_gpu, worker_address
+from .worker import Block, Operand, sync, use_gpu, where, worker_address
 
 #: Without ``panel_bytes``, B may take this fraction of the smallest worker memory limit Dask reports
 #: (the rest holds A's blocks, C's blocks and the products' working memory).
@@ -145,17 +145,16 @@ def assemble_block(index: int, r0: int, r1: int, A_block, whole: Whole, col_boun
     gpu = use_gpu(on)
     t0 = time.perf_counter()
     indptr, rowsums = whole.operand.placed(gpu)
-    A = _to_gpu(A_block) if gpu else A_block
+    A = A_block.matrix(gpu) if isinstance(A_block, Block) else where(A_block, gpu)
     live = [(p, b) for p, b in enumerate(panels) if b is not None]
-    parts = [(_to_gpu(b.C) if gpu else b.host()) for _, b in live]
+    parts = [b.matrix(gpu) for _, b in live]
     C = hstack_rows(parts, [col_bounds[p] for p, _ in live], r1 - r0, whole.n)
     if C is None:   # every panel is zero-width: B has no columns
         C = (cupyx_sparse() if gpu else sp).csr_matrix((r1 - r0, whole.n), dtype=A.dtype)
     dtype = live[0][1].plan.features.dtype if live else np.dtype(C.dtype)
     products = products_per_row(A, types.SimpleNamespace(indptr=indptr))
     ok, worst = check_rowsums(A, C, rowsums, products, dtype)
-    if gpu:
-        cupy_module().cuda.Device().synchronize()
+    sync(gpu)
     t1 = time.perf_counter()
     if not ok:
         raise BlockCheckError(f"block {index} (rows {r0}-{r1}): the row sums of its assembled panels differ from "
@@ -171,6 +170,5 @@ def assemble_block(index: int, r0: int, r1: int, A_block, whole: Whole, col_boun
                 panels=[{k: v for k, v in r.items() if k != "index"} for r in records], **sums)
     meta["check_s"] += t1 - t0   # assembling and the whole block's check count as checking
     block = Block(index, r0, r1, C, main.plan if main else None, meta, panel_plans=[b.plan for _, b in live])
-    if gpu:
-        REGISTRY.add(block, spill_bytes if spill_bytes is not None else int(SPILL_FRACTION * _gpu_total_bytes()))
+    spill_register(block, spill_bytes)
     return block

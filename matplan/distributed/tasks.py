@@ -1,17 +1,20 @@
-"""The client's side of a distributed product: the client, inputs kept alive on the cluster, one
-task per block, and what happens when a worker is lost.
+"""The client's side of a distributed product: the client, inputs kept alive on the cluster, tasks
+per block (and one record task per worker), and what happens when a worker is lost.
 
-A block's inputs are scattered data (its rows of A, the replicated B or X); Dask cannot recompute
-scattered data, so when a worker dies with them its futures are cancelled. The client still holds
-A and B, and blocks are pure functions of them: :class:`Live` scatters an input again when its
-future is gone, and :func:`collect` resubmits a block whose task was cancelled, up to ``retries``
-times per block, then raises :class:`DistributedProductError`. A task that merely ran on a worker
-that died, with its inputs alive elsewhere, is rescheduled by Dask itself. Any other failure (a
-block that failed its check, a bad input, a task that killed its workers repeatedly) cancels the
-call's other tasks and raises: a call returns every block or none.
+A block's inputs are scattered data (its resident rows of A, the replicated B or X); Dask cannot
+recompute scattered data, so when a worker dies with them its futures are cancelled. The client
+can rebuild them (a resident matrix from the host matrix it keeps, see
+:mod:`matplan.distributed.csr`; :class:`Live` scatters an operand again when its future is gone),
+and blocks are pure functions of them: :func:`collect` resubmits a block (or a worker's group of
+blocks) whose task was cancelled, up to ``retries`` times, then raises
+:class:`DistributedProductError`. A task that merely ran on a worker that died, with its inputs
+alive elsewhere, is rescheduled by Dask itself. Any other failure (a block that failed its check,
+a bad input, an input that cannot be rebuilt, a task that killed its workers repeatedly) cancels
+the call's other tasks and raises: a call returns every block or none.
 """
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from concurrent.futures import CancelledError
@@ -21,6 +24,7 @@ from distributed import as_completed
 from distributed.scheduler import KilledWorker
 
 from .checks import BlockCheckError
+from .worker import block_infos
 
 #: Default number of times a block whose worker was lost is submitted again.
 RETRIES = 2
@@ -43,13 +47,6 @@ def resolve_client(client):
     if client.status not in ("running", "connecting", "newly-created"):
         raise ValueError(f"client: this distributed.Client is {client.status}, not running")
     return client
-
-
-def worker_count(client) -> int:
-    n = len(client.nthreads())   # every worker (scheduler_info lists only a few in some Dask versions)
-    if n == 0:
-        raise DistributedProductError("the Dask cluster has no workers (start some, or wait_for_workers)")
-    return n
 
 
 def task_key(what: str) -> str:
@@ -81,11 +78,6 @@ class Live:
             self._future = None
 
 
-def scatter_blocks(client, parts) -> list:
-    """Scatter a list of blocks at once (Dask spreads them over the workers round-robin)."""
-    return client.scatter(list(parts), hash=False) if parts else []
-
-
 def _lost(exc) -> bool:
     return isinstance(exc, (CancelledError, distributed.comm.CommClosedError))
 
@@ -96,13 +88,11 @@ def collect(submit, indices, *, retries: int, what: str, describe) -> tuple:
     A block whose future is cancelled (its worker lost with its inputs) is submitted again, at
     most ``retries`` times; anything else raises, after cancelling the remaining tasks.
     ``describe(i)`` names block i in messages. Returns ({index: result}, {index: resubmissions})."""
-    futures = {}
-    for i in indices:
-        futures[submit(i)] = i
-    attempts = {i: 0 for i in indices}
-    results = {}
-    pending = as_completed(list(futures))
+    futures, attempts, results = {}, {i: 0 for i in indices}, {}
     try:
+        for i in indices:   # a block whose input cannot be rebuilt raises here: the others are cancelled
+            futures[submit(i)] = i
+        pending = as_completed(list(futures))
         for f in pending:
             i = futures.pop(f)
             try:
@@ -129,6 +119,46 @@ def collect(submit, indices, *, retries: int, what: str, describe) -> tuple:
             f.cancel()
         raise
     return results, attempts
+
+
+def groups_of(indices, hint) -> list:
+    """[(worker or None, [block indices])]: blocks with the same worker ``hint(i)`` together, each
+    block without one (None) alone."""
+    by_worker, alone = {}, []
+    for i in indices:
+        w = hint(i)
+        if w is None:
+            alone.append((None, [i]))
+        else:
+            by_worker.setdefault(w, []).append(i)
+    return list(by_worker.items()) + alone
+
+
+def collect_blocks(client, indices, submit_block, *, hint, key: str, retries: int, what: str, describe) -> tuple:
+    """Run ``submit_block(i, worker)`` (a future of a Block that stays on its worker) for each index,
+    and one task per worker gathering the records of its blocks, placed where ``hint(i)`` says the
+    block's inputs are (a hint, not a restriction: a block may run elsewhere if its worker is gone).
+
+    One record task per worker rather than one per block: a call's round trips do not grow with its
+    blocks. A group lost with its worker is submitted again (``retries`` times), as :func:`collect`
+    does. Returns ({index: block future}, {index: record}, blocks resubmitted)."""
+    futures, serial = {}, itertools.count()
+    groups = groups_of(list(indices), hint)
+
+    def submit(g):
+        w, members = groups[g]
+        fs = [submit_block(i, w) for i in members]
+        futures.update(zip(members, fs))
+        opts = {} if w is None else dict(workers=[w], allow_other_workers=True)
+        return client.submit(block_infos, *fs, key=f"{key}-info-{g}-{next(serial)}", pure=False, **opts)
+
+    def name(g):
+        w, members = groups[g]
+        return describe(members[0]) if len(members) == 1 else \
+            f"blocks {', '.join(str(i) for i in members)}" + (f" on {w}" if w else "")
+    results, attempts = collect(submit, range(len(groups)), retries=retries, what=what, describe=name)
+    records = {i: rec for g, recs in results.items() for i, rec in zip(groups[g][1], recs)}
+    return futures, records, sum(n * len(groups[g][1]) for g, n in attempts.items())
 
 
 class Timer:

@@ -1,35 +1,30 @@
-"""What runs on a Dask worker: operands placed on the worker's GPU (or kept on the host), one block
-planned and run there, and the blocks of an operator kept resident with their bound plans.
+"""What lives on a Dask worker: operands placed on the worker's GPU (or kept on the host), row
+blocks of a matrix (an operand made resident, or a product's rows of C) with the plans bound to
+them, and the small records the client gathers.
 
-Every function here is a pure function of its arguments (a block of C is recomputable from its
-block of A and B), which is what lets the client resubmit a block whose worker was lost. Objects
-that travel between processes travel as host (SciPy/NumPy) data: a block or a resident operator
-block pickles its arrays to the host and is placed again where it lands, so a worker, client or
-scheduler without a GPU can always receive one.
+Objects that travel between processes travel as host (SciPy/NumPy) data: a block or an operand
+pickles its arrays to the host and is placed again where it lands (its GPU copies and bound plans
+are not pickled), so a worker, client or scheduler without a GPU can always receive one. The
+product tasks themselves are in :mod:`matplan.distributed.block_tasks`.
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import uuid
 
 import numpy as np
 
-from ..core.cache import BoundedCache
-from ..core.features import products_per_row
 from ..core.xp import cupy_module, cupyx_sparse, is_gpu_array, to_host
-from ..planner import plan as make_plan
-from .checks import BlockCheckError, RowSums, check_rowsums
-from .spill import REGISTRY
+from .checks import RowSums
 
 #: Where a block runs: on the worker's GPU where CuPy sees one ("auto"), always there ("gpu"), or on the host.
 PLACEMENTS = ("auto", "gpu", "host")
 #: Without a budget, GPU-resident C blocks of one worker may take this fraction of its GPU's memory.
 SPILL_FRACTION = 0.5
-
-#: Operands copied to this worker's GPU, by (token, device): B or X once per worker and call, not once
-#: per block; two, so a new call's operand soon frees the GPU memory of the one before last.
-_ON_DEVICE = BoundedCache("distributed.operands", maxsize=2)
+#: Plans a resident block keeps bound, one per second operand (and shape of X), least recently used out.
+MAX_BOUND = 4
 
 
 def check_placement(on) -> str:
@@ -59,11 +54,11 @@ def worker_address() -> str:
         return "local"
 
 
-def _device_id() -> int:
+def device_id() -> int:
     return cupy_module().cuda.Device().id
 
 
-def _to_gpu(M):
+def to_gpu(M):
     if is_gpu_array(M):
         return M
     if hasattr(M, "indptr"):
@@ -71,53 +66,81 @@ def _to_gpu(M):
     return cupy_module().asarray(M)
 
 
-def _sync(gpu: bool) -> None:
+def where(M, gpu: bool):
+    """``M`` where this worker computes: on its GPU (copied there unless it is) or on the host."""
+    return to_gpu(M) if gpu else to_host(M)
+
+
+def sync(gpu: bool) -> None:
     if gpu:
         cupy_module().cuda.Device().synchronize()
 
 
-class Operand:
-    """A replicated operand (SpGEMM's B with its row sums, SpMM's X), host data plus a token that
-    names it in each worker's cache of GPU copies."""
-
-    def __init__(self, value, rowsums: RowSums | None = None):
-        self.value = to_host(value)
-        self.rowsums = rowsums
-        self.token = uuid.uuid4().hex
-
-    def placed(self, gpu: bool):
-        """(value, row sums) where this worker computes: the GPU copy made once per worker and device."""
-        if not gpu:
-            return self.value, self.rowsums
-        key = (self.token, _device_id())
-
-        def copy():
-            rs = None if self.rowsums is None else RowSums(*(cupy_module().asarray(x) for x in
-                                                              (self.rowsums.sums, self.rowsums.abs_sums)))
-            return _to_gpu(self.value), rs
-        return _ON_DEVICE.get_or_create(key, copy)
-
-    @property
-    def nbytes(self) -> int:
-        return _nbytes(self.value)
+def gpu_total_bytes() -> int:
+    return int(cupy_module().cuda.Device().mem_info[1])
 
 
-def _nbytes(M) -> int:
+def nbytes_of(M) -> int:
+    if M is None:
+        return 0
     if hasattr(M, "indptr"):
         return int(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes)
     return int(M.nbytes)
 
 
-class Block:
-    """Rows [r0, r1) of C on the worker that computed them, with the plan that did and its figures."""
+class Operand:
+    """A replicated operand (SpGEMM's B with its row sums, SpMM's X) and the token that names it
+    in the plans bound to resident blocks. Its GPU copy is made once per worker and device, on
+    first use, and kept on the object: as long as Dask keeps the operand, across calls."""
 
-    def __init__(self, index: int, r0: int, r1: int, C, plan, meta: dict, panel_plans=None):
-        self.index, self.r0, self.r1, self.C, self.plan, self.meta = index, r0, r1, C, plan, meta
-        self.panel_plans = panel_plans   # B in column panels: each panel's Plan, in column order
+    def __init__(self, value, rowsums: RowSums | None = None, token: str | None = None):
+        self.value = value             # host data from the client; GPU data when assembled on a worker
+        self.rowsums = rowsums
+        self.token = token or uuid.uuid4().hex
+        self._placed = {}              # device id -> (value, row sums) on that GPU
+        self._lock = threading.Lock()
+
+    def placed(self, gpu: bool):
+        """(value, row sums) where this worker computes."""
+        if not gpu:
+            return to_host(self.value), self.rowsums
+        dev = device_id()
+        with self._lock:   # workers that are threads of one process may share one operand
+            got = self._placed.get(dev)
+            if got is None:
+                rs = None if self.rowsums is None else RowSums(*(cupy_module().asarray(x) for x in
+                                                                  (self.rowsums.sums, self.rowsums.abs_sums)))
+                got = self._placed[dev] = (to_gpu(self.value), rs)
+            return got
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.C)
+        return nbytes_of(self.value)
+
+    def __getstate__(self):   # travels as host data
+        return dict(value=to_host(self.value), rowsums=self.rowsums, token=self.token)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+
+class Block:
+    """Rows [r0, r1) of a matrix on the worker that holds them: an operand's rows made resident
+    (``plan`` None), or rows of a product (sparse C or dense Y) with the plan that made them.
+
+    As an operand, a block keeps the plans made for it, one per second operand: ``bound(key,
+    make)``, so a product repeated with the same operands plans nothing."""
+
+    def __init__(self, index: int, r0: int, r1: int, C, plan=None, meta: dict | None = None, panel_plans=None):
+        self.index, self.r0, self.r1, self.C, self.plan = index, r0, r1, C, plan
+        self.meta = dict(meta or {})
+        self.panel_plans = panel_plans   # B in column panels: each panel's Plan, in column order
+        self._bound = collections.OrderedDict()   # key -> (value, seconds it took to make)
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes_of(self.C)
 
     @property
     def device_nbytes(self) -> int:
@@ -128,59 +151,71 @@ class Block:
     def location(self) -> str:
         return "gpu" if is_gpu_array(self.C) else "host"
 
+    def matrix(self, gpu: bool):
+        """The block's matrix where this worker computes (a spilled block is copied back each use)."""
+        return where(self.C, gpu)
+
     def to_host(self) -> None:
-        """Move C to host memory in place (spilling)."""
+        """Move C to host memory in place (spilling); plans bound to the GPU copy go with it."""
         self.C = to_host(self.C)
+        with self._lock:
+            self._bound.clear()
 
     def host(self):
-        """C as a SciPy CSR matrix (a copy from the GPU, C itself on the host)."""
+        """C as a SciPy CSR matrix or NumPy array (a copy from the GPU, C itself on the host)."""
         return to_host(self.C)
 
+    def bound(self, key, make) -> tuple:
+        """(value, seconds it took, made now): what ``make()`` returned for ``key``, made on first use."""
+        with self._lock:   # two tasks of one worker may meet this block at once
+            hit = self._bound.get(key)
+            if hit is not None:
+                self._bound.move_to_end(key)
+                return hit + (False,)
+            t = time.perf_counter()
+            value = make()
+            hit = self._bound[key] = (value, time.perf_counter() - t)
+            while len(self._bound) > MAX_BOUND:
+                self._bound.popitem(last=False)
+            return hit + (True,)
+
+    def bound_plans(self) -> list:
+        """Per plan bound to this block: its key's kind, the kernel, why, bytes prepared and planning time."""
+        out = []
+        with self._lock:
+            entries = list(self._bound.items())
+        for key, (value, seconds) in entries:
+            p = value[0]
+            plan = getattr(p, "plan", p)   # a BoundPlan or a Plan
+            out.append(dict(index=self.index, rows=(self.r0, self.r1), op=key[0],
+                            operand=key[1] if key[0] == "spgemm" else None,
+                            k=plan.features.k, dtype=plan.features.dtype, kernel=plan.kernel,
+                            reasons=tuple(plan.reasons), backend=plan.backend, device=plan.device,
+                            worker=worker_address(), nbytes=int(getattr(p, "nbytes", 0)), plan_s=seconds))
+        return out
+
     def info(self) -> dict:
-        return dict(self.meta, nnz=int(self.C.nnz), nbytes=self.nbytes, location=self.location)
+        nnz = int(self.C.nnz) if hasattr(self.C, "nnz") else int(np.prod(self.C.shape))
+        return dict(self.meta, index=self.index, rows=(self.r0, self.r1), nnz=nnz, nbytes=self.nbytes,
+                    location=self.location)
 
     def __getstate__(self):   # travels as host data (see the module's docstring)
         return dict(index=self.index, r0=self.r0, r1=self.r1, C=self.host(), plan=self.plan, meta=self.meta,
                     panel_plans=self.panel_plans)
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__init__(**state)
 
 
-def spgemm_block(index: int, r0: int, r1: int, A_block, B: Operand, on: str, measure, spill_bytes,
-                 panel: str = "") -> Block:
-    """C[r0:r1] = A[r0:r1] @ B, planned here with this worker's statistics, then checked by row sums;
-    a failed check raises BlockCheckError (the block does not count). ``panel`` names B's column
-    panel in messages where B is one."""
+def place_block(index: int, r0: int, r1: int, rows, on: str) -> Block:
+    """Rows [r0, r1) of an operand (a SciPy CSR slice scattered here) placed where this worker
+    computes, to stay: copied to its GPU once, or kept on the host."""
     gpu = use_gpu(on)
-    t0 = time.perf_counter()
-    Bv, rowsums = B.placed(gpu)
-    A = _to_gpu(A_block) if gpu else A_block
-    _sync(gpu)
-    t1 = time.perf_counter()
-    p = make_plan(A, Bv, measure=measure)
-    t2 = time.perf_counter()
-    C = p.run(A, Bv)
-    _sync(gpu)
-    t3 = time.perf_counter()
-    products = products_per_row(A, Bv)
-    ok, worst = check_rowsums(A, C, rowsums, products, p.features.dtype)
-    t4 = time.perf_counter()
-    if not ok:
-        raise BlockCheckError(f"block {index} (rows {r0}-{r1}){panel}: the row sums of C differ from A @ (B @ 1) "
-                              f"by {worst:.3g}x the rounding tolerance (kernel {p.kernel} on {worker_address()})")
-    meta = dict(index=index, rows=(r0, r1), kernel=p.kernel, reasons=tuple(p.reasons), backend=p.backend,
-                device=p.device, worker=worker_address(), products=int(p.features.products),
-                place_s=t1 - t0, plan_s=t2 - t1, kernel_s=t3 - t2, check_s=t4 - t3, check_worst=worst)
-    block = Block(index, r0, r1, C, p, meta)
-    if gpu:
-        budget = spill_bytes if spill_bytes is not None else int(SPILL_FRACTION * _gpu_total_bytes())
-        REGISTRY.add(block, budget)
-    return block
-
-
-def _gpu_total_bytes() -> int:
-    return int(cupy_module().cuda.Device().mem_info[1])
+    t = time.perf_counter()
+    M = where(rows, gpu)
+    sync(gpu)
+    return Block(index, r0, r1, M, None, dict(worker=worker_address(), place_s=time.perf_counter() - t,
+                                               kernel=None, reasons=()))
 
 
 def block_info(block: Block) -> dict:
@@ -188,8 +223,13 @@ def block_info(block: Block) -> dict:
     return dict(block.info(), plan=block.plan, panel_plans=block.panel_plans)
 
 
+def block_infos(*blocks) -> list:
+    """The records of several blocks of one worker, in one task (one round trip for all)."""
+    return [block_info(b) for b in blocks]
+
+
 def block_host(block: Block):
-    """The block's C as a SciPy CSR matrix, for the client."""
+    """The block's rows as a SciPy CSR matrix or NumPy array, for the client."""
     return block.host()
 
 
@@ -198,68 +238,5 @@ def block_location(block: Block) -> str:
     return block.location
 
 
-class Resident:
-    """Rows [r0, r1) of A placed on a worker with their bound plans, one per (columns of X, dtype),
-    kept between calls of a DistributedOperator; planned on first use of each X shape."""
-
-    def __init__(self, index: int, r0: int, r1: int, A_block, on: str, reuse: int, measure):
-        self.index, self.r0, self.r1, self.on, self.reuse, self.measure = index, r0, r1, on, reuse, measure
-        self.gpu = use_gpu(on)
-        self.A = _to_gpu(A_block) if self.gpu else A_block
-        self.bound = {}   # (k, dtype) -> (BoundPlan, seconds its planning and binding took)
-        self._lock = threading.Lock()
-
-    def _bound_for(self, X):
-        key = (1 if X.ndim == 1 else X.shape[1], np.dtype(X.dtype).str)
-        with self._lock:   # two tasks of one worker may meet this block at once
-            if key not in self.bound:
-                t = time.perf_counter()
-                b = make_plan(self.A, X, reuse=self.reuse, measure=self.measure).bind(self.A)
-                self.bound[key] = (b, time.perf_counter() - t)
-            return self.bound[key][0]
-
-    def apply(self, X: Operand):
-        """(this block's rows of A @ X on the host, figures of the call)."""
-        t0 = time.perf_counter()
-        Xv, _ = X.placed(self.gpu)
-        b = self._bound_for(Xv)
-        _sync(self.gpu)
-        t1 = time.perf_counter()
-        Y = b(Xv)
-        _sync(self.gpu)
-        t2 = time.perf_counter()
-        Y = to_host(Y)
-        return Y, dict(index=self.index, kernel=b.plan.kernel, place_s=t1 - t0, kernel_s=t2 - t1,
-                       fetch_s=time.perf_counter() - t2, worker=worker_address())
-
-    def plans(self) -> list:
-        return [dict(index=self.index, rows=(self.r0, self.r1), k=k, dtype=np.dtype(dt).name,
-                     kernel=b.plan.kernel, reasons=tuple(b.plan.reasons), backend=b.plan.backend,
-                     device=b.plan.device, worker=worker_address(), nbytes=b.nbytes, plan_s=plan_s)
-                for (k, dt), (b, plan_s) in sorted(self.bound.items())]
-
-    def __getstate__(self):   # moves as host data; its plans are made again where it lands
-        return dict(index=self.index, r0=self.r0, r1=self.r1, on=self.on, reuse=self.reuse, measure=self.measure,
-                    A=to_host(self.A))
-
-    def __setstate__(self, state):
-        A = state.pop("A")
-        self.__init__(A_block=A, **state)
-
-
-def make_resident(index, r0, r1, A_block, on, reuse, measure) -> Resident:
-    return Resident(index, r0, r1, A_block, on, reuse, measure)
-
-
-def resident_summary(resident: Resident) -> dict:
-    """Where block ``resident`` lives: rows, nonzeros, bytes, worker and "gpu" or "host"."""
-    return dict(index=resident.index, rows=(resident.r0, resident.r1), nnz=int(resident.A.nnz),
-                nbytes=_nbytes(resident.A), worker=worker_address(), location="gpu" if resident.gpu else "host")
-
-
-def apply_resident(resident: Resident, X: Operand):
-    return resident.apply(X)
-
-
-def resident_plans(resident: Resident) -> list:
-    return resident.plans()
+def block_plans(block: Block) -> list:
+    return block.bound_plans()

@@ -24,4 +24,9 @@ def test_cpu_run_writes_the_schema(tmp_path, capsys):
         assert r["correct"] is True and r["gpus"] == 2 and r["products"] > 0
         assert r["speedup"] == pytest.approx(r["one_gpu_ms"] / r["ms"])
         assert r["kernel_ms"] >= 0 and r["overhead_ms"] >= 0 and r["scatter_ms"] >= 0
+        assert r["first_ms"] > 0 and r["one_gpu_first_ms"] > 0 and r["distribute_ms"] > 0
+        assert r["first_speedup"] == pytest.approx(r["one_gpu_first_ms"] / r["first_ms"])
+        assert r["planned_steady"] == 0 and r["first_plan_sum_ms"] > 0   # plans made once, in the first call
+        assert r["run_ms"] >= r["kernel_ms"] and r["ms"] >= r["run_ms"]
     assert doc["rows"][0]["products"] > doc["rows"][0]["blocks"] > 0
+    assert doc["rows"][1]["host_io_ms"] > 0 and doc["rows"][1]["k"] == 8

@@ -3,6 +3,7 @@ product either recomputes the lost blocks and returns a full, correct C, or fail
 error; it never returns a partial C as complete. The tests share one cluster of three workers
 and each kills one, in file order (the last runs on the one left)."""
 import os
+import re
 import signal
 
 import numpy as np
@@ -27,11 +28,11 @@ class KillOnFirstBlock(SchedulerPlugin):
     (a key with ``marker`` in it): the product's other blocks are still to run, and the killed
     worker takes its finished block and its scattered rows of A with it."""
 
-    def __init__(self, cluster, marker="-block-"):
+    def __init__(self, cluster, marker=r"matplan-spgemm-\w+-block-"):
         self.cluster, self.scheduler, self.marker, self.killed = cluster, cluster.scheduler, marker, None
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if self.killed or finish != "memory" or self.marker not in str(key):
+        if self.killed or finish != "memory" or not re.search(self.marker, str(key)):
             return
         ts = self.scheduler.tasks[key]
         address = next(iter(ts.who_has)).address

@@ -3,7 +3,9 @@ are threads of this process sharing its GPU, and on one worker process per GPU (
 a worker among them killed mid-product. Skipped without CuPy and a GPU, except the first test,
 which starts the Nanny-per-GPU cluster on the CPU with made-up device ids."""
 import os
+import re
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -87,6 +89,34 @@ def test_spmm_on_the_gpu_returns_cupy(cp, client, rng):
         np.testing.assert_allclose(op @ X[:, 0], A @ X[:, 0], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.gpu
+def test_resident_operands_on_the_gpu(cp, client, rng):
+    """A's blocks placed on the GPU once (from cupyx input), B and X replicated once; repeated
+    products plan nothing and equal SciPy's; Y stays on the workers until gathered."""
+    import cupyx.scipy.sparse as csp
+    A, B = messy_csr(rng, 3000, 2000), random_csr(rng, 2000, 1500, 0.01)
+    Br = md.replicate(csp.csr_matrix(B), client=client)
+    Ad = md.DistributedCSR.from_matrix(csp.csr_matrix(A), client=client, balance=Br, on="gpu")
+    assert {i["location"] for i in Ad.blocks_info()} == {"gpu"}
+    C1 = md.spgemm(Ad, Br, on="gpu")
+    C2 = md.spgemm(Ad, Br, on="gpu")
+    assert C1.timings["planned"] == len(Ad) and C2.timings["planned"] == 0
+    assert all(p["backend"] == "gpu" for p in C2.plans)
+    _assert_same(C1, A, B)
+    _assert_same(C2, A, B)
+    X = rng.random((2000, 4))
+    S = md.DistributedCSR.from_matrix(A, client=client, on="gpu")
+    Y = md.spmm(S, md.replicate(cp.asarray(X), client=client), on="gpu")
+    assert {i["location"] for i in Y.blocks_info(refresh=True)} == {"gpu"}
+    Yg = Y.to_cupy()
+    assert isinstance(Yg, cp.ndarray)
+    np.testing.assert_allclose(Yg.get(), A @ X, rtol=1e-12, atol=1e-12)
+    A2 = random_csr(rng, 2000, 2000, 0.002)
+    with md.DistributedOperator(A2, client=client, on="gpu") as op:
+        Z = op @ (op @ md.replicate(X, client=client))        # X assembled on each worker from Y's blocks
+        np.testing.assert_allclose(Z.gather(), A2 @ (A2 @ X), rtol=1e-12, atol=1e-12)
+
+
 # ---- one worker process per GPU (2 GPUs or more) ----
 
 def _two_gpus():
@@ -125,7 +155,7 @@ class KillOnFirstBlock(SchedulerPlugin):
         self.cluster, self.scheduler, self.killed = cluster, cluster.scheduler, None
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if self.killed or finish != "memory" or "-block-" not in str(key):
+        if self.killed or finish != "memory" or not re.search(r"matplan-spgemm-\w+-block-", str(key)):
             return
         address = next(iter(self.scheduler.tasks[key].who_has)).address
         for nanny in self.cluster.workers.values():
@@ -172,3 +202,31 @@ def test_gpu_worker_lost_without_retries_fails_clearly(gpu_cluster, rng):
     A, B = _problem(rng)
     with pytest.raises(md.DistributedProductError, match="no partial result"):
         _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=0))
+
+
+@pytest.mark.gpu
+def test_gpu_resident_operands_survive_a_lost_worker(gpu_cluster, rng):
+    """Resident A on two GPU workers, B replicated: the second product plans nothing; after the
+    worker holding block 0 is SIGKILLed (its nanny starts a fresh one) the block is rebuilt from the
+    client's A and the product is complete and equal to SciPy's."""
+    c, client = gpu_cluster
+    client.wait_for_workers(2, timeout=120)
+    A, B = _problem(rng)
+    Br = md.replicate(B, client=client)
+    Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, on="gpu")
+    assert len({i["worker"] for i in Ad.blocks_info()}) == 2 and {i["location"] for i in Ad.blocks_info()} == {"gpu"}
+    md.spgemm(Ad, Br, on="gpu")
+    C = md.spgemm(Ad, Br, on="gpu")
+    assert C.timings["planned"] == 0 and C.timings["workers_used"] == 2
+    _assert_same(C, A, B)
+    f = Ad.future(0)
+    victim = next(iter(client.who_has([f])[f.key]))
+    for nanny in list(c.workers.values()):
+        if nanny.worker_address == victim:
+            os.kill(nanny.process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and f.status == "finished":
+        time.sleep(0.1)
+    C = md.spgemm(Ad, Br, on="gpu")
+    _assert_same(C, A, B)
+    assert Ad.blocks_info()[0]["worker"] != victim

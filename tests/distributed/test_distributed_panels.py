@@ -7,7 +7,7 @@ distributed = pytest.importorskip("dask.distributed")
 import matplan  # noqa: E402
 import matplan.distributed as md  # noqa: E402
 from matplan.distributed import panels as panels_mod  # noqa: E402
-from matplan.distributed import worker as worker_mod  # noqa: E402
+from matplan.distributed import block_tasks as worker_mod  # noqa: E402
 from conftest import lossy_plans, messy_csr, random_csr  # noqa: E402
 
 

@@ -58,7 +58,7 @@ def test_empty_block_and_mixed_dtypes(client, rng):
 def test_operator_keeps_blocks_and_plans_resident(client, rng):
     A = random_csr(rng, 500, 500, 0.02)
     with md.DistributedOperator(A, client=client, nblocks=4) as op:
-        residents = [live.get().key for live in op._residents]
+        residents = [op.matrix.future(i).key for i in range(len(op.matrix))]
         x = rng.random(500)
         for _ in range(3):
             y = op @ x
@@ -70,7 +70,7 @@ def test_operator_keeps_blocks_and_plans_resident(client, rng):
         assert len(op.plans) == 8                                    # one more plan per block for k = 3
         first = {(p["index"], p["k"]): p["plan_s"] for p in plans}
         assert all(first[p["index"], p["k"]] == p["plan_s"] for p in op.plans if p["k"] == 1)   # not re-planned
-        assert [live.get().key for live in op._residents] == residents   # the same blocks, never sent again
+        assert [op.matrix.future(i).key for i in range(len(op.matrix))] == residents   # the blocks never sent again
         assert all(info["worker"] in client.nthreads() for info in op.blocks_info())
         assert "resident" in repr(op) and op.last_kernels == ["cpu.scipy"] * 4
         assert op.last_timings["overhead_s"] >= 0

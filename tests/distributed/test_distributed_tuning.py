@@ -117,13 +117,24 @@ def test_gpu_resource_workers_run_one_problem_at_a_time(tmp_path):
     assert sorted(probs.values()) == sorted(u.key for u in units)
 
 
-def test_cli_scheduler_local(tmp_path, capsys):
+def test_cli_scheduler_local(tmp_path, capsys, monkeypatch):
+    """`matplan tune --scheduler local` runs on matplan.distributed.local_cluster (the CLI wires it)."""
+    import matplan.distributed as md
+    started = []
+    real = md.local_cluster
+
+    def spy(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+    monkeypatch.setattr(md, "local_cluster", spy)
     db = tmp_path / "c.sqlite"
     rc = matplan_cli.main(["tune", "--backend", "cpu", "--scheduler", "local", "--n-jobs", "2", "--size", "small",
                            "--family", "banded", "--ops", "spmv", "--dtype", "float64", "--repeats", "2",
                            "--warmup", "0", "--budget", "0.2", "--no-progress", "--db", str(db)])
     out = capsys.readouterr()
     assert rc == 0 and "tuned 1 problems" in out.out
+    assert len(started) == 1 and started[0].kind == "cpu" and started[0].n_workers == 0   # closed after the run
+    assert "matplan tune: started <matplan local cluster: 2 CPU workers" in out.err
     rows, probs = _records(db)
     assert len(probs) == 1
     assert rows and all(t.matched for t in rows)

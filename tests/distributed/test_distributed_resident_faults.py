@@ -1,0 +1,111 @@
+"""Workers lost with resident blocks of A (a process LocalCluster, SciPy path): a block is rebuilt
+from the host matrix the client keeps and the product is complete and correct, or, distributed
+without its source, the product fails with a clear error; never a partial result. The tests share
+one cluster of four workers and each kills one."""
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("dask.distributed")
+import matplan.distributed as md  # noqa: E402
+from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
+from conftest import random_csr  # noqa: E402
+
+
+def _crash(nanny):
+    """SIGKILL the worker process; its nanny is told not to start another."""
+    nanny.close_gracefully()
+    os.kill(nanny.process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        with distributed.Client(c) as client:
+            client.wait_for_workers(4)
+            yield c, client
+
+
+def _problem(rng):
+    return random_csr(rng, 600, 400, 0.02), random_csr(rng, 400, 300, 0.02)
+
+
+def _kill_holder(c, client, future):
+    """Crash the worker holding ``future``'s data and wait until the client knows it is gone."""
+    victim = next(iter(client.who_has([future])[future.key]))
+    for nanny in list(c.workers.values()):
+        if nanny.worker_address == victim:
+            _crash(nanny)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (victim in client.nthreads() or future.status == "finished"):
+        time.sleep(0.05)
+    assert victim not in client.nthreads()
+    return victim
+
+
+class KillOnFirstSpgemmBlock(SchedulerPlugin):
+    """Kills the worker that has just finished the first SpGEMM block task of a product."""
+
+    def __init__(self, cluster):
+        self.cluster, self.scheduler, self.killed = cluster, cluster.scheduler, None
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if self.killed or finish != "memory" or not re.search(r"matplan-spgemm-\w+-block-", str(key)):
+            return
+        address = next(iter(self.scheduler.tasks[key].who_has)).address
+        for nanny in self.cluster.workers.values():
+            if nanny.worker_address == address:
+                self.killed = address
+                _crash(nanny)
+
+
+def test_worker_lost_mid_product_on_resident_operands(cluster, rng):
+    c, client = cluster
+    A, B = _problem(rng)
+    Br = md.replicate(B, client=client)
+    Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=8)
+    plugin = KillOnFirstSpgemmBlock(c)
+    c.scheduler.add_plugin(plugin, name="kill-resident")
+    try:
+        C = md.spgemm(Ad, Br, retries=3)
+    finally:
+        c.scheduler.remove_plugin(name="kill-resident")
+    assert plugin.killed is not None
+    assert len(C) == 8 and all(info["check_worst"] <= 1.0 for info in C.blocks_info())
+    np.testing.assert_allclose(C.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
+    assert plugin.killed not in {info["worker"] for info in Ad.blocks_info()}   # A's lost blocks live elsewhere
+
+
+def test_resident_block_lost_is_rebuilt_from_its_source(cluster, rng):
+    c, client = cluster
+    A, B = _problem(rng)
+    Br = md.replicate(B, client=client)
+    Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4)
+    C1 = md.spgemm(Ad, Br)
+    victim = _kill_holder(c, client, Ad.future(0))
+    C2 = md.spgemm(Ad, Br)                          # block 0 of A sent again from the client's A
+    np.testing.assert_allclose(C2.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
+    assert Ad.blocks_info()[0]["worker"] != victim
+    np.testing.assert_allclose(C1.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
+    X = rng.random((400, 3))
+    np.testing.assert_allclose(md.spmm(Ad, X), A @ X, rtol=1e-12)
+
+
+def test_resident_block_lost_without_its_source_is_a_clear_error(cluster, rng):
+    c, client = cluster
+    A, B = _problem(rng)
+    Br = md.replicate(B, client=client)
+    Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4, keep_source=False)
+    C = md.spgemm(Ad, Br)
+    np.testing.assert_allclose(C.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
+    _kill_holder(c, client, Ad.future(0))
+    with pytest.raises(md.DistributedProductError, match="lost with its worker.*keep_source=False"):
+        md.spgemm(Ad, Br)
+    with pytest.raises(md.DistributedProductError, match="keep_source=False"):
+        md.spmm(Ad, np.ones(400))
+    with pytest.raises(md.DistributedProductError, match="keep_source=False"):
+        Ad.to_scipy()
