@@ -1,13 +1,16 @@
-"""Fit SpTRANS's whole-call cost models (matplan/models/sptrans.py METHOD_COSTS, LONG_COLUMN_BYTES,
-CUSPARSE_TRANSPOSE_COSTS) to a ``benchmarks/sptrans.py`` JSON: a fixed time plus bytes an
-entry of A (the radix method: an entry a pass) at the copy bandwidth measured in that run, by
-method and dtype, relative least squares
-(each call weighs by its own time). The segsort and radix methods are fitted on their plan runs
-(``*_graph_ms``: the launches replayed as a CUDA graph, what ``plan.run`` pays), the segsort on
-the matrices whose longest column holds at most SHORT_COLUMNS entries; its long-column term is the
-median, over the others, of what the fit leaves per entry and doubling of the longest column past
-sptrans.BINS[0]. The merge method is fitted on ``transpose(A, method="merge")`` (not replayed) and
-cuSPARSE on CuPy's ``A.T.tocsr()``.
+"""Fit SpTRANS's cost models (matplan/models/sptrans.py FIRST_CALL_COSTS, REPLAY_COSTS,
+LONG_COLUMN_BYTES, CUSPARSE_TRANSPOSE_COSTS) to ``benchmarks/sptrans.py`` JSONs: a fixed time plus
+bytes an entry of A (the radix method: an entry a pass) plus bytes a column of A, at the copy
+bandwidth measured in that run, by model and dtype, relative least squares (each call weighs by
+its own time; a column term that comes out negative is dropped and the rest refitted).
+
+* First calls (``FIRST_CALL_COSTS``): ``transpose(A, method=...)``, nothing replayed (``*_ms``);
+  the segsort on the matrices whose longest column holds at most SHORT_COLUMNS entries, its
+  long-column term the median, over the others, of what the fit leaves per entry and doubling of
+  the longest column past sptrans.BINS[0].
+* Replays (``REPLAY_COSTS``): a plan's later runs on the same A (``segsort_graph_ms`` and
+  ``radix_graph_ms``: the graph's pattern replay, the same for both methods), pooled.
+* cuSPARSE: CuPy's ``A.T.tocsr()`` (``vendor_ms``).
 
     python3 benchmarks/sptrans_fit.py benchmarks/results/sptrans-<device>.json [more runs of one machine ...]
 
@@ -22,19 +25,24 @@ import sys
 import numpy as np
 
 SHORT_COLUMNS = 64
-#: model -> the JSON field of its time
-FIELDS = {"segsort": "segsort_graph_ms", "radix": "radix_graph_ms", "merge": "merge_ms", "cusparse": "vendor_ms"}
+#: model -> the JSON fields of its times
+FIELDS = {"segsort": ("segsort_ms",), "radix": ("radix_ms",), "merge": ("merge_ms",),
+          "replay": ("segsort_graph_ms", "radix_graph_ms"), "cusparse": ("vendor_ms",)}
 
 
 def fit(rows, field, times=lambda r: 1):
-    """(fixed seconds, bytes an entry, measured / model of each row) of
-    t = fixed + nnz * times(r) * b / bw (bw: the row's run's copy bandwidth, ``_bw``; times: the
-    radix method's passes, else 1)."""
+    """(fixed seconds, bytes an entry, bytes a column, measured / model of each row) of
+    t = fixed + (nnz * times(r) * b + n * c) / bw (bw: the row's run's copy bandwidth, ``_bw``;
+    times: the radix method's passes, else 1)."""
     t = np.array([r[field] * 1e-3 for r in rows])
     x = np.array([r["nnz"] * times(r) / r["_bw"] for r in rows])
-    (fixed, per_entry), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], 1) / t[:, None],
-                                             np.ones(len(rows)), rcond=None)
-    return fixed, per_entry, t / (fixed + x * per_entry)
+    y = np.array([r["n"] / r["_bw"] for r in rows])
+    for cols in ((np.ones_like(x), x, y), (np.ones_like(x), x)):
+        coef, *_ = np.linalg.lstsq(np.stack(cols, 1) / t[:, None], np.ones(len(rows)), rcond=None)
+        if len(coef) == 2 or coef[2] >= 0:
+            break
+    fixed, per_entry, per_col = (*coef, 0.0)[:3]
+    return fixed, per_entry, per_col, t / (fixed + x * per_entry + y * per_col)
 
 
 def main(paths):
@@ -48,20 +56,21 @@ def main(paths):
         results += [dict(r, _bw=bw) for r in doc["results"]]
     for dtype in ("float64", "float32"):
         rows = [r for r in results if r["dtype"] == dtype]
-        for model, field in FIELDS.items():
-            use = [r for r in rows if r.get(field)]
+        for model, fields in FIELDS.items():
+            use = [dict(r, _t=r[f]) for r in rows for f in fields if r.get(f) and r.get(f[:-2] + "correct", True)]
             if model == "segsort":
                 long_ = [r for r in use if r["max_col_nnz"] > SHORT_COLUMNS]
                 use = [r for r in use if r["max_col_nnz"] <= SHORT_COLUMNS]
-            if len(use) < 2:
-                print(f"{dtype} {model:<9} not fitted: {len(use)} timing(s) of {field}")
+            if len(use) < 3:
+                print(f"{dtype} {model:<9} not fitted: {len(use)} timing(s) of {fields}")
                 continue
             passes = (lambda r: radix_passes(r["n"])[0]) if model == "radix" else (lambda r: 1)
-            fixed, per_entry, ratio = fit(use, field, passes)
-            print(f"{dtype} {model:<9} ({fixed:.3e}, {per_entry:.1f}{' a pass' if model == 'radix' else ''})  "
-                  f"measured/model {ratio.min():.2f}-{ratio.max():.2f} over {len(use)}")
+            fixed, per_entry, per_col, ratio = fit(use, "_t", passes)
+            print(f"{dtype} {model:<9} ({fixed:.3e}, {per_entry:.1f}, {per_col:.1f})"
+                  f"{'  bytes an entry a pass' if model == 'radix' else ''}  measured/model {ratio.min():.2f}-"
+                  f"{ratio.max():.2f} over {len(use)}")
             if model == "segsort" and long_:
-                extra = [(r[field] * 1e-3 - fixed - r["nnz"] * per_entry / r["_bw"]) * r["_bw"]
+                extra = [(r["_t"] * 1e-3 - fixed - (r["nnz"] * per_entry + r["n"] * per_col) / r["_bw"]) * r["_bw"]
                          / (r["nnz"] * math.log2(r["max_col_nnz"] / BINS[0])) for r in long_]
                 print(f"{dtype} segsort long-column bytes an entry a doubling: median {np.median(extra):.1f} "
                       f"({min(extra):.1f}-{max(extra):.1f} over {len(long_)})")

@@ -10,7 +10,7 @@ the same two figures for CuPy's A.T.tocsr(), on the sptrans.py matrices (float64
   benchmarks/sptrans.py times it); ``fused_queued_us``: the same behind a spin kernel (GPU time
   only, host overhead hidden); ``merge_fused_us`` / ``merge_queued_us``: the same for
   ``method="merge"``; ``radix_gpu_us`` / ``radix_queued_us`` / ``radix_fused_us`` /
-  ``radix_host_us``: the same for ``method="radix"`` (phases count, scan, pass0, pass1, ...).
+  ``radix_host_us``: the same for ``method="radix"`` (phases digits, pass0, pass1, ..., bounds).
 * ``host_us``: wall time of the call on the host (returns without waiting for the GPU);
   ``vendor_host_us`` likewise for A.T.tocsr().
 
@@ -40,7 +40,7 @@ def _spin(cp):
 
 
 def phases(cp, st, A, spin, reps, method="segsort"):
-    per = collections.defaultdict(list)   # phase names as the marks give them (radix: count, scan, pass0, ...)
+    per = collections.defaultdict(list)   # phase names as the marks give them (radix: digits, pass0, ..., bounds)
     queued = []
     for _ in range(reps + 2):
         evs = []
@@ -128,12 +128,12 @@ def main(argv=None):
         print(f"{r['matrix']:<24} {r['nnz']:>8} " + " ".join(f"{r['gpu_us'][c]:8.1f}" for c in cols)
               + f" {r['fused_queued_us']:7.1f} {r['fused_us']:7.1f} {r['host_us']:6.1f} {r['vendor_us']:7.1f}"
               f" {r['vendor_host_us']:8.1f} {r['vendor_us'] / r['fused_us']:5.2f} {r['merge_fused_us']:7.1f}")
-    print("radix: " + f"{'matrix':<24} {'passes':>6} {'count':>7} {'scan':>7} {'passes':>7} {'queued':>7} "
+    print("radix: " + f"{'matrix':<24} {'passes':>6} {'digits':>7} {'bounds':>7} {'passes':>7} {'queued':>7} "
           f"{'fused':>7} {'host':>6} {'x':>5}")
     for r in rows:
         g = r["radix_gpu_us"]
         npass = sum(1 for k in g if k.startswith("pass"))
-        print(f"radix: {r['matrix']:<24} {npass:>6} {g['count']:7.1f} {g['scan']:7.1f} "
+        print(f"radix: {r['matrix']:<24} {npass:>6} {g['digits']:7.1f} {g['bounds']:7.1f} "
               f"{sum(v for k, v in g.items() if k.startswith('pass')):7.1f} {r['radix_queued_us']:7.1f} "
               f"{r['radix_fused_us']:7.1f} {r['radix_host_us']:6.1f} {r['vendor_us'] / r['radix_fused_us']:5.2f}")
     for key, label in (("fused_us", "auto, the default"), ("radix_fused_us", "radix"), ("merge_fused_us", "merge")):

@@ -2,8 +2,9 @@
 segmented merge (:mod:`matplan.kernels.sptrans`), and the fitted constants of each method and of
 the cuSPARSE candidate (csr2csc).
 
-The constants are fitted by benchmarks/sptrans_fit.py on runs of benchmarks/sptrans.py on an H100
-(14 matrices a run): a fixed time plus bytes an entry of A at the copy bandwidth.
+The constants are fitted by benchmarks/sptrans_fit.py on runs of benchmarks/sptrans.py on an H100:
+a fixed time plus bytes an entry and a column of A at the copy bandwidth, for a first call and for
+a plan's later (replayed) runs on the same A.
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ RADIX_NNZ_LIMIT = 2**30
 #: rmat-scale17 (mean 14.8) 1.01 / 0.54, ice40 (22) 1.02 / 0.68; banded (17, no long column) 1.06
 #: / 1.68 is the case this rule gets wrong (the planner, which knows the longest column, does not).
 RADIX_MEAN_COLUMN = 14
+#: ... and for wide matrices (n >= RADIX_WIDE m: short columns on average, but a doc-term matrix's
+#: common terms are columns of tens of thousands of entries, which the shape does not show and the
+#: segsort sorts by merge rounds). H100 GPU time, segsort / radix, float64, 47k x 755k with 1.8M
+#: nonzeros: doc-term (Zipf columns, longest 33,070) 616 / 173 us, uniform 196 / 191; wordnet's
+#: transpose (54k x 118k) 156 / 148.
+RADIX_WIDE = 2
 
 
 def radix_passes(n: int) -> tuple:
@@ -34,11 +41,12 @@ def radix_passes(n: int) -> tuple:
     return passes, -(-bits // passes)
 
 
-def auto_method(n: int, nnz: int) -> str:
+def auto_method(m: int, n: int, nnz: int) -> str:
     """method="auto"'s choice from the shape alone (no host synchronisation): "radix" when its
-    passes are at most two (n <= 2^16) or the mean column is long (nnz / n >= RADIX_MEAN_COLUMN),
-    where the segsort's per-column sorts dominate; else "segsort", whose work on short columns is
-    less than three radix passes. nnz >= RADIX_NNZ_LIMIT: "segsort".
+    passes are at most two (n <= 2^16), the mean column is long (nnz / n >= RADIX_MEAN_COLUMN),
+    where the segsort's per-column sorts dominate, or A is wide (n >= RADIX_WIDE m), where long
+    columns cannot be ruled out; else "segsort", whose work on short columns is less than three
+    radix passes. nnz >= RADIX_NNZ_LIMIT: "segsort".
 
     The segsort's cost grows with long columns (bitonic sorts, merge rounds), the radix method's
     with log2(n) (its passes). H100, GPU time queued, float64, segsort / radix: Poisson 104 / 149
@@ -46,24 +54,28 @@ def auto_method(n: int, nnz: int) -> str:
     gene_go 536 / 139."""
     if nnz >= RADIX_NNZ_LIMIT:
         return "segsort"
-    return "radix" if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n else "segsort"
+    if radix_passes(n)[0] <= 2 or nnz >= RADIX_MEAN_COLUMN * n or n >= RADIX_WIDE * m:
+        return "radix"
+    return "segsort"
 
 
-# --- fitted costs of a plan's run ----------------------------------------------
-#: By method and dtype: (fixed seconds, bytes an entry of A at the copy bandwidth; the radix
-#: method: bytes an entry a pass), relative least squares over two runs. The segsort and radix
-#: methods are fitted on plan runs (the launches replayed as a CUDA graph): the segsort on the
-#: matrices whose longest column holds at most 64 entries (measured / model 0.84-1.46), the radix
-#: method on all (0.82-1.27; a fee an entry, not a pass, left 0.75-1.41); the merge on
-#: transpose(A, method="merge") calls (0.79-1.77).
-METHOD_COSTS = {"segsort": {"float64": (76.1e-6, 66.3), "float32": (74.2e-6, 57.6)},
-                "radix": {"float64": (55.7e-6, 54.1), "float32": (54.6e-6, 46.7)},
-                "merge": {"float64": (117.4e-6, 424.1), "float32": (110.9e-6, 420.9)}}
+# --- fitted costs -----------------------------------------------------------------
+#: First calls (``transpose(A, method=...)``, what a plan's first run on an A pays), by method and
+#: dtype: (fixed seconds, bytes an entry of A (the radix method: an entry a pass), bytes a column
+#: of A) at the copy bandwidth, relative least squares (benchmarks/sptrans_fit.py): the segsort on
+#: the matrices whose longest column holds at most 64 entries, the others on all.
+FIRST_CALL_COSTS = {"segsort": {"float64": (98.8e-6, 57.5, 135.8), "float32": (96.5e-6, 50.1, 115.6)},
+                    "radix": {"float64": (71.3e-6, 57.1, 99.0), "float32": (69.4e-6, 49.8, 123.5)},
+                    "merge": {"float64": (101.9e-6, 424.3, 209.5), "float32": (97.6e-6, 419.8, 186.2)}}
 #: ... and the segmented sort's long rows of A.T (warp, block and merge sorts): bytes an entry of A
-#: per doubling of the longest column past BINS[0], the median over the seven matrices whose
-#: longest column holds 600-59,512 entries (48 B; 35-125 over those seven).
-LONG_COLUMN_BYTES = 48.0
+#: per doubling of the longest column past BINS[0], the median over the matrices whose longest
+#: column holds more than 64 entries.
+LONG_COLUMN_BYTES = 63.0
+#: A plan's later runs on the same A (pattern replays of the segsort's or the radix method's graph:
+#: A's pattern checked, its values gathered), by dtype: (fixed seconds, bytes an entry, bytes a
+#: column) at the copy bandwidth.
+REPLAY_COSTS = {"float64": (32.8e-6, 39.6, 38.1), "float32": (38.6e-6, 27.3, 26.0)}
 
-#: cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``): (fixed seconds, bytes an entry of A at the
-#: copy bandwidth) by dtype, relative least squares over two runs (measured / model 0.87-1.16).
-CUSPARSE_TRANSPOSE_COSTS = {"float64": (135.4e-6, 177.5), "float32": (126.4e-6, 183.7)}
+#: cuSPARSE's csr2csc through CuPy (``A.T.tocsr()``), every call: (fixed seconds, bytes an entry of
+#: A, bytes a column) at the copy bandwidth, by dtype.
+CUSPARSE_TRANSPOSE_COSTS = {"float64": (101.0e-6, 185.4, 141.1), "float32": (111.8e-6, 164.3, 116.4)}

@@ -15,11 +15,11 @@ from .. import _cuda
 #: Each source file and the kernels compiled from it (template instantiations by name).
 SOURCES = {
     "sptrans/merge.cu": ("spt_place", "spt_sort<float>", "spt_sort<double>"),
-    "sptrans/count_scan.cu": ("spt_count<true>", "spt_count<false>", "spt_scan"),
+    "sptrans/count_scan.cu": ("spt_count", "spt_scan"),
     "sptrans/segsort.cu": ("spt_scatter", "spt_sort_short<float>", "spt_sort_short<double>",
                            "spt_sort_big<float>", "spt_sort_big<double>", "spt_merge_long<float>",
                            "spt_merge_long<double>"),
-    "sptrans/radix.cu": ("spt_radix_pass<float>", "spt_radix_pass<double>"),
+    "sptrans/radix.cu": ("spt_digits", "spt_radix_pass<float>", "spt_radix_pass<double>", "spt_bounds"),
     "sptrans/replay.cu": ("spt_same", "spt_positions", "spt_src", "spt_finish<float>", "spt_finish<double>"),
 }
 #: The source file of each kernel (by its name without template arguments).
@@ -36,8 +36,10 @@ PHASES = ("count", "scan", "scatter", "sort_short", "sort_big", "merge_long")
 #: (warp) and SEG_BLOCK_KEYS (block).
 SHORT_LIMIT, WARP_LIMIT, BLOCK_LIMIT = 32, 512, 4096
 CNT_CHUNK, SCAN_TILE, SHORT_BLOCK, BIG_BLOCK, MERGE_BLOCK = 2048, BLOCK * ITEMS, 128, 256, 512
-_CTRL = 8   # merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium, long, huge
-SEG_N_LIVE = 5   # control word of A.T's indptr[n] (spt_scan's copy, which the radix passes read)
+#: control words: merge: barrier, bad-index flag, longest column; segsort: bad, tile counter, medium,
+#: long, huge; radix: bad, valid entries (SEG_N_LIVE)
+_CTRL = 8
+SEG_N_LIVE = 5   # control word of the valid entries (spt_digits' count, which the radix passes read)
 #: keys a block of spt_radix_pass ranks (SPT_BLOCK x RDX_ITEMS)
 RADIX_TILE = BLOCK * 8
 INT32_MAX = int(np.iinfo(np.int32).max)
@@ -69,9 +71,8 @@ class _Kernels:
 
         def packed_typed(name):
             return {ct: _cuda.packed(f, SOURCE_OF[name], name) for ct, f in typed(name).items()}
-        # spt_count with ranks (the segsort) and without (the radix method: reductions, no waits)
-        self.count = {ranks: packed(f"spt_count<{str(ranks).lower()}>") for ranks in (True, False)}
-        self.scan, self.scatter = packed("spt_scan"), packed("spt_scatter")
+        self.count, self.scan, self.scatter = packed("spt_count"), packed("spt_scan"), packed("spt_scatter")
+        self.digits, self.bounds = packed("spt_digits"), packed("spt_bounds")   # the radix method's first and last
         self.same, self.finish = packed("spt_same"), packed_typed("spt_finish")   # pattern replays
         self.positions, self.src = packed("spt_positions"), packed("spt_src")
         self.sort_short, self.sort_big = packed_typed("spt_sort_short"), packed_typed("spt_sort_big")

@@ -1,15 +1,14 @@
-// Column counts and A^T's indptr: the first two launches of the segsort (segsort.cu) and of the
-// radix method (radix.cu), sptrans.transpose(method="segsort" / "radix").
+// Column counts and A^T's indptr: the first two launches of the segsort (segsort.cu),
+// sptrans.transpose(method="segsort").
 //   spt_count      : per-block shared-memory hash aggregation of column counts (one global atomic
 //                    per distinct column of a 2048-entry chunk instead of one per entry: hot
 //                    columns no longer serialise thousands of atomics on one word), into the
-//                    zeroed workspace; each entry's rank in its column (arbitrary order; the
-//                    segsort only)
+//                    zeroed workspace; each entry's rank in its column (arbitrary order)
 //   spt_scan       : single-pass scan (decoupled look-back) of the counts into A^T's indptr (an
-//                    allocation of its own, not zeroed); segsort: columns binned by length: ids of
+//                    allocation of its own, not zeroed), and the columns binned by length: ids of
 //                    medium ones (short_max < L <= warp_max) to the front of seg_list, of long ones
 //                    (warp_max < L <= cap) to its back, of huge ones (L > warp_max and L > cap)
-//                    to huge_list; radix: each pass's digit histogram
+//                    to huge_list
 // tests/sptrans_reference.py ports each kernel (segsort_* functions).
 
 #include "common.cuh"
@@ -23,10 +22,8 @@
 #define SEG_CNT_PROBES 4
 #define SEG_SCAN_TILE (SPT_BLOCK * SPT_ITEMS)
 
-// RANKS (the segsort): also each entry's rank in its column, to rank[]; without (the radix method,
-// rank unused) every atomic is a reduction whose old value nobody waits for.
-template <bool RANKS>
-__global__ void __launch_bounds__(SEG_CNT_BLOCK)
+// Also each entry's rank in its column, to rank[].
+extern "C" __global__ void __launch_bounds__(SEG_CNT_BLOCK)
 spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, int* rank, int* ctrl, const unsigned* __restrict__ only_if) {
     if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ int s_col[SEG_CNT_HASH];
@@ -52,15 +49,11 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
                     const int prev = atomicCAS(&s_col[hh], -1, col);
                     if (prev == -1 || prev == col) {
                         slot[k] = hh;
-                        if (RANKS) loc[k] = atomicAdd(&s_cnt[hh], 1);
-                        else atomicAdd(&s_cnt[hh], 1);
+                        loc[k] = atomicAdd(&s_cnt[hh], 1);
                         break;
                     }
                 }
-                if (slot[k] == -1) {   // table crowded
-                    if (RANKS) loc[k] = atomicAdd(&counts[col + 1], 1);
-                    else atomicAdd(&counts[col + 1], 1);
-                }
+                if (slot[k] == -1) loc[k] = atomicAdd(&counts[col + 1], 1);   // table crowded
             }
         }
     }
@@ -68,21 +61,15 @@ spt_count(const int* __restrict__ indices, long long nnz, int n, int* counts, in
     for (int i = threadIdx.x; i < SEG_CNT_HASH; i += SEG_CNT_BLOCK) {   // one atomic per column
         const int c = s_col[i];
         if (c < 0) continue;
-        if (RANKS) s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
-        else atomicAdd(&counts[c + 1], s_cnt[i]);
+        s_cnt[i] = atomicAdd(&counts[c + 1], s_cnt[i]);
     }
-    if (RANKS) {
-        __syncthreads();
+    __syncthreads();
 #pragma unroll
-        for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
-            if (slot[k] == -2) continue;
-            rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
-        }
+    for (int k = 0; k < SEG_CNT_ITEMS; ++k) {
+        if (slot[k] == -2) continue;
+        rank[e0 + (long long)k * SEG_CNT_BLOCK] = slot[k] >= 0 ? s_cnt[slot[k]] + loc[k] : loc[k];
     }
 }
-
-template __global__ void spt_count<true>(const int*, long long, int, int*, int*, int*, const unsigned*);
-template __global__ void spt_count<false>(const int*, long long, int, int*, int*, int*, const unsigned*);
 
 // Decoupled look-back (Merrill & Garland) by a whole block: the exclusive prefix of tile `tile`
 // whose own sum is `total`, returned to every thread of the block (all must call it).
@@ -128,20 +115,15 @@ __device__ __forceinline__ long long lookback_prefix(unsigned long long* status,
 // counts[0..n] (counts[0] == 0, counts[1 + j] = count of column j) -> their inclusive prefix sums
 // in indptr[0..n] (A^T's indptr: its own allocation, which needs no zeroing). status:
 // one zeroed word a tile (lookback_prefix's: value << 2 | flag, 1: the tile's sum, 2: inclusive
-// prefix), read back by the whole block. ctrl[SEG_N_LIVE] also gets indptr[n] (the radix passes
-// read it there: a replayed graph's passes then name no output array, SpTrans.runner).
-// hist (radix method; null: none): hist[p * RDX_BINS + d] (+)= entries of the columns whose pass-p
-// digit ((j >> p * bits) & (2^bits - 1)) is d, for p < passes: per column, not per entry.
-extern "C" __global__ void __launch_bounds__(SPT_BLOCK)
+// prefix), read back by the whole block. At least 5 blocks an SM: 40 registers, no spills (58
+// without the bound).
+extern "C" __global__ void __launch_bounds__(SPT_BLOCK, 5)
 spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* status, int* ctrl, int* seg_list,
-         int* huge_list, int short_max, int warp_max, int cap, int* hist, int passes, int bits, const unsigned* __restrict__ only_if) {
+         int* huge_list, int short_max, int warp_max, int cap, const unsigned* __restrict__ only_if) {
     if (only_if && !*only_if) return;   // a pattern replay's full path: only where A's pattern changed
     __shared__ int s_warp[SPT_BLOCK / 32];
     __shared__ int s_tile, s_base[3];
-    __shared__ int s_hist[RDX_MAX_PASSES * RDX_BINS];
     if (threadIdx.x == 0) s_tile = atomicAdd(ctrl + SEG_TILE_CTR, 1);   // tiles in start order
-    if (hist)
-        for (int i = threadIdx.x; i < RDX_MAX_PASSES * RDX_BINS; i += SPT_BLOCK) s_hist[i] = 0;
     __syncthreads();
     const int t = s_tile;
     const long long len = (long long)n + 1;
@@ -153,10 +135,6 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         const long long i = i0 + k;
         v[k] = i < len ? counts[i] : 0;
         sum += v[k];
-        if (hist && i >= 1 && i < len && v[k]) {   // radix: column i - 1's entries to its digits
-            const int mask = (1 << bits) - 1;
-            for (int p = 0; p < passes; ++p) atomicAdd(&s_hist[p * RDX_BINS + (((int)(i - 1) >> (p * bits)) & mask)], v[k]);
-        }
         if (i >= 1 && i < len) {
             if (v[k] > warp_max && v[k] > cap) ++huge;
             else if (v[k] > warp_max) bins += 1 << 16;
@@ -174,9 +152,6 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         s_base[1] = (bin_total >> 16) ? atomicAdd(ctrl + SEG_N_LONG, bin_total >> 16) : 0;
         s_base[2] = huge_total ? atomicAdd(ctrl + SEG_N_HUGE, huge_total) : 0;
     }
-    if (hist)
-        for (int i = threadIdx.x; i < passes * RDX_BINS; i += SPT_BLOCK)
-            if (s_hist[i]) atomicAdd(&hist[i], s_hist[i]);
     __syncthreads();
     int run = prefix + excl;
     int med = s_base[0] + (bin_excl & 0xffff), lng = s_base[1] + (bin_excl >> 16), hg = s_base[2] + huge_excl;
@@ -186,7 +161,6 @@ spt_scan(const int* __restrict__ counts, int* __restrict__ indptr, int n, u64* s
         if (i < len) {
             run += v[k];
             indptr[i] = run;
-            if (i == n) ctrl[SEG_N_LIVE] = run;
             if (i >= 1) {
                 if (v[k] > warp_max && v[k] > cap) huge_list[hg++] = (int)(i - 1);
                 else if (v[k] > warp_max) seg_list[n - 1 - lng++] = (int)(i - 1);

@@ -5,17 +5,18 @@ A.T (n x m) with no host synchronisation (the result is assembled with cupyx's `
 which does not read the arrays back; cupyx's public ``csr_matrix((data, indices, indptr))`` waits
 for the GPU in CuPy 14.2). Three methods, whose launches :mod:`.launches` describes:
 
-``method="auto"`` (default): "radix" when it needs at most two passes (n <= 2^16) or the mean
-column holds at least RADIX_MEAN_COLUMN entries, else "segsort" (:func:`auto_method`, from the
-shape, so no host synchronisation). Deciding on the GPU instead (both kernel sets launched, the
-unchosen one returning at once) cost more host time than it saved: 0.94x CuPy's geomean against
-1.07x for the radix method alone. Plans choose from A's longest column instead (:mod:`.kernel`).
+``method="auto"`` (default): "radix" when it needs at most two passes (n <= 2^16), the mean
+column holds at least RADIX_MEAN_COLUMN entries or A is wide (n >= RADIX_WIDE m), else "segsort"
+(:func:`auto_method`, from the shape, so no host synchronisation). Deciding on the GPU instead
+(both kernel sets launched, the unchosen one returning at once) cost more host time than it
+saved: 0.94x CuPy's geomean against 1.07x for the radix method alone. Plans choose from A's longest column instead (:mod:`.kernel`).
 
 ``method="segsort"``: count, scan and scatter, then every row of A.T sorted by a thread, a warp,
 a block or, past 4096 entries, chunks merged by rounds.
 
 ``method="radix"``: a stable LSD counting sort of A's entries by column in ceil(log2 n / 8)
-passes; nothing sorted per row. nnz must be below 2^30 ("auto" takes the segsort past that).
+passes after one pass over A's indices for the digit histograms; nothing sorted per row, and A.T's
+indptr read off the sorted columns. nnz must be below 2^30 ("auto" takes the segsort past that).
 
 ``method="merge"``: the segmented merge of SEEDS section 3 in two cooperative launches; its cost
 does not depend on the longest row of A.T.
@@ -80,7 +81,7 @@ def _transpose(A, check, mark, method="auto", bins=BINS):
         raise OverflowError(f"A: {nnz:,} nonzeros; method='radix' needs fewer than 2^30 (its look-back "
                             f"words), method='segsort' takes up to 2^31 - 1")
     if method == "auto":
-        method = auto_method(n, nnz)
+        method = auto_method(m, n, nnz)
     if method != "merge":
         return _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, _check_bins(bins), method)
     return _merge(cp, ks, ct, A, indptr_a, indices, check, mark)

@@ -6,7 +6,8 @@ import math
 
 from ...core.types import Cost
 from ...core.validation import check_transpose_call
-from ...models.sptrans import BINS, LONG_COLUMN_BYTES, METHOD_COSTS, RADIX_NNZ_LIMIT, radix_passes
+from ...models.sptrans import (BINS, FIRST_CALL_COSTS, LONG_COLUMN_BYTES, RADIX_NNZ_LIMIT, REPLAY_COSTS,
+                               radix_passes)
 from ..base import KeepsA
 from ..registry import register
 from .compiled import INT32_MAX
@@ -35,13 +36,18 @@ class SpTrans(KeepsA):
                 yield {"method": method}
 
     def cost(self, f, params, device):
+        """A first call (``transpose(A, method=...)``), fitted, and what a plan's later runs on the
+        same A cost (pattern replays: ``runner``): run_s the replay, prepare_s the first call's
+        excess, so the planner weighs first against later calls by ``reuse``. The merge method is
+        never replayed: every run a first call."""
         method = params["method"]
-        fixed, per_entry = METHOD_COSTS[method][f.dtype]
+        bw = device.mem_bandwidth
+        fixed, per_entry, per_col = FIRST_CALL_COSTS[method][f.dtype]
         passes, bits = radix_passes(f.n)
-        t = fixed + f.nnz * per_entry * (passes if method == "radix" else 1) / device.mem_bandwidth
+        first = fixed + (f.nnz * per_entry * (passes if method == "radix" else 1) + f.n * per_col) / bw
         if method == "segsort":
             doublings = max(0.0, math.log2(max(f.col_max, 1) / BINS[0]))
-            t += f.nnz * LONG_COLUMN_BYTES * doublings / device.mem_bandwidth
+            first += f.nnz * LONG_COLUMN_BYTES * doublings / bw
             why = (f"segmented sort: scatter, then every row of A.T sorted by its length (longest "
                    f"{f.col_max:,}" + (f", {doublings:.1f} doublings past {BINS[0]} at "
                                        f"{LONG_COLUMN_BYTES:.0f} B an entry each" if doublings else "") + ")")
@@ -49,8 +55,14 @@ class SpTrans(KeepsA):
             why = f"radix: {passes} stable counting pass(es) of {bits} bits over {f.n:,} columns"
         else:
             why = "segmented merge: merge-path tiles, tree rounds across them"
-        return Cost(0.0, t, f"{why}; {per_entry:.0f} B an entry{' a pass' if method == 'radix' else ''} at the "
-                            f"copy bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
+        why += (f"; first call {per_entry:.0f} B an entry{' a pass' if method == 'radix' else ''} and "
+                f"{per_col:.0f} B a column at the copy bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
+        if method == "merge":
+            return Cost(0.0, first, why)
+        rf, rb, rc = REPLAY_COSTS[f.dtype]
+        replay = min(first, rf + (f.nnz * rb + f.n * rc) / bw)
+        return Cost(first - replay, replay, f"{why}; later runs on the same A replay the pattern: "
+                                            f"{replay * 1e6:.0f} us against {first * 1e6:.0f} us first")
 
     def run(self, prepared, B, out=None):
         check_transpose_call(B, out)

@@ -15,15 +15,17 @@ keys (bitonic in shared memory), and for longer rows (the fallback) chunks of ca
 shared memory as work items spread over all its blocks; ``spt_merge_long`` then merges each such
 row's chunks by merge-path rounds, one block a row, between two global buffers.
 
-``radix`` (radix.cu, after count_scan.cu): a stable LSD counting sort of A's entries by column, so
-every row of A.T comes out in A's order and nothing is sorted per row. ``spt_count`` and
-``spt_scan`` as above (no ranks: ``spt_count<false>``, whose atomics are reductions nobody waits
-for; spt_scan also bins the column counts into each pass's digit histogram), then
-``spt_radix_pass`` once per digit (ceil(log2 n / 8) passes of at most 8 bits, least significant
-first): a block ranks a tile of 2048 keys stably by digit (warp by warp, __match_any_sync), finds
-the digit's count in earlier tiles by decoupled look-back (a word per tile and digit), stages the
-tile in shared memory by digit and writes it coalesced. Keys carry (column, row) and the value, so
-the last pass writes A.T with no gather; nnz must be below 2^30 (32-bit look-back words).
+``radix`` (radix.cu): a stable LSD counting sort of A's entries by column, so every row of A.T
+comes out in A's order and nothing is sorted per row. ``spt_digits`` reads A's indices once for
+every pass's digit histogram (shared-memory counts: no per-column atomics), the valid entries'
+count and the row of each tile's first entry; then ``spt_radix_pass`` once per digit
+(ceil(log2 n / 8) passes of at most 8 bits, least significant first): a block ranks a tile of 2048
+keys stably by digit (warp by warp, __match_any_sync), finds the digit's count in earlier tiles by
+decoupled look-back (a word per tile and digit), stages the tile in shared memory by digit and
+writes it coalesced. Keys carry (column, row) and the value, so the last pass writes A.T with no
+gather, and the sorted columns, from which ``spt_bounds`` reads A.T's indptr (no column counts and
+no scan of them: spt_count and spt_scan took 22-70 us of a call). nnz must be below 2^30 (32-bit
+look-back words).
 
 ``merge`` (merge.cu): the segmented merge of SEEDS section 3 in two cooperative launches (phases
 separated by grid barriers): count/scan/scatter as above but with warp-aggregated atomics, then
@@ -50,8 +52,12 @@ from ...models.sptrans import radix_passes
 from .compiled import (_CTRL, BIG_BLOCK, BLOCK, BLOCK_LIMIT, CNT_CHUNK, INT32_MAX, MERGE_BLOCK, RADIX_TILE,
                        SCAN_TILE, SEG_N_LIVE, SHORT_BLOCK, SHORT_LIMIT, TILE, WARP_LIMIT, _launch)
 
-#: radix method: keys between passes packed in one int ((column >> bits) << rowbits | row) where
-#: they fit 31 bits (:func:`radix_rowbits`); False: always (column, row) int2 (tests reach both)
+#: spt_digits: blocks an SM at most (each adds its digit histograms to the global ones once)
+DIGITS_BLOCKS_PER_SM = 4
+
+#: radix method: keys between passes packed in one int (column << rowbits | row) where the
+#: column's and the row's bits fit 31 (:func:`radix_rowbits`); False: always (column, row) int2
+#: (tests reach both)
 RADIX_PACK = True
 
 
@@ -121,126 +127,148 @@ def _merge(cp, ks, ct, A, indptr_a, indices, check, mark):
 
 # ----------------------------------------------------------------------------- segsort and radix
 def radix_rowbits(m: int, n: int) -> int:
-    """Bits of a row in the radix method's packed keys between passes, or 0 when the keys stay
-    int2: one pass (no keys between), RADIX_PACK off, or the row's bits and the column's left after
-    the first digit past 31."""
-    passes, bits = radix_passes(n)
+    """Bits of a row in the radix method's packed keys between passes (column << rowbits | row),
+    or 0 when the keys stay int2: one pass (no keys between), RADIX_PACK off, or the row's and the
+    column's bits past 31 (the last pass writes the whole column, which spt_bounds reads)."""
+    passes, _ = radix_passes(n)
     rowbits = max(1, (int(m) - 1).bit_length())
-    return rowbits if RADIX_PACK and passes > 1 and rowbits + (passes - 1) * bits <= 31 else 0
+    colbits = max(1, (int(n) - 1).bit_length())
+    return rowbits if RADIX_PACK and passes > 1 and rowbits + colbits <= 31 else 0
 
 
-#: _layout's results by its arguments: a pure function of the shape, kept because its arithmetic
-#: is host time before a call's first launch.
+#: the layouts by their arguments: pure functions of the shape, kept because their arithmetic is
+#: host time before a call's first launch.
 _LAYOUTS = BoundedCache("sptrans.layouts", maxsize=256)
 
 
 def _layout(n: int, nnz: int, method: str, itemsize: int, bins: tuple, radix_tile: int,
             key_bytes: int = 8) -> tuple:
-    """The scratch allocation of a segsort or radix call: (front, ws_bytes, offsets of the
-    workspace's parts in int32 words, passes, bits, scan tiles, radix tiles, the most huge columns).
-
-    front: the segsort's keys [0, nnz) (the scattered keys) and [nnz, 2 nnz) (ranks, int32, later
-    the huge columns' scratch), or the radix passes' buffers (_radix_between), rounded up to 16
-    bytes. Then a zeroed workspace of int32 words: control words, the scan's status (8-byte
-    words); segsort: the column lists (seg_list, n ints: medium from the front, long from the
-    back; huge_list: columns of more than cap keys, at most nnz / (cap + 1)); radix: the digit
-    histograms, a tile ticket and tiles x 256 look-back words a pass (Poisson: 2.7 MB); last the
-    column counts (n + 1), which spt_scan scans into A.T's indptr. ``radix_tile``: RADIX_TILE, an
-    argument so the cache keys on it (benchmarks/sptrans_radix_variants.py rebuilds the passes with
-    other tiles); ``key_bytes``: 4 where the radix keys are packed (:func:`radix_rowbits`), else 8."""
+    """The scratch allocation of a segsort or radix call (:func:`_segsort_layout`,
+    :func:`_radix_layout`); ``radix_tile``: RADIX_TILE, an argument so the cache keys on it
+    (benchmarks/sptrans_radix_variants.py rebuilds the passes with other tiles); ``key_bytes``: 4
+    where the radix keys are packed (:func:`radix_rowbits`), else 8."""
     key = (n, nnz, method, itemsize, bins, radix_tile, key_bytes)
     layout = _LAYOUTS.get(key)
     if layout is None:
-        layout = _layout_of(*key)
+        layout = (_segsort_layout(n, nnz, bins) if method == "segsort"
+                  else _radix_layout(n, nnz, itemsize, radix_tile, key_bytes))
         _LAYOUTS.put(key, layout)
     return layout
 
 
-def _layout_of(n, nnz, method, itemsize, bins, radix_tile, key_bytes) -> tuple:
-    seg = method == "segsort"
-    passes, bits = radix_passes(n)
+def _segsort_layout(n, nnz, bins) -> tuple:
+    """(front, ws_bytes, offsets of the workspace's parts in int32 words, scan tiles, the most huge
+    columns). front: the keys [0, nnz) (the scattered keys) and [nnz, 2 nnz) (ranks, int32, later
+    the huge columns' scratch), 16 bytes an entry. Then a zeroed workspace of int32 words: control
+    words, the scan's status (8-byte words), the column lists (seg_list, n ints: medium from the
+    front, long from the back; huge_list: columns of more than cap keys, at most nnz / (cap + 1))
+    and last the column counts (n + 1), which spt_scan scans into A.T's indptr."""
     scan_tiles = (n + 1 + SCAN_TILE - 1) // SCAN_TILE
-    tiles = (nnz + radix_tile - 1) // radix_tile
     max_huge = min(n, nnz // (bins[2] + 1))
     status = (_CTRL + 1) & ~1
     lists = status + 2 * scan_tiles
-    huge = lists + (n if seg else 0)
-    hist = huge + (max_huge + 1 if seg else 0)
-    ticket = hist + (0 if seg else passes * 256)
-    look = ticket + (0 if seg else passes)
-    counts = look + (0 if seg else passes * tiles * 256)
-    ws_bytes = 4 * (counts + n + 1)
-    front = -(-(16 * nnz if seg else _radix_between(passes, itemsize, nnz, key_bytes)[1]) // 16) * 16
-    return front, ws_bytes, (status, lists, huge, hist, ticket, look, counts), passes, bits, scan_tiles, tiles, max_huge
+    huge = lists + n
+    counts = huge + max_huge + 1
+    return 16 * nnz, 4 * (counts + n + 1), (status, lists, huge, counts), scan_tiles, max_huge
+
+
+def _radix_layout(n, nnz, itemsize, radix_tile, key_bytes) -> tuple:
+    """(front, ws_bytes, offsets of the workspace's parts in int32 words, byte offsets of the
+    front's parts, passes, bits, tiles). front (not zeroed): the buffers between the passes
+    (:func:`_radix_between`), the sorted columns (nnz ints: the last pass's, for spt_bounds) and the
+    tiles' first rows (tiles + 1 ints), rounded up to 16 bytes. The zeroed workspace of int32
+    words: control words, the digit histograms (256 a pass), a tile ticket a pass and tiles x 256
+    look-back words a pass (Poisson: 2.7 MB)."""
+    passes, bits = radix_passes(n)
+    tiles = (nnz + radix_tile - 1) // radix_tile
+    between = _radix_between(passes, itemsize, nnz, key_bytes)[1]
+    sorted_cols, tile_rows = between, between + 4 * nnz
+    front = -(-(tile_rows + 4 * (tiles + 1)) // 16) * 16
+    hist = _CTRL
+    ticket = hist + passes * 256
+    look = ticket + passes
+    ws_bytes = 4 * (look + passes * tiles * 256)
+    return front, ws_bytes, (hist, ticket, look), (sorted_cols, tile_rows), passes, bits, tiles
 
 
 def _segmented(cp, ks, ct, A, indptr_a, indices, check, mark, bins, method, only_if=0, outs=None):
-    """The segsort's or the radix method's launches (module docstring): count and scan, then the
-    segsort's four kernels or the radix passes; no host synchronisation unless ``check``. The
-    launch comes first that the GPU can start on (a single call waits for the host until then);
-    allocations the later launches need are made while it runs. ``mark`` (profiling only): None,
-    or called with each launch's name after it. ``only_if`` (a device address): every launch does
-    nothing unless the word there is set (a pattern replay's full path: replay._replayed_transpose);
-    ``outs``: A.T's (indptr, indices, data) to write, else allocated here."""
+    """The segsort's or the radix method's launches (module docstring); no host synchronisation
+    unless ``check``. The launch comes first that the GPU can start on (a single call waits for
+    the host until then); allocations the later launches need are made while it runs. ``mark``
+    (profiling only): None, or called with each launch's name after it. ``only_if`` (a device
+    address): every launch does nothing unless the word there is set (a pattern replay's full
+    path: replay._replayed_transpose); ``outs``: A.T's (indptr, indices, data) to write, else
+    allocated here."""
     m, n = A.shape
     nnz = int(indices.size)
     seg = method == "segsort"
     rowbits = 0 if seg else radix_rowbits(m, n)
     layout = _layout(n, nnz, method, A.dtype.itemsize, bins, RADIX_TILE, 4 if rowbits else 8)
-    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
-    short_max, warp_max, cap = bins if seg else (INT32_MAX,) * 3   # radix: no column is binned
+    front, ws_bytes = layout[:2]
     # one scratch allocation (each allocation and each zeroing is host time, which bounds a call's
-    # time): keys or the radix buffers, then the zeroed workspace (_layout)
+    # time): the front (keys, or the radix buffers), then the zeroed workspace (the layouts)
     scratch = cp.empty(front + ws_bytes, dtype=cp.uint8)
     _cuda.hold(scratch)   # a recorded call's graph (SpTrans.runner) reads and writes it on every launch
-    p_keys = scratch.data.ptr
-    p_ws = p_keys + front   # the 8-byte status words aligned: front rounded up to 16 bytes
+    p_front = scratch.data.ptr
+    p_ws = p_front + front   # the 8-byte status words aligned: front is a multiple of 16 bytes
     _cuda.zero(p_ws, ws_bytes)
-    # device addresses as plain ints (the launches pack them: _cuda.Launcher)
-    p_status, p_list, p_huge, p_hist, p_ticket, p_look, p_counts = (p_ws + 4 * o for o in offs)
-    p_second = p_keys + 8 * nnz if seg else 0
 
     def done(name):
         if mark is not None:
             mark(name)
-    ks.count[seg](((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws,
-                                                                     only_if))
+    launch = _segsort_launches if seg else _radix_launches
+    indptr, out_idx, out_val = launch(cp, ks, ct, A, indptr_a, indices, layout, p_front, p_ws, bins, rowbits,
+                                      outs, done, only_if)
+    if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
+        raise ValueError(f"A.indices: column indices outside [0, {n})")
+    return _result(A, indptr, out_idx, out_val)
+
+
+def _outputs(cp, A, n, nnz, outs):
+    """A.T's (indptr, indices, data): ``outs``, or allocated."""
+    if outs is not None:
+        return outs
+    return cp.empty(n + 1, dtype=cp.int32), cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype)
+
+
+def _segsort_launches(cp, ks, ct, A, indptr_a, indices, layout, p_keys, p_ws, bins, rowbits, outs, done, only_if):
+    """The segsort's six launches (module docstring) on the scratch of :func:`_segsort_layout`;
+    returns A.T's arrays."""
+    m, n = A.shape
+    nnz = int(indices.size)
+    _, _, offs, scan_tiles, max_huge = layout
+    short_max, warp_max, cap = bins
+    p_status, p_list, p_huge, p_counts = (p_ws + 4 * o for o in offs)
+    p_second = p_keys + 8 * nnz
+    ks.count(((nnz + CNT_CHUNK - 1) // CNT_CHUNK,), (BLOCK,), (indices, nnz, n, p_counts, p_second, p_ws, only_if))
     done("count")
     # A.T's indptr is an allocation of its own, so the returned matrix does not keep the
     # workspace alive
     indptr = cp.empty(n + 1, dtype=cp.int32) if outs is None else outs[0]
-    ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list if seg else 0,
-                                      p_huge if seg else 0, short_max, warp_max, cap, 0 if seg else p_hist,
-                                      passes, bits, only_if))
+    ks.scan((scan_tiles,), (BLOCK,), (p_counts, indptr, n, p_status, p_ws, p_list, p_huge, short_max, warp_max, cap,
+                                      only_if))
     done("scan")
-    if seg:
-        ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys,
-                                                               only_if))
-        done("scatter")
+    ks.scatter(((m + nnz + TILE - 1) // TILE,), (BLOCK,), (indptr_a, indices, m, nnz, indptr, p_second, n, p_keys,
+                                                           only_if))
+    done("scatter")
     if outs is None:
         out_idx, out_val = cp.empty(nnz, dtype=cp.int32), cp.empty(nnz, dtype=A.dtype)
     else:
         out_idx, out_val = outs[1:]
-    if seg:
-        # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
-        warps = BIG_BLOCK // 32
-        big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
-        for name, fn, grid, block, args in (
-                ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
-                 (indptr, n, p_keys, A.data, out_idx, out_val, short_max)),
-                ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
-                 (indptr, n, p_list, p_huge, p_ws, p_keys, A.data, out_idx, out_val, cap)),
-                # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
-                ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
-                 (indptr, p_huge, p_ws, p_keys, p_second, A.data, out_idx, out_val, cap))):
-            fn((grid,), (block,), args + (only_if,))
-            done(name)
-    else:
-        _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits,
-                        (p_keys, p_hist, p_look, p_ticket, p_ws + 4 * SEG_N_LIVE), out_idx, out_val, done, only_if)
-    if check and int(_cuda.read_at(p_ws, 1, np.int32)[0]):   # the bad-index flag: control word 0
-        raise ValueError(f"A.indices: column indices outside [0, {n})")
-    return _result(A, indptr, out_idx, out_val)
+    # at most min(n, nnz / (short_max + 1)) columns are medium or long: a warp each, grid-stride
+    warps = BIG_BLOCK // 32
+    big_grid = max(1, min(8 * ks.sms, (min(n, nnz // (short_max + 1)) + warps - 1) // warps))
+    for name, fn, grid, block, args in (
+            ("sort_short", ks.sort_short[ct], (n + SHORT_BLOCK - 1) // SHORT_BLOCK, SHORT_BLOCK,
+             (indptr, n, p_keys, A.data, out_idx, out_val, short_max)),
+            ("sort_big", ks.sort_big[ct], big_grid, BIG_BLOCK,
+             (indptr, n, p_list, p_huge, p_ws, p_keys, A.data, out_idx, out_val, cap)),
+            # merge rounds of the huge columns (their chunks sorted by spt_sort_big): a block each
+            ("merge_long", ks.merge_long[ct], max(1, min(2 * ks.sms, max_huge)), MERGE_BLOCK,
+             (indptr, p_huge, p_ws, p_keys, p_second, A.data, out_idx, out_val, cap))):
+        fn((grid,), (block,), args + (only_if,))
+        done(name)
+    return indptr, out_idx, out_val
 
 
 def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> tuple:
@@ -252,32 +280,38 @@ def _radix_between(passes: int, itemsize: int, nnz: int, key_bytes: int = 8) -> 
     return between, keys + between * itemsize * nnz, keys
 
 
-def _radix_launches(ks, ct, A, indptr_a, indices, passes, bits, tiles, rowbits, ptrs, out_idx, out_val, done,
-                    only_if=0):
-    """The radix passes (module docstring): ptrs are the device addresses of the buffers between
-    passes (:func:`_radix_between`), the digit histograms, the look-back words, the tile tickets
-    (a pass each) and the control word spt_scan copies A.T's indptr[n] to (the valid entries); only
-    the last pass is given A.T's arrays (a replayed graph then moves two nodes a call, not every
-    pass: SpTrans.runner). ``rowbits`` > 0: the keys between passes are packed
-    (:func:`radix_rowbits`); the first pass drops the column's first digit, so the later passes
-    take their shift less one digit."""
+def _radix_launches(cp, ks, ct, A, indptr_a, indices, layout, p_front, p_ws, bins, rowbits, outs, done, only_if):
+    """spt_digits, the radix passes and spt_bounds (module docstring) on the scratch of
+    :func:`_radix_layout`; returns A.T's arrays. Only the last pass and spt_bounds are given A.T's
+    arrays (a replayed graph then moves three nodes a call, not every pass: SpTrans.runner).
+    ``rowbits`` > 0: the keys between passes are packed (:func:`radix_rowbits`)."""
     m, n = A.shape
     nnz = int(indices.size)
-    buf, hist, look, ticket, n_live = ptrs
+    _, _, offs, front_offs, passes, bits, tiles = layout
+    p_hist, p_ticket, p_look = (p_ws + 4 * o for o in offs)
+    p_sorted, p_tile_rows = (p_front + o for o in front_offs)
+    p_live = p_ws + 4 * SEG_N_LIVE
+    grid = max(1, min(-(-nnz // TILE), DIGITS_BLOCKS_PER_SM * ks.sms))
+    ks.digits((grid,), (BLOCK,), (indptr_a, m, indices, nnz, n, passes, bits, p_hist, p_ws, p_tile_rows,
+                                  RADIX_TILE, only_if))
+    done("digits")
+    indptr, out_idx, out_val = _outputs(cp, A, n, nnz, outs)
     item = A.dtype.itemsize
     key_bytes = 4 if rowbits else 8
     between, _, keys = _radix_between(passes, item, nnz, key_bytes)
-    bufs = [(buf + key_bytes * nnz * i, buf + keys + item * nnz * i) for i in range(between)]
-    first, src, p_live = (indices, A.data), (0, 0), 0
-    for p in range(passes):   # the last pass writes A.T
+    bufs = [(p_front + key_bytes * nnz * i, p_front + keys + item * nnz * i) for i in range(between)]
+    first, src, live = (indices, A.data), (0, 0), 0
+    for p in range(passes):   # the last pass writes A.T and the sorted columns
         last = p == passes - 1
         dst = (0, 0) if last else bufs[p % 2]
-        shift = p * bits - (bits if rowbits and p > 0 else 0)
-        drop = bits if rowbits and p == 0 else 0
         ks.radix_pass[ct]((max(1, tiles),), (BLOCK,),
-                          (indptr_a, m, *first, *src, nnz, p_live, n, shift, bits, hist + 4 * 256 * p,
-                           look + 4 * p * tiles * 256, ticket + 4 * p, *dst, *((out_idx, out_val) if last else (0, 0)),
-                           rowbits, drop, only_if))
+                          (indptr_a, m, *first, *src, nnz, live, n, p * bits, bits, p_hist + 4 * 256 * p,
+                           p_look + 4 * p * tiles * 256, p_ticket + 4 * p, *dst,
+                           *((out_idx, out_val, p_sorted) if last else (0, 0, 0)), p_tile_rows if p == 0 else 0,
+                           rowbits, only_if))
         done(f"pass{p}")
-        # later passes read the keys of the valid entries only (n_live: spt_scan's count of them)
-        first, src, p_live = (0, 0), dst, n_live
+        # later passes read the keys of the valid entries only (spt_digits' count of them)
+        first, src, live = (0, 0), dst, p_live
+    ks.bounds(((nnz + 1 + TILE - 1) // TILE,), (BLOCK,), (p_sorted, p_live, n, indptr, only_if))
+    done("bounds")
+    return indptr, out_idx, out_val

@@ -9,7 +9,7 @@
 #define SEG_N_MED 2
 #define SEG_N_LONG 3
 #define SEG_N_HUGE 4
-#define SEG_N_LIVE 5      // A^T's indptr[n] (the valid entries), for the radix passes
+#define SEG_N_LIVE 5      // the valid entries (spt_digits), for the radix passes
 // radix method: digits of at most 8 bits (RDX_BINS values), at most 4 passes (31-bit columns)
 #define RDX_BINS 256
 #define RDX_MAX_PASSES 4

@@ -14,10 +14,10 @@ class CusparseTranspose(VendorKernel):
     deterministic = False   # cuSPARSE does not promise csr2csc's order to be reproducible
 
     def cost(self, f, params, device):
-        fixed, per_entry = CUSPARSE_TRANSPOSE_COSTS[f.dtype]
-        return Cost(0.0, fixed + f.nnz * per_entry / device.mem_bandwidth,
-                    f"cuSPARSE csr2csc via CuPy's A.T.tocsr(): {per_entry:.0f} B an entry at the copy "
-                    f"bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
+        fixed, per_entry, per_col = CUSPARSE_TRANSPOSE_COSTS[f.dtype]
+        return Cost(0.0, fixed + (f.nnz * per_entry + f.n * per_col) / device.mem_bandwidth,
+                    f"cuSPARSE csr2csc via CuPy's A.T.tocsr(), every call: {per_entry:.0f} B an entry and "
+                    f"{per_col:.0f} B a column at the copy bandwidth + {fixed * 1e6:.0f} us (fitted on an H100)")
 
     def run(self, prepared, B, out=None):
         check_transpose_call(B, out)

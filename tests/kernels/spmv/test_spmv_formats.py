@@ -326,7 +326,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
     assert _cuda.signature("spmv/spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
-    assert _cuda.signature("sptrans/radix.cu", "spt_radix_pass") == "pippppqpiiipppppppiip"  # sptrans.py's, only_if last
+    assert _cuda.signature("sptrans/radix.cu", "spt_radix_pass") == "pippppqpiiipppppppppip"  # sptrans.py's, only_if last
     with pytest.raises(ValueError, match="declared 0 times"):
         _cuda.signature("spgemm/hash_shared.cu", "no_such_kernel")
     with pytest.raises(ValueError, match="type 'I' has no letter"):

@@ -1,7 +1,6 @@
 """NumPy port of SpTRANS's kernels (matplan/kernels/sptrans/*.cu), phase by phase, thread by thread:
 the segmented merge (``transpose``, merge.cu), the segsort (``segsort_transpose``, count_scan.cu and
-segsort.cu) and, at the end of the file, the radix method (``radix_transpose``, radix.cu, tile by
-tile: stable ranks by warp, the look-back's earlier-tile counts).
+segsort.cu); the radix method's is sptrans_radix_reference.py.
 
 Same partitioning (merge path over (ends, positions), SPT_TILE steps a block, ITEMS a thread),
 same rounds (thread-local odd-even sort, log2(BLOCK) shared-memory merge rounds, binary-tree
@@ -527,68 +526,3 @@ def segsort_transpose(A, rng, bins=(32, 512, 4096), info=None, check=True, block
     total = int(t_indptr[-1])
     return sp.csr_matrix((out_val[:total], out_idx[:total].astype(np.int32), t_indptr.astype(np.int32)),
                          shape=(n, m))
-
-
-# ------------------------------------------------------------------ the radix method
-def radix_pass(cols, rows, vals, shift, bits, hist, tile, warps, rng):
-    """spt_radix_pass over keys (cols, rows, vals) in their current order: per tile of ``tile``
-    keys, the stable rank of each key among the tile's keys of its digit (warp w takes the w-th of
-    ``warps`` consecutive parts, each warp's running count per digit, then exclusive over warps),
-    the digit's count in earlier tiles (what the decoupled look-back sums; the tiles are visited in
-    a random order of tickets, as the GPU's blocks may start) and the digit's global start (the
-    exclusive scan of ``hist``). Returns the keys at their new slots."""
-    mask = (1 << bits) - 1
-    digit = (cols >> shift) & mask
-    start = np.concatenate([[0], np.cumsum(hist[:mask + 1])])[:-1]
-    n = cols.size
-    tiles = -(-n // tile)
-    counts = np.zeros((tiles, mask + 1), np.int64)           # each tile's digit counts
-    for t in range(tiles):
-        counts[t] = np.bincount(digit[t * tile:(t + 1) * tile], minlength=mask + 1)
-    before = np.cumsum(counts, axis=0) - counts               # earlier tiles' counts (the look-back)
-    pos = np.empty(n, np.int64)
-    for t in rng.permutation(tiles):                          # blocks in any order: the result is the same
-        d = digit[t * tile:(t + 1) * tile]
-        part = -(-tile // warps)
-        wcnt = np.zeros((warps, mask + 1), np.int64)
-        rank = np.empty(d.size, np.int64)
-        for w in range(warps):                                # each warp's keys in order
-            for q in range(w * part, min((w + 1) * part, d.size)):
-                rank[q] = wcnt[w, d[q]]
-                wcnt[w, d[q]] += 1
-        wstart = np.cumsum(wcnt, axis=0) - wcnt               # exclusive over warps
-        w_of = np.arange(d.size) // part
-        pos[t * tile:t * tile + d.size] = start[d] + before[t, d] + wstart[w_of, d] + rank
-    assert np.array_equal(np.sort(pos), np.arange(n)), "the slots must be a permutation"
-    out = [np.empty_like(x) for x in (cols, rows, vals)]
-    for o, x in zip(out, (cols, rows, vals)):
-        o[pos] = x
-    return out
-
-
-def radix_transpose(A, rng, tile=2048, warps=8, max_bits=8):
-    """CSR of A.T by the radix method's NumPy port: column counts and A.T's indptr, each pass's
-    digit histogram from the column counts (spt_scan), then ceil(bits / max_bits) passes, least
-    significant digit first, over keys (column, row, value) in A's order. Columns outside [0, n)
-    are dropped, as the kernels skip them."""
-    import scipy.sparse as sp
-    m, n = A.shape
-    indptr = np.asarray(A.indptr, np.int64)
-    nnz = int(indptr[-1])
-    if nnz == 0 or m == 0 or n == 0:
-        return sp.csr_matrix((n, m), dtype=A.dtype)
-    cols = np.asarray(A.indices[:nnz], np.int64)
-    rows = np.repeat(np.arange(m), np.diff(indptr))
-    vals = np.asarray(A.data[:nnz])
-    keep = (cols >= 0) & (cols < n)
-    cols, rows, vals = cols[keep], rows[keep], vals[keep]
-    counts = np.bincount(cols, minlength=n)
-    t_indptr = np.concatenate([[0], np.cumsum(counts)])
-    total_bits = max(1, int(n - 1).bit_length())
-    passes = -(-total_bits // max_bits)
-    bits = -(-total_bits // passes)
-    for p in range(passes):
-        digits = (np.arange(n) >> (p * bits)) & ((1 << bits) - 1)
-        hist = np.bincount(digits, weights=counts, minlength=1 << bits).astype(np.int64)
-        cols, rows, vals = radix_pass(cols, rows, vals, p * bits, bits, hist, tile, warps, rng)
-    return sp.csr_matrix((vals, rows.astype(np.int32), t_indptr.astype(np.int32)), shape=(n, m))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sptrans_radix_reference as rref
 import sptrans_reference as ref
 from conftest import messy_csr, random_csr
 
@@ -240,28 +241,34 @@ def test_segsort_bins_validated():
             launches._check_bins(bad)
 
 
-@pytest.mark.parametrize("method", ["segsort", "radix"])
 @pytest.mark.parametrize("n, nnz", [(1, 1), (7200, 1_339_200), (262_144, 1_810_432), (560_282, 1_652_213)])
-def test_scratch_layout_parts_are_disjoint_and_aligned(method, n, nnz):
+def test_scratch_layout_parts_are_disjoint_and_aligned(n, nnz):
     """One scratch allocation a call: the front (keys or radix buffers) 16-byte aligned, then the
-    zeroed workspace, whose parts (control words, 8-byte status words, lists or radix words, the
-    n + 1 column counts last) follow one another without overlap."""
-    layout = launches._layout(n, nnz, method, 8, model.BINS, compiled.RADIX_TILE)
-    front, ws_bytes, offs, passes, bits, scan_tiles, tiles, max_huge = layout
-    status, lists, huge, hist, ticket, look, counts = offs
-    assert front % 16 == 0 and front >= (16 * nnz if method == "segsort" else 0)
+    zeroed workspace, whose parts follow one another without overlap. Segsort: control words,
+    8-byte status words, the lists, the n + 1 column counts last; radix: the buffers between
+    passes, the sorted columns and the tiles' first rows in the front; control words, digit
+    histograms, tickets and look-back words zeroed."""
+    front, ws_bytes, offs, scan_tiles, max_huge = launches._layout(n, nnz, "segsort", 8, model.BINS,
+                                                                   compiled.RADIX_TILE)
+    status, lists, huge, counts = offs
+    assert front % 16 == 0 and front >= 16 * nnz
     assert status >= compiled._CTRL and status % 2 == 0          # uint64 words after the control words
     assert lists == status + 2 * scan_tiles and scan_tiles * compiled.SCAN_TILE >= n + 1
-    assert lists <= huge <= hist <= ticket <= look <= counts and ws_bytes == 4 * (counts + n + 1)
-    if method == "segsort":
-        assert huge - lists == n and hist - huge == max_huge + 1 and counts == hist
-    else:
-        assert (ticket - hist, look - ticket, counts - look) == (passes * 256, passes, passes * tiles * 256)
-        assert tiles == -(-nnz // compiled.RADIX_TILE)
-        # the tile is part of the cache's key: a build with other tiles gets its own layout
-        half = launches._layout(n, nnz, method, 8, model.BINS, compiled.RADIX_TILE // 2)
-        assert half[6] == -(-2 * nnz // compiled.RADIX_TILE)
+    assert huge - lists == n and counts - huge == max_huge + 1 and ws_bytes == 4 * (counts + n + 1)
+    for key_bytes in (4, 8):
+        front, ws_bytes, offs, front_offs, passes, bits, tiles = launches._layout(
+            n, nnz, "radix", 8, model.BINS, compiled.RADIX_TILE, key_bytes)
+        hist, ticket, look = offs
+        sorted_cols, tile_rows = front_offs
+        between = launches._radix_between(passes, 8, nnz, key_bytes)[1]
+        assert front % 16 == 0 and sorted_cols == between and tile_rows == sorted_cols + 4 * nnz
+        assert front >= tile_rows + 4 * (tiles + 1)
+        assert hist >= compiled.SEG_N_LIVE + 1 and (ticket - hist, look - ticket) == (passes * 256, passes)
+        assert ws_bytes == 4 * (look + passes * tiles * 256) and tiles == -(-nnz // compiled.RADIX_TILE)
         assert passes * bits >= max(1, (n - 1).bit_length()) and bits <= model.RADIX_BITS
+    # the tile is part of the cache's key: a build with other tiles gets its own layout
+    half = launches._layout(n, nnz, "radix", 8, model.BINS, compiled.RADIX_TILE // 2)
+    assert half[6] == -(-2 * nnz // compiled.RADIX_TILE)
 
 
 def test_segsort_scatter_matches_phase_scatter(rng):
@@ -280,14 +287,18 @@ def test_segsort_scatter_matches_phase_scatter(rng):
 
 def test_radix_passes_and_auto_method():
     """Digit passes cover column n - 1 in as few passes of at most 8 bits as can; 'auto' takes the
-    radix method for at most two passes or long mean columns, the segsort otherwise."""
+    radix method for at most two passes, long mean columns or wide matrices, the segsort otherwise."""
     assert model.radix_passes(1) == (1, 1) and model.radix_passes(256) == (1, 8) and model.radix_passes(257) == (2, 5)
     assert model.radix_passes(65536) == (2, 8) and model.radix_passes(65537) == (3, 6)
     assert model.radix_passes(1 << 24) == (3, 8) and model.radix_passes((1 << 24) + 1) == (4, 7)
-    assert model.auto_method(65536, 10) == "radix"
-    assert model.auto_method(262144, 7 * 262144) == "segsort"
-    assert model.auto_method(262144, model.RADIX_MEAN_COLUMN * 262144) == "radix"
-    assert model.auto_method(100, model.RADIX_NNZ_LIMIT) == "segsort"
+    assert model.auto_method(65536, 65536, 10) == "radix"
+    assert model.auto_method(262144, 262144, 7 * 262144) == "segsort"
+    assert model.auto_method(262144, 262144, model.RADIX_MEAN_COLUMN * 262144) == "radix"
+    assert model.auto_method(100, 100, model.RADIX_NNZ_LIMIT) == "segsort"
+    # wide: columns at least RADIX_WIDE times the rows
+    assert model.auto_method(47_000, 755_000, 1_800_000) == "radix"
+    assert model.auto_method(400_000, 755_000, 1_800_000) == "segsort"
+    assert model.auto_method(377_500, 755_000, 1_800_000) == "radix"
 
 
 # ---- the radix method: its NumPy port against SciPy ----------------------------------------------
@@ -297,31 +308,33 @@ def test_radix_passes_and_auto_method():
 def test_radix_random(rng, shape, density, tile, warps, max_bits):
     """Tiny tiles, odd warp splits and digits of 2-3 bits: many tiles and up to 5 passes."""
     A = random_csr(rng, *shape, density)
-    _same_as_scipy(A, ref.radix_transpose(A, rng, tile, warps, max_bits))
+    _same_as_scipy(A, rref.radix_transpose(A, rng, tile, warps, max_bits))
 
 
 def test_radix_hub_columns_messy_and_bad_indices(rng):
     """A column of every row (the hub the segsort sorts by merge rounds), duplicates and unsorted
     input kept in A's order, empty rows; an index outside [0, n) is dropped."""
     A = _col_lengths_csr(rng, 500, [500, 3, 0, 499, 1] + [2] * 30)
-    _same_as_scipy(A, ref.radix_transpose(A, rng, tile=64, warps=4, max_bits=2))
+    _same_as_scipy(A, rref.radix_transpose(A, rng, tile=64, warps=4, max_bits=2))
     M = messy_csr(rng, 120, 90)
-    _same_as_scipy(M, ref.radix_transpose(M, rng, tile=32, warps=8, max_bits=3))
+    _same_as_scipy(M, rref.radix_transpose(M, rng, tile=32, warps=8, max_bits=3))
     bad = random_csr(rng, 30, 20, 0.2)
     keep = bad.copy()
     keep.data[0] = 0.0                      # the entry the kernels skip, removed
     keep.eliminate_zeros()
     bad.indices[0] = 20
-    _same_as_scipy(keep, ref.radix_transpose(bad, rng, tile=8, warps=2, max_bits=2))
+    _same_as_scipy(keep, rref.radix_transpose(bad, rng, tile=8, warps=2, max_bits=2))
 
 
 def test_radix_packed_keys_fit_and_their_buffers_align():
-    """radix_rowbits: the row's bits where they and the column's bits left after the first digit
-    fit 31 (none for one pass or RADIX_PACK off); the packed keys' buffers keep the values
-    aligned to their element whatever nnz."""
-    assert launches.radix_rowbits(262144, 262144) == 18         # 3 passes of 6: 18 + 12 bits
-    assert launches.radix_rowbits(1 << 20, 65536) == 20         # 2 passes of 8: 20 + 8
-    assert launches.radix_rowbits(1 << 24, 262144) == 0         # 24 + 12 > 31
+    """radix_rowbits: the row's bits where they and the whole column's fit 31 (the last pass writes
+    the column for spt_bounds; none for one pass or RADIX_PACK off); the packed keys' buffers keep
+    the values aligned to their element whatever nnz."""
+    assert launches.radix_rowbits(262144, 262144) == 0          # 18 + 18 > 31
+    assert launches.radix_rowbits(7200, 7200) == 13             # 13 + 13
+    assert launches.radix_rowbits(18903, 15975) == 15           # 15 + 14
+    assert launches.radix_rowbits(1 << 15, 65536) == 15         # 15 + 16 = 31
+    assert launches.radix_rowbits(1 << 16, 65536) == 0          # 16 + 16
     assert launches.radix_rowbits(3000, 256) == 0               # one pass: no keys between
     assert launches.radix_rowbits(1, 1000) == 1
     for nnz in (1, 3, 1001):
@@ -330,6 +343,31 @@ def test_radix_packed_keys_fit_and_their_buffers_align():
             assert between == 2 and keys % 16 == 0 and keys >= 2 * 4 * nnz
             assert total == keys + 2 * item * nnz
             assert launches._radix_between(3, item, nnz)[2] == -(-16 * nnz // 16) * 16
+
+
+def test_radix_first_rows_long_and_empty_rows(rng):
+    """The first pass's rows by the max-scan of each row's first slot: tiles inside one long row,
+    tiles across many short and empty rows, empty rows first and last, a last tile cut short."""
+    lengths = np.concatenate([[0, 0, 5000, 0, 1], rng.integers(0, 4, 300), [0, 2500, 0, 0]])
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    nnz = int(indptr[-1])
+    indices = rng.integers(0, 50, nnz)
+    for tile in (2048, 64, 7):
+        hist, live, bad, tile_rows = rref.radix_digits(indptr, indices, 50, 1, 6, tile)
+        assert live == nnz and not bad and hist.sum() == nnz
+        rows = np.concatenate([rref.radix_first_rows(indptr, tile_rows, t, tile, nnz) for t in range(-(-nnz // tile))])
+        np.testing.assert_array_equal(rows, np.repeat(np.arange(lengths.size), lengths))
+        assert tile_rows[-1] == lengths.size - 3                 # the last nonempty row
+
+
+@pytest.mark.parametrize("n", [1, 5, 40, 3000])
+def test_radix_bounds_every_column_once(rng, n):
+    """spt_bounds' indptr from sorted columns: empty columns first, between and last, runs of
+    empty columns past 32 left to the block, duplicated columns, no entries at all."""
+    for live in (0, 1, 7, 500):
+        cols = np.sort(rng.integers(0, n, live) if n < 100 else rng.choice(n, live, replace=False) // 3 * 3)
+        indptr = rref.radix_bounds(cols, live, n, tile=64)
+        np.testing.assert_array_equal(indptr, np.searchsorted(cols, np.arange(n + 1), side="left"))
 
 
 def test_recording_keeps_launches_zeroings_and_holds_in_order(monkeypatch):

@@ -250,10 +250,11 @@ def test_more_tiles_than_blocks_and_long_column(cp, st, rng, dtype, method):
 def test_radix_pass_counts(cp, st, rng, monkeypatch, n, pack):
     """Column counts at the digit edges: 1, 2, 3 and 4 passes (n = 2^24 + 1 columns would be 4);
     the columns hit the largest index so every digit of the last pass is used. The keys between
-    passes packed in one int (12 row bits here) and as int2."""
+    passes packed in one int (12 row bits here, where the column's fit beside them) and as int2."""
     monkeypatch.setattr(launches, "RADIX_PACK", pack)
     m = 3000
-    assert bool(launches.radix_rowbits(m, n)) == (pack and model.radix_passes(n)[0] > 1)
+    packs = pack and model.radix_passes(n)[0] > 1 and 12 + max(1, (n - 1).bit_length()) <= 31
+    assert bool(launches.radix_rowbits(m, n)) == packs
     A = random_csr(rng, m, n, min(1.0, 6 / n))
     edge = sp.csr_matrix((np.ones(3), ([0, 1, m - 1], [n - 1, 0, n - 1])), shape=(m, n))
     T = _check(cp, st, A + edge, method="radix")
@@ -263,8 +264,8 @@ def test_radix_pass_counts(cp, st, rng, monkeypatch, n, pack):
 
 @pytest.mark.parametrize("m", [50, 3000])
 def test_radix_four_passes(cp, st, rng, m):
-    """n past 2^24 columns: four passes of 7 bits; 50 rows pack the keys between passes (6 + 21
-    bits), 3000 do not (12 + 21 > 31: int2 keys)."""
+    """n past 2^24 columns: four passes of 7 bits; 50 rows pack the keys between passes (6 + 25
+    bits), 3000 do not (12 + 25 > 31: int2 keys)."""
     n = (1 << 24) + 5
     assert model.radix_passes(n) == (4, 7)
     assert launches.radix_rowbits(m, n) == (6 if m == 50 else 0)
@@ -273,15 +274,61 @@ def test_radix_four_passes(cp, st, rng, m):
     _check(cp, st, A, method="radix")
 
 
-@pytest.mark.parametrize("shape,nnz_per_col,expect", [((3000, 70000), 2, "segsort"), ((3000, 70000), 20, "radix"),
-                                                     ((3000, 60000), 2, "radix")])
+@pytest.mark.parametrize("shape,nnz_per_col,expect", [((40000, 70000), 2, "segsort"), ((40000, 70000), 20, "radix"),
+                                                     ((3000, 60000), 2, "radix"), ((3000, 70000), 2, "radix")])
 def test_auto_on_either_side(cp, st, rng, shape, nnz_per_col, expect):
-    """method='auto' picks by the shape (more than two radix passes and short mean columns: the
-    segsort) and gives SciPy's transpose on both sides."""
+    """method='auto' picks by the shape (more than two radix passes, short mean columns and A not
+    wide: the segsort) and gives SciPy's transpose on both sides."""
     m, n = shape
     A = random_csr(rng, m, n, nnz_per_col / m)
-    assert model.auto_method(n, A.nnz) == expect
+    assert model.auto_method(m, n, A.nnz) == expect
     _check(cp, st, A, method="auto")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_radix_long_rows_empty_rows_and_wide(cp, st, rng, dtype):
+    """The radix method's first pass takes each tile's rows from spt_digits (tiles inside a row of
+    100k entries, rows of one entry, runs of empty rows), and spt_bounds reads A.T's indptr off the
+    sorted columns: a wide A whose columns come in clusters (runs of empty columns past a block),
+    entries only in the first and last columns, a doc-term A (Zipf columns, 'auto' takes radix)."""
+    lengths = np.concatenate([[0, 3, 100_000, 0, 0, 1], rng.integers(0, 3, 20_000), [0] * 5000, [40_000, 0]])
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    n = 70_000
+    A = sp.csr_matrix((rng.random(indptr[-1]) + 0.5, rng.integers(0, n, indptr[-1]), indptr), shape=(lengths.size, n))
+    _check(cp, st, A, dtype, "radix")
+    m, n = 3000, 2_000_000
+    cols = (rng.integers(0, 40, 30_000) * 50_000 + rng.integers(0, 30, 30_000))   # 40 clusters of 30 columns
+    wide = sp.csr_matrix((rng.random(cols.size) + 0.5, (rng.integers(0, m, cols.size), cols)), shape=(m, n))
+    _check(cp, st, wide, dtype, "radix")
+    ends = sp.csr_matrix((np.ones(4), ([0, 5, 5, m - 1], [0, n - 1, 0, n - 1])), shape=(m, n))
+    _check(cp, st, ends, dtype, "radix")
+    doc = doc_term(5000, 400_000, 150_000, seed=int(rng.integers(1 << 30)))
+    assert model.auto_method(*doc.shape, doc.nnz) == "radix"
+    _check(cp, st, doc, dtype, "auto")
+
+
+def test_radix_skips_bad_indices_and_keeps_the_rest(cp, st, rng):
+    """Unchecked, the radix method drops entries whose column is outside [0, n) and transposes the
+    rest exactly (spt_digits counts only the valid ones, which the later passes and spt_bounds
+    read)."""
+    A = sp.csr_matrix(random_csr(rng, 3000, 70_000, 0.001))
+    A.data = rng.random(A.nnz) + 0.5                  # no zeros: eliminate_zeros drops only the bad
+    keep, bad = A.copy(), _dev(cp, A)
+    for i, col in ((0, 70_000), (17, -1), (A.nnz - 1, 1 << 30)):
+        bad.indices[i] = col
+        keep.data[i] = 0.0
+    keep.eliminate_zeros()
+    _same_as_scipy(keep, st.transpose(bad, method="radix").get())
+
+
+def doc_term(m, n, nnz, seed):
+    """benchmarks/sptrans.py's doc-term matrix: rows uniform, columns from a Zipf law."""
+    rng = np.random.default_rng(seed)
+    cdf = np.cumsum(1.0 / np.arange(1, n + 1))
+    cdf /= cdf[-1]
+    cols = rng.permutation(n)[np.minimum(np.searchsorted(cdf, rng.random(2 * nnz)), n - 1)]
+    keys = np.unique(rng.integers(0, m, 2 * nnz) * n + cols)[:nnz]
+    return sp.csr_matrix((rng.random(keys.size) + 0.5, (keys // n, keys % n)), shape=(m, n))
 
 
 @pytest.mark.parametrize("method", ["segsort", "radix"])
@@ -321,7 +368,7 @@ def test_plan_transpose_picks_by_the_longest_column(cp, st, rng, dtype):
             _same_as_scipy(as_dtype(A, dtype), T.get())
         strict = planner.plan_transpose(Ad, deterministic=True)
         assert {c.kernel: c.source for c in strict.candidates}["sptrans.cusparse"] == "rejected"
-    assert model.auto_method(n, banded.nnz) == "radix"   # the shape rule's miss the planner avoids
+    assert model.auto_method(n, n, banded.nnz) == "radix"   # the shape rule's miss the planner avoids
 
 
 @pytest.mark.parametrize("case", ["messy", "float32", "empty", "int64"])
