@@ -38,6 +38,16 @@ sptrans, tsgemm with k=8) on operands of about 100k, 1M and 10M nonzeros (entrie
 for tsgemm; 10M only without --quick, and on the host only 100k (and 1M without --quick), where
 the kernels are slow): the median in ms, as a multiple of the chosen kernel's run (prepared once,
 then run alone), and the target beside it (<= 0.5 ms up to 100k nonzeros, <= 2 ms up to 10M).
+``stats ms`` is the part of it that validation, the structure check and the statistics take
+(a new Problem each call, so nothing measured is reused).
+
+    --plan-only [--plan-sizes 100000,1000000] [--plan-ops spmv,spgemm] [--plan-profile FILE]
+
+times the plan costs alone and writes ``dispatch-plan-<device>.json`` (no summary); with
+--plan-profile, each row's plans are profiled too (cProfile, the functions of most own time into
+FILE). --trust-stale-models plans with the shipped learned model even where its recorded sources
+differ from the tree's (a working tree before its models are re-stamped), so that the model's
+walk is in the figure as it will be after the re-stamp.
 
 R (the reuse matmul is told) is fixed so that no adaptive re-plan lands inside
 the timing loops. Repeats: 200 per figure, fewer (at least 15) where the kernel
@@ -51,7 +61,10 @@ with --quick; ``-cpu`` with --host-only): the hits under "gpu" and "host", the p
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -66,6 +79,7 @@ from matplan.dispatch import fingerprint as fp_mod
 from matplan.dispatch import identity
 from matplan.dispatch.cache import nbytes_of
 from matplan.kernels import get
+from matplan.core import device as device_mod, features, validation
 from matplan.core.validation import normalize
 from _common import RESULTS, cuda_device_name, queued_s, write_result  # benchmarks/ is on sys.path as a script
 from summarize import write_summary
@@ -243,7 +257,9 @@ def plan_target_ms(nnz: int):
     return next((ms for limit, ms in PLAN_TARGET_MS if nnz <= limit * 1.05), None)
 
 
-def plan_sizes(gpu: bool, quick: bool) -> list:
+def plan_sizes(gpu: bool, quick: bool, only=None) -> list:
+    if only:
+        return list(only)
     if gpu:
         return [100_000, 1_000_000] + ([] if quick else [10_000_000])
     return [100_000] + ([] if quick else [1_000_000])
@@ -267,8 +283,10 @@ def plan_operands(op, nnz, xp, to_dev):
 PLAN_OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm")
 
 
-def plan_cost(op, nnz, xp, to_dev, sync, device):
-    """One row of the plan-cost table: planner.plan(..., measure="never") against the kernel it picks."""
+def plan_cost(op, nnz, xp, to_dev, sync, device, profile=None):
+    """One row of the plan-cost table: planner.plan(..., measure="never") against the kernel it picks,
+    and the part of it validation, the structure check and the statistics take. ``profile``: a list
+    the row's cProfile text is appended to."""
     A, B = plan_operands(op, nnz, xp, to_dev)
     entries = int(A.indices.shape[0]) if hasattr(A, "indices") else int(A.size)
     make = ((lambda: planner.plan_transpose(A, reuse=REUSE, measure="never")) if op == "sptrans" else
@@ -276,30 +294,51 @@ def plan_cost(op, nnz, xp, to_dev, sync, device):
     plan = make()
     bound = plan.bind(A)
     apply = (lambda: bound()) if op == "sptrans" else (lambda: bound(B))
-    kernel_s = per_call(apply, sync, 5 if entries >= 5_000_000 else 20, warmup=2)
-    plan_s = per_call(make, sync, 9 if entries >= 5_000_000 else 30, warmup=2)
+    big = entries >= 5_000_000
+    kernel_s = per_call(apply, sync, 5 if big else 20, warmup=2)
+    plan_s = per_call(make, sync, 9 if big else 30, warmup=2)
+    dev = device_mod.current()
+
+    def stats():   # what plan() does before scoring, on a new Problem (its figures are not reused)
+        problem = normalize_transpose(A) if op == "sptrans" else normalize(A, B)
+        validation.check_structure(problem)
+        return features.compute(problem, dev)
+    stats_s = per_call(stats, sync, 9 if big else 30, warmup=2)
+    if profile is not None:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(5 if big else 20):
+            make()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
+        profile.append(f"=== {op} {entries:,} ({device}): {plan_s * 1e3:.3f} ms a plan\n{text.getvalue()}")
     target = plan_target_ms(entries)
     us = 1e6
     ok = "-" if target is None else "yes" if plan_s * 1e3 <= target else "no"
-    print(f"{op:<8} {entries:>11,} {plan.kernel:<22} {plan_s * 1e3:9.3f} {kernel_s * us:10.1f} "
+    print(f"{op:<8} {entries:>11,} {plan.kernel:<22} {plan_s * 1e3:9.3f} {stats_s * 1e3:9.3f} {kernel_s * us:10.1f} "
           f"{plan_s / kernel_s:8.1f} {'-' if target is None else target:>9} {ok:>4}", flush=True)
-    return dict(op=op, nnz=entries, kernel=plan.kernel, plan_ms=plan_s * 1e3, kernel_us=kernel_s * us,
-                plan_x=plan_s / kernel_s, target_ms=target, device=device)
+    return dict(op=op, nnz=entries, kernel=plan.kernel, plan_ms=plan_s * 1e3, stats_ms=stats_s * 1e3,
+                kernel_us=kernel_s * us, plan_x=plan_s / kernel_s, target_ms=target, device=device)
 
 
-PLAN_HEADER = (f"{'op':<8} {'nnz(A)':>11} {'kernel':<22} {'plan ms':>9} {'kern us':>10} {'plan x':>8} "
-               f"{'target ms':>9} {'met':>4}")
+def normalize_transpose(A):
+    return validation.normalize_transpose(A)
 
 
-def plan_costs(gpu, quick, xp, to_dev, sync, device) -> list:
+PLAN_HEADER = (f"{'op':<8} {'nnz(A)':>11} {'kernel':<22} {'plan ms':>9} {'stats ms':>9} {'kern us':>10} "
+               f"{'plan x':>8} {'target ms':>9} {'met':>4}")
+
+
+def plan_costs(gpu, quick, xp, to_dev, sync, device, sizes=None, ops=PLAN_OPS, profile=None) -> list:
     print(f"\nplan(A, B, measure='never') ({'GPU operands' if gpu else 'host operands'}): medians; "
           "targets <= 0.5 ms up to 100k nonzeros, <= 2 ms up to 10M")
     print(PLAN_HEADER)
     rows = []
-    for nnz in plan_sizes(gpu, quick):
-        for op in PLAN_OPS:
+    for nnz in plan_sizes(gpu, quick, sizes):
+        for op in ops:
             try:
-                rows.append(plan_cost(op, nnz, xp, to_dev, sync, device))
+                rows.append(plan_cost(op, nnz, xp, to_dev, sync, device, profile))
             except Exception as exc:
                 rows.append(dict(op=op, nnz=nnz, error=f"{type(exc).__name__}: {str(exc)[:200]}"))
                 print(f"{op} {nnz:,}: FAILED\n{traceback.format_exc()}", flush=True)
@@ -311,7 +350,20 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer, smaller cases")
     ap.add_argument("--host-only", action="store_true", help="skip the GPU cases")
     ap.add_argument("--out", default=str(RESULTS), help="folder of the JSON result")
+    ap.add_argument("--plan-only", action="store_true", help="the plan costs alone (dispatch-plan-<device>.json)")
+    ap.add_argument("--plan-sizes", type=_ints, default=None,
+                    help="nonzeros of the plan-cost operands, e.g. 100000,1000000")
+    ap.add_argument("--plan-ops", type=lambda s: tuple(s.split(",")), default=PLAN_OPS,
+                    help=f"ops of the plan-cost table (default {','.join(PLAN_OPS)})")
+    ap.add_argument("--plan-profile", default=None, metavar="FILE", help="profile each plan-cost row into FILE")
+    ap.add_argument("--trust-stale-models", action="store_true",
+                    help="plan with the shipped learned model even where its recorded sources differ")
     args = ap.parse_args(argv)
+    if args.trust_stale_models:
+        from matplan.models import learned_fingerprint
+        learned_fingerprint.mismatch = lambda recorded, now=None: None
+    if args.plan_only:
+        return plan_main(args)
     cp = None if args.host_only else cupy_module()
     print(f"matplan {matplan.__version__}, NumPy {np.__version__}; REUSE={REUSE}; medians of per-call "
           "synchronised wall-clock times")
@@ -349,6 +401,35 @@ def main(argv=None):
                              plan_never=plans))
     print(f"\nwrote {path} and {write_summary(args.out)}")
     return 1 if any("error" in r for table in (rows, plans) for side in table.values() for r in side) else 0
+
+
+def _ints(text: str) -> tuple:
+    return tuple(int(float(v)) for v in text.split(","))
+
+
+def plan_main(args) -> int:
+    """--plan-only: the plan-cost tables (GPU operands where CuPy sees a GPU, host operands unless
+    the GPU ran), their rows in ``dispatch-plan-<device>.json`` and, with --plan-profile, the profiles."""
+    cp = None if args.host_only else cupy_module()
+    profile = [] if args.plan_profile else None
+    plans, device_name = {"gpu": [], "host": []}, "cpu"
+    print(f"matplan {matplan.__version__}, NumPy {np.__version__}; REUSE={REUSE}")
+    if cp is not None:
+        import cupyx.scipy.sparse as csp
+        device_name = cuda_device_name(cp)
+        plans["gpu"] = plan_costs(True, False, cp, csp.csr_matrix, cp.cuda.get_current_stream().synchronize,
+                                  device_name, args.plan_sizes, args.plan_ops, profile)
+    else:
+        plans["host"] = plan_costs(False, False, np, lambda A: A, lambda: None, "cpu", args.plan_sizes,
+                                   args.plan_ops, profile)
+    if profile is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plan_profile)), exist_ok=True)
+        with open(args.plan_profile, "w") as fh:
+            fh.write("\n".join(profile))
+    path = write_result(args.out, "dispatch-plan", device_name,
+                        dict(matplan=matplan.__version__, reuse=REUSE, host_cpus=os.cpu_count(), plan_never=plans))
+    print(f"\nwrote {path}")
+    return 1 if any("error" in r for side in plans.values() for r in side) else 0
 
 
 if __name__ == "__main__":

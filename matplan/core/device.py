@@ -116,9 +116,11 @@ def measure_copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10) -> float:
     cp = cupy_module()
     if cp is None:
         raise RuntimeError("measure_copy_bandwidth needs CuPy and a GPU")
-    src = cp.random.random(nbytes // 8)
+    src = cp.empty(nbytes // 8, dtype=cp.float64)
     dst = cp.empty_like(src)
     rt = cp.cuda.runtime
+    # a byte pattern, not cp.random (its 1 - x kernel compiles on a process's first use)
+    rt.memsetAsync(src.data.ptr, 0x5A, src.nbytes, cp.cuda.get_current_stream().ptr)
 
     def copy():   # the runtime's device-to-device copy: no CuPy kernel to compile on first use
         rt.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice,

@@ -1,10 +1,12 @@
 """Matrix statistics (features) the planner decides from, computed where the data lives.
 
-One pass over ``indptr`` (and over A's ``indices`` for SpGEMM's products per
-row), with the array module of the input (NumPy on the host, CuPy on the GPU),
-so both paths give the same numbers. All figures are gathered into one array
-and moved to the host once. GPU operands of up to ``xp.HOST_STATS_NNZ`` entries are
-measured on a host copy of their index arrays (CuPy's kernels would compile first).
+One pass over ``indptr`` (and over A's ``indices`` for SpGEMM's products per row), with the
+array module of the input (NumPy on the host, CuPy on the GPU), so both paths give the same
+numbers. GPU CSR operands are measured by the prebuilt statistics kernel where it is installed
+(:mod:`.figures`: one launch, one copy back, shared with the structure check), whose figures
+:func:`from_figures` finishes into these formulas' numbers bit for bit; without it, operands of
+up to ``xp.HOST_STATS_NNZ`` entries are measured on a host copy of their index arrays and larger
+ones with CuPy.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import threading
 
 import numpy as np
 
+from . import figures as kernel_figures
 from .xp import array_module
 
 
@@ -320,7 +323,12 @@ def sampled_compression(A, B, rowct) -> float:
     keys = row_of * ncols + B.indices[b_start[entry] + off_b].astype(xp.int64)
     counts = xp.stack([_distinct_per_row(keys, rows.size, ncols, xp),
                        xp.bincount(row_of, minlength=rows.size), p, draws])
-    distinct, examined, p, draws = _host(counts)
+    return _compression_of(*_host(counts), ncols)
+
+
+def _compression_of(distinct, examined, p, draws, ncols) -> float:
+    """products / nnz(C) from each distinct drawn row's distinct columns among its ``examined``
+    products of ``p``, drawn ``draws`` times (int64 arrays, rows ascending)."""
     nnz_c = _occupancy_extrapolate(distinct, examined, p, ncols)
     frac = float((draws * nnz_c / p).sum()) / COMPRESSION_SAMPLES
     return 1.0 / frac if frac > 0 else 1.0
@@ -376,13 +384,18 @@ def compute(problem, device) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
+    base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
+    figs = kernel_figures.problem_figures(problem)   # GPU CSR operands, by the statistics kernel
+    got = None if figs is None else from_figures(op, figs, A, B)
+    if got is not None:
+        base.update(got)
+        return Features(**base)
     if op in ("spmv", "spmm", "sptrans", "spgemm"):   # small GPU operands: statistics on the host
         host_a, host_b = problem.host_index["A"], problem.host_index["B"]
         if op != "spgemm":
             A = host_a or A
         elif host_a is not None and host_b is not None:   # both or neither: products_per_row reads both
             A, B = host_a, host_b
-    base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
     if op == "sptrans":
         base.update(transpose_features(A))
     elif op in ("spmv", "spmm", "spgemm"):
@@ -396,12 +409,67 @@ def compute(problem, device) -> Features:
     return Features(**base)
 
 
+def from_figures(op: str, figs, A, B=None) -> dict | None:
+    """The statistics of ``op`` (as :func:`sparse_features`, :func:`spgemm_features` and
+    :func:`transpose_features` give them) from the statistics kernel's figures of GPU CSR ``A``
+    (and ``B``): the same numbers bit for bit, the same float64 operations on the kernel's exact
+    integers and pairwise sums. None where the operands are malformed (rows falling, sums past
+    2**53: arrays a caller vouched for), which the general formulas then measure."""
+    m, n = (int(v) for v in A.shape)
+    nnz = figs.a.ptrm if m else 0
+    out = dict(m=m, n=n, nnz=nnz, density=nnz / (m * n) if m * n else 0.0,
+               index_dtype=str(np.dtype(A.indices.dtype)))
+    if op == "sptrans":
+        if nnz > 0 and n:
+            out.update(row_mean=nnz / m, row_max=figs.row_max, col_max=figs.col_max)
+        return out
+    total = figs.a.ptrm - figs.a.ptr0
+    if m and (figs.row_min < 0 or not 0 <= total < 2 ** 53 or not 0 <= figs.products < 2 ** 53):
+        return None
+    if m:
+        mean = float(np.float64(total) / m)
+        std = float(np.sqrt(float(np.float64(figs.row_ss) / m)))
+        groups = (m + (-m) % WARP) // WARP
+        before = figs.warp_before / groups
+        after = (figs.warp_after / groups if figs.warp_after is not None else
+                 warp_lengths(row_lengths(A), row_min=figs.row_min, row_max=figs.row_max)[1])
+        samples = min(nnz, SPREAD_SAMPLES)
+        out.update(row_mean=mean, row_std=std, row_min=figs.row_min, row_max=figs.row_max,
+                   empty_rows=figs.empty_rows, T=brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
+                   warp_ratio=after / before if before else 1.0,
+                   col_spread=float(np.float64(figs.spread_sum) / samples) if nnz > 0 and n else 0.0)
+    if op != "spgemm":
+        return out
+    out.update(nnz_b=figs.b.ptrm if B.shape[0] else 0, k=B.shape[1])
+    if m == 0:
+        return out
+    total = figs.products
+    mean = float(np.float64(total) / m)
+    var = float(np.float64(figs.rowct_ss) / m)
+    out.update(products=total, rowct_mean=mean, rowct_max=figs.rowct_max,
+               rowct_var_over_mean=var / mean if mean > 0 else 0.0, rbs_groups=tuple(figs.rbs_groups),
+               compression=_drawn_compression(figs, B.shape[1]) if figs.compression_ok else
+               sampled_compression(A, B, products_per_row(A, B)))
+    return out
+
+
+def _drawn_compression(figs, ncols: int) -> float:
+    """:func:`sampled_compression` from the kernel's drawn rows (1.0 without products)."""
+    if figs.products == 0:
+        return 1.0
+    rows = np.asarray(figs.drawn, dtype=np.int64)
+    _, first, draws = np.unique(rows, return_index=True, return_counts=True)
+    take = lambda v: np.asarray(v, dtype=np.int64)[first]  # noqa: E731
+    return _compression_of(take(figs.distinct), take(figs.examined), take(figs.drawn_products),
+                           draws.astype(np.int64), ncols)
+
+
 def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-__all__ = ["Features", "compute", "sparse_features", "col_spread", "spgemm_features", "products_per_row",
-           "sampled_compression", "row_lengths", "transpose_features"]
+__all__ = ["Features", "compute", "from_figures", "sparse_features", "col_spread", "spgemm_features",
+           "products_per_row", "sampled_compression", "row_lengths", "transpose_features"]
 
 
 # --- statistics the papers' rules read (the rules themselves: matplan.models) -------------

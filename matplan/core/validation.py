@@ -34,6 +34,7 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
+from . import figures
 from .xp import cupy_module, cupyx_sparse, host_index_arrays
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -111,14 +112,15 @@ def check_int(value, name: str, expected: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_csr(M, name: str, host=None) -> None:
+def check_csr(M, name: str, host=None, flags=None) -> None:
     """Raise ValueError naming ``name`` unless CSR ``M`` is well formed: indptr of m + 1 entries
     from 0, non-decreasing, ending at len(indices) = len(data); column indices in [0, n).
 
-    Vectorised where M lives (NumPy or CuPy, on M's device): one pass over indices (as unsigned,
-    so a negative index counts as too large) and one over indptr, one transfer to the host.
+    Vectorised where M lives: one pass over indices (as unsigned, so a negative index counts as
+    too large) and one over indptr, one transfer to the host. On the GPU the statistics kernel
+    does it (``figures``; ``flags``: its findings where the caller has them), else NumPy or CuPy.
     Duplicates and unsorted indices are allowed. ``host``: M's index arrays already on the host
-    (``Problem.host_index``), else copied here where M is a small GPU operand."""
+    (``Problem.host_index``), else copied here where M is a small GPU operand without the kernel."""
     m, n = M.shape
     indptr, indices, data = M.indptr, M.indices, M.data
     for arr, what in ((indptr, "indptr"), (indices, "indices")):
@@ -130,22 +132,27 @@ def check_csr(M, name: str, host=None) -> None:
     if data.shape != (nnz,):
         raise ValueError(f"{name}: CSR data has shape {data.shape} but indices has {nnz} entries")
     cp = cupy_module()
-    if host is None:   # a small GPU operand: checked on the host (no CuPy kernel compiles)
-        host = host_index_arrays(M)
-    if host is not None:
-        indptr, indices = host.indptr, host.indices
-    if cp is not None and isinstance(indptr, cp.ndarray):
-        with indptr.device:
-            bad = _csr_flags(cp, indptr, indices, n, nnz).get()
-    else:
-        bad = _csr_flags(np, indptr, indices, n, nnz)
-    first, last, falls, cols = (bool(b) for b in bad)
+    if flags is None and host is None:   # a GPU operand: one launch of the kernel, one small copy
+        found = figures.kernel_figures("check", M)
+        flags = None if found is None else found.a
+    if flags is None:
+        if host is None:   # a small GPU operand: checked on the host (no CuPy kernel compiles)
+            host = host_index_arrays(M)
+        if host is not None:
+            indptr, indices = host.indptr, host.indices
+        if cp is not None and isinstance(indptr, cp.ndarray):
+            with indptr.device:
+                bad = _csr_flags(cp, indptr, indices, n, nnz).get()
+        else:
+            bad = _csr_flags(np, indptr, indices, n, nnz)
+        flags = figures.CsrFlags(*(bool(b) for b in bad), indptr[0], indptr[-1])
+    first, last, falls, cols = flags.first, flags.last, flags.falls, flags.cols
     if first:
-        raise ValueError(f"{name}: malformed CSR: indptr[0] is {int(indptr[0])}, expected 0")
+        raise ValueError(f"{name}: malformed CSR: indptr[0] is {int(flags.ptr0)}, expected 0")
     if falls:
         raise ValueError(f"{name}: malformed CSR: indptr decreases (row lengths must be >= 0)")
     if last:
-        raise ValueError(f"{name}: malformed CSR: indptr[-1] is {int(indptr[-1])} but indices has {nnz} "
+        raise ValueError(f"{name}: malformed CSR: indptr[-1] is {int(flags.ptrm)} but indices has {nnz} "
                          "entries (trim spare capacity: SciPy's A.prune())")
     if cols:
         raise ValueError(f"{name}: malformed CSR: a column index is negative or >= {n} (the number of columns)")
@@ -163,11 +170,19 @@ def _csr_flags(xp, indptr, indices, n, nnz):
 
 
 def check_structure(problem) -> None:
-    """:func:`check_csr` on a Problem's CSR operands (A, and B for SpGEMM)."""
+    """:func:`check_csr` on a Problem's CSR operands (A, and B for SpGEMM); on the GPU from the
+    statistics kernel's findings, which the statistics then reuse (``figures.problem_figures``)."""
+    found = figures.problem_figures(problem)
     if _is_sparse(problem.A):
-        check_csr(problem.A, "A", problem.host_index["A"])
+        if found is not None:
+            check_csr(problem.A, "A", flags=found.a)
+        else:
+            check_csr(problem.A, "A", problem.host_index["A"])
     if problem.B is not None and _is_sparse(problem.B):
-        check_csr(problem.B, "B", problem.host_index["B"])
+        if found is not None and found.b is not None:
+            check_csr(problem.B, "B", flags=found.b)
+        else:
+            check_csr(problem.B, "B", problem.host_index["B"])
 
 
 class CheckedOnce:

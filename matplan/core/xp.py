@@ -6,11 +6,12 @@ import types
 
 import numpy as np
 
-#: Sparse operands on the GPU with at most this many stored entries have their statistics and
-#: structure checks computed on the host, from one copy of their index arrays (~1 ms at the
-#: bound): CuPy's elementwise and reduction kernels compile on a process's first use, ~40 of them
-#: for a first plan (16-19 s on an H100 host with an empty CuPy cache), NumPy's need nothing.
-#: Larger operands stay on the GPU (``matplan warmup`` compiles CuPy's kernels they use).
+#: Where the prebuilt statistics kernel is not available (``core.figures``: no binary for the GPU
+#: and no NVRTC), sparse operands on the GPU with at most this many stored entries have their
+#: statistics and structure checks computed on the host, from one copy of their index arrays (~1 ms
+#: at the bound): CuPy's elementwise and reduction kernels compile on a process's first use, ~40 of
+#: them for a first plan (16-19 s on an H100 host with an empty CuPy cache), NumPy's need nothing.
+#: Larger operands then stay on the GPU (``matplan warmup`` compiles CuPy's kernels they use).
 HOST_STATS_NNZ = 1 << 21
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..core import device as device_mod, features, validation
 from ..core.features import Features
 from ..core.xp import HOST_STATS_NNZ, cupy_module, cupyx_sparse
-from . import _cuda, _nvrtc, _store
+from . import _cuda, _nvrtc, _store, statistics
 from .spgemm import merge as spgemm_merge, runtime as spgemm_runtime
 from .spmv import gpu as spmv_gpu
 from .sptrans import compiled as sptrans_compiled
@@ -61,6 +61,7 @@ def instances() -> dict:
            **sptrans_compiled.SOURCES, tsgemm_launch.SOURCE: tsgemm_launch.SPLIT_SUM_NAMES,
            tsm2_tc.SOURCE: tsm2_tc._names(), tsm2_async.SOURCE: _async_names()}
     out[FINGERPRINT[0]] = FINGERPRINT[1]
+    out[statistics.SOURCE] = statistics.NAMES
     return out
 
 
@@ -174,9 +175,10 @@ def warmup(progress=None) -> list:
 
 
 def warmup_statistics() -> None:
-    """Compute the planner's statistics and structure checks once on the GPU for an operand past
-    ``HOST_STATS_NNZ`` (smaller ones are measured on the host), so CuPy compiles the elementwise
-    and reduction kernels they use now and keeps them in its own kernel cache."""
+    """Compute the planner's general statistics once with CuPy for an operand past ``HOST_STATS_NNZ``,
+    so CuPy compiles the elementwise and reduction kernels they use now and keeps them in its own
+    kernel cache: the path GPU operands take where the statistics kernel (``statistics.cu``, which
+    plans use) cannot load, and the products per row of matplan.distributed's blocks."""
     cp, csp = cupy_module(), cupyx_sparse()
     m = 1 << 12
     per_row = HOST_STATS_NNZ // m + 1

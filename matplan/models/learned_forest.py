@@ -86,17 +86,51 @@ class Forest:
         return len(self.roots)
 
     def predict(self, X) -> np.ndarray:
-        """The baseline plus each tree's leaf for every row of ``X`` (rows x features, NaN = missing)."""
+        """The baseline plus each tree's leaf for every row of ``X`` (rows x features, NaN = missing).
+
+        Every (row, tree) steps down one level at a time: node i is kept as 2 i, so its two
+        children sit at 2 i and 2 i + 1 of one array and the comparison picks one by adding 0 or
+        1. A node sends NaN left or right: x <= t is false for NaN (right), and nodes that send it
+        left read a copy of X with NaN as -inf (always <= t)."""
         X = np.asarray(X, dtype=np.float64)
-        idx = np.broadcast_to(self.roots, (len(X), len(self.roots))).copy()
-        rows = np.arange(len(X))[:, None]
-        for _ in range(self.depth):
-            x = X[rows, self.feature[idx]]
-            go_left = (x <= self.threshold[idx]) | (np.isnan(x) & self.missing_left[idx])
-            idx = np.where(go_left, self.left[idx], self.right[idx])
+        R, C = X.shape
+        col, thr, child, value = self._walk(C)
+        j, off = self._start(R, C)
+        Xc = np.concatenate([X, np.where(np.isnan(X), -np.inf, X)], axis=1).ravel()
+        T = len(self.roots)
+        for _ in range(self.depth):   # fancy indexing: about twice as fast as take on these sizes
+            c = col[j]
+            c += off
+            j = child[j + (Xc[c] <= thr[j])]
         # added one tree after another from the baseline, as scikit-learn does: the same rounding
-        terms = np.concatenate([np.full((len(X), 1), self.baseline), self.value[idx]], axis=1)
+        terms = np.empty((R, T + 1))
+        terms[:, 0] = self.baseline
+        terms[:, 1:] = value[j].reshape(R, T)
         return np.cumsum(terms, axis=1)[:, -1]
+
+    def _start(self, n_rows: int, n_columns: int) -> tuple:
+        """(each (row, tree)'s root as 2 root, the row's offset in the flattened [X, X]) for
+        ``n_rows`` x ``n_columns`` X, row-major; kept for the few row counts plans meet (read only)."""
+        kept = self.__dict__.setdefault("_starts", {})
+        got = kept.get((n_rows, n_columns))
+        if got is None:
+            T = len(self.roots)
+            got = (np.tile(2 * self.roots, n_rows), np.repeat(np.arange(n_rows, dtype=np.intp) * (2 * n_columns), T))
+            if len(kept) < 16:
+                kept[(n_rows, n_columns)] = got
+        return got
+
+    def _walk(self, n_columns: int) -> tuple:
+        """The node arrays of :meth:`predict` for X of ``n_columns`` columns (made once each): at
+        2 i and 2 i + 1 node i's column in [X, X with NaN as -inf], its threshold and value, and
+        its right and left child (as 2 child)."""
+        kept = self.__dict__.setdefault("_walks", {})   # a cache, not a field (eq=False: no hash of it)
+        got = kept.get(n_columns)
+        if got is None:
+            col = self.feature + n_columns * self.missing_left.astype(np.intp)
+            got = kept[n_columns] = (np.repeat(col, 2), np.repeat(self.threshold, 2),
+                                     2 * np.stack([self.right, self.left], axis=1).ravel(), np.repeat(self.value, 2))
+        return got
 
 
 def _depth(left, right, roots) -> int:

@@ -7,6 +7,7 @@ linop.py    SciPy / cupyx LinearOperators over a bound plan
 """
 from ..core import features as stats
 from ..core.types import Candidate
+from ..kernels import statistics as _statistics  # noqa: F401  installs the GPU statistics kernel in core.figures
 from . import measure
 from .choose import TIE_MARGIN
 from .plan import BoundPlan, Plan, plan, plan_transpose

@@ -44,3 +44,18 @@ def test_summary_shows_both_tables_with_targets():
     # a file written before the plan-cost rows still summarises
     old = {k: v for k, v in doc.items() if k != "plan_never"}
     assert 'measure="never"' not in "\n".join(summarize.overhead_section([("dispatch-h100.json", old)]))
+
+
+def test_plan_only_writes_its_rows_and_profiles(tmp_path, capsys):
+    """--plan-only: the plan-cost rows alone (with the statistics' part), their file and profiles."""
+    import json
+    rc = bench.main(["--plan-only", "--host-only", "--plan-sizes", "20000", "--plan-ops", "spmv,sptrans",
+                     "--out", str(tmp_path), "--plan-profile", str(tmp_path / "p.txt")])
+    assert rc == 0
+    doc = json.loads((tmp_path / "dispatch-plan-cpu.json").read_text())
+    rows = doc["plan_never"]["host"]
+    assert [r["op"] for r in rows] == ["spmv", "sptrans"] and doc["plan_never"]["gpu"] == []
+    assert all(0 < r["stats_ms"] and 0 < r["plan_ms"] and r["target_ms"] == 0.5 for r in rows)
+    text = (tmp_path / "p.txt").read_text()
+    assert "=== spmv 20,000" in text and "=== sptrans 20,000" in text and "tottime" in text
+    assert "stats ms" in capsys.readouterr().out
