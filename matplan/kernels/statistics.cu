@@ -25,6 +25,7 @@
 //
 // Inputs may be malformed (a caller vouching with check=False): every read stays inside the
 // arrays. Every .cu compiles with plain nvcc -std=c++17 -arch=sm_90.
+#include "grid_sync.cuh"
 
 typedef long long ll;
 typedef unsigned long long ull;
@@ -144,19 +145,6 @@ __device__ ll block_scan(ll v, ll* sh, ll* total) {
     return out;
 }
 
-// Grid barrier of cooperative groups' algorithm (as sptrans/merge.cu): block 0 adds
-// 2^31 - (grid - 1), the others 1; the top bit flips once all arrived.
-__device__ __forceinline__ void grid_sync(unsigned int* bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int nb = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        __threadfence();
-        const unsigned int old = atomicAdd(bar, nb);
-        while (((old ^ *(volatile unsigned int*)bar) & 0x80000000u) == 0) __nanosleep(20);
-        __threadfence();
-    }
-    __syncthreads();
-}
 
 // The last r with indptr[r] <= e in [lo, hi] (indptr[lo] <= e): numpy.searchsorted(indptr, e,
 // "right") - 1 within those rows.

@@ -23,6 +23,7 @@
 // deterministic. Both kernels take [phase_lo, phase_hi) so a profiler can run one phase a launch.
 
 #include "common.cuh"
+#include "../grid_sync.cuh"
 
 #define SPT_SENTINEL_COL 0x7fffffff
 // control words (ctrl = ws + ctrl_off, zeroed by the host): barrier, bad-index flag, longest column
@@ -30,19 +31,6 @@
 #define SPT_BAD 1
 #define SPT_MAXLEN 2
 
-// Grid barrier of cooperative groups' algorithm (the launch is cooperative, so all blocks are
-// resident): block 0 adds 2^31 - (grid - 1), the others 1; the top bit flips once all arrived.
-__device__ __forceinline__ void grid_sync(unsigned int* bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int nb = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        __threadfence();
-        const unsigned int old = atomicAdd(bar, nb);
-        while (((old ^ *(volatile unsigned int*)bar) & 0x80000000u) == 0) __nanosleep(20);
-        __threadfence();
-    }
-    __syncthreads();
-}
 
 // phase 0: counts[1 + j] (+)= nonzeros of column j; rank[e] = e's place among them
 __device__ __forceinline__ void phase_count(const int* __restrict__ indices, long long nnz, int n,
