@@ -501,3 +501,19 @@ def index_letter(dtype) -> str:
 def ctype(dtype) -> str:
     """The CUDA C type of a NumPy dtype (float/double/int/long long)."""
     return _CTYPES[np.dtype(dtype)]
+
+
+@functools.lru_cache(maxsize=None)
+def cusparse_bindings(names: tuple):
+    """(CuPy's low-level cuSPARSE bindings module, None), or (None, why it cannot be used: no CuPy
+    with a GPU, the module does not import, or it lacks some of ``names``)."""
+    if cupy_module() is None:
+        return None, "no CuPy with a GPU"
+    try:
+        from cupy_backends.cuda.libs import cusparse as lib   # optional: CuPy is not required
+    except Exception as exc:   # a CuPy build without cuSPARSE (ImportError, or a loader error)
+        return None, f"CuPy's cuSPARSE bindings do not import: {type(exc).__name__}: {exc}"
+    missing = [name for name in names if not hasattr(lib, name)]
+    if missing:
+        return None, f"CuPy's cuSPARSE bindings lack {', '.join(missing)}"
+    return lib, None

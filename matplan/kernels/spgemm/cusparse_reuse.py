@@ -90,19 +90,9 @@ class ReuseOutOfMemory(MemoryError):
     """CuPy's pool or cuSPARSE ran out of device memory during a reuse step."""
 
 
-@functools.lru_cache(maxsize=None)
 def bindings():
     """(CuPy's cuSPARSE bindings module, None) or (None, why they cannot be used)."""
-    if cupy_module() is None:
-        return None, "no CuPy with a GPU"
-    try:
-        from cupy_backends.cuda.libs import cusparse as lib   # optional: CuPy is not required
-    except Exception as exc:   # a CuPy build without cuSPARSE (ImportError, or a loader error)
-        return None, f"CuPy's cuSPARSE bindings do not import: {type(exc).__name__}: {exc}"
-    missing = [name for name in CUPY_BINDINGS if not hasattr(lib, name)]
-    if missing:
-        return None, f"CuPy's cuSPARSE bindings lack {', '.join(missing)}"
-    return lib, None
+    return _cuda.cusparse_bindings(CUPY_BINDINGS)
 
 
 def cusparse_paths(maps_text: str) -> list:

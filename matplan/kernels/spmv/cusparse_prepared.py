@@ -23,13 +23,13 @@ Not used: ``cusparseSpMM_preprocess`` and ``cusparseSpMV_preprocess``, which CuP
 from __future__ import annotations
 
 import collections
-import functools
 import threading
 import weakref
 
 import numpy as np
 
 from ...core.xp import cupy_module, cupyx_sparse
+from .. import _cuda
 from ..base import out_or_new
 from .formats import result_shape
 
@@ -53,21 +53,14 @@ MAX_LAYOUTS = 8
 REFUSED: set = set()
 
 
-@functools.lru_cache(maxsize=None)
+#: CuPy's generic-API bindings the prepared call uses.
+CUPY_BINDINGS = ("createCsr", "destroySpMat", "createDnVec", "destroyDnVec", "createDnMat", "destroyDnMat",
+                 "spMV_bufferSize", "spMV", "spMM_bufferSize", "spMM")
+
+
 def bindings():
     """(CuPy's cuSPARSE bindings module, None) or (None, the reason they cannot be used)."""
-    if cupy_module() is None:
-        return None, "no CuPy with a GPU"
-    try:
-        from cupy_backends.cuda.libs import cusparse as lib   # optional: CuPy is not required
-    except Exception as exc:   # a CuPy build without cuSPARSE (ImportError, or a loader error)
-        return None, f"CuPy's cuSPARSE bindings do not import: {type(exc).__name__}: {exc}"
-    missing = [f for f in ("createCsr", "destroySpMat", "createDnVec", "destroyDnVec", "createDnMat",
-                           "destroyDnMat", "spMV_bufferSize", "spMV", "spMM_bufferSize", "spMM")
-               if not hasattr(lib, f)]
-    if missing:
-        return None, f"CuPy's cuSPARSE bindings lack {', '.join(missing)} (the generic API)"
-    return lib, None
+    return _cuda.cusparse_bindings(CUPY_BINDINGS)
 
 
 def check_alg(params: dict) -> str:
