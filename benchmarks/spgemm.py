@@ -27,6 +27,15 @@ run: past VENDOR_LIMITS, out of memory, as reuse keeps its buffers beside C, or 
 ``ms_kind`` says so, which still computes C's structure) against reuse's values-only call;
 ``vendor_reuse_speedup_vs_vendor`` = vendor_ms / vendor_reuse_ms. Each ratio only where both
 figures are checked correct; ``geomean_speedup_vs_vendor_reuse`` in the summary likewise.
+``values_replay_ms`` is our values-only replay (``spgemm(values=True)``, what a plan's repeated
+``run`` takes; kernels/spgemm/values.py): after the pair's second call has kept each entry of C's
+products (``values_setup_ms``, ``values_kept_bytes``), the median of calls that recompute C's
+values only (structure checked on the GPU, C's indptr and indices copied into a new matrix),
+timed in turn with the others and checked against SciPy as they are (``values_correct``,
+``values_check``; ``values_status`` says where the memory rule or the operands refused it).
+``speedup_values_vs_vendor_reuse`` = vendor_reuse_ms / values_replay_ms and
+``values_speedup_vs_ms`` = ms / values_replay_ms, each only where both figures are checked correct,
+as are the summary's geomeans; ``planner_ms_kind`` says "values replay" where plan.run took it.
 A product whose C fits no single GPU CSR (past 2^31 - 1 nonzeros or free memory; wordnet A·Aᵀ
 has 8.8e9) is streamed with ``spgemm_panels`` and each panel checked by row sums
 (``output``/``panels`` in the JSON). SpTRANS: ``sptrans.transpose`` (the full transpose, no plan:
@@ -177,6 +186,56 @@ def reuse_summary(rows) -> dict:
                                      if r.get("vendor_reuse_status", "ok") != "ok"])
 
 
+def values_replay(cp, hs, A, B, ref):
+    """(fields, timed call or None) of our values-only replay (``spgemm(values=True)``): the
+    pair's first call notes it, the second sets the replay up (``values_setup_ms``, the setup's own
+    host time with its GPU work waited for; ``values_kept_bytes``), the third replays and is checked
+    against SciPy as the others. None where the memory rule or the operands refused the setup
+    (``values_status`` says why)."""
+    from matplan.kernels.spgemm import guesses, values
+    try:
+        for _ in range(2):
+            info = {}
+            hs.spgemm(A, B, values=True, info=info)
+        kept = guesses.values_kept(A, B)
+        if not isinstance(kept, values.ValuesReplay):
+            return dict(values_replay_ms=None, values_status=str(info.get("values_replay") or kept)), None
+        info2 = {}
+        C = hs.spgemm(A, B, values=True, info=info2)
+        if info2.get("values_replay") is not True:
+            return dict(values_replay_ms=None, values_status=f"not replayed: {info2.get('values_replay')}"), None
+        ok, why = check_product(C, ref)
+        del C
+        return dict(values_status="ok" if ok else f"wrong: {why}", values_correct=ok, values_check=why,
+                    values_setup_ms=info.get("values_setup_ms", kept.setup_ms), values_kept_bytes=kept.kept_bytes,
+                    values_lanes=kept.lanes), lambda: hs.spgemm(A, B, values=True)
+    except Exception as e:   # recorded, not hidden
+        return dict(values_replay_ms=None, values_status=f"{type(e).__name__}: {str(e)[:200]}"), None
+
+
+def values_ratios(row) -> dict:
+    """``speedup_values_vs_vendor_reuse`` (reuse's compute over our values replay) and
+    ``values_speedup_vs_ms`` (our repeated call over it), each only where both are checked correct."""
+    out = {}
+    if not (row.get("values_replay_ms") and row.get("values_correct")):
+        return out
+    if row.get("vendor_reuse_ms") and row.get("vendor_reuse_correct"):
+        out["speedup_values_vs_vendor_reuse"] = row["vendor_reuse_ms"] / row["values_replay_ms"]
+    if row.get("ms") and row.get("correct"):
+        out["values_speedup_vs_ms"] = row["ms"] / row["values_replay_ms"]
+    return out
+
+
+def values_summary(rows) -> dict:
+    """The summary's values-replay fields: geomeans over rows whose two figures are checked correct."""
+    vs_reuse = [r["speedup_values_vs_vendor_reuse"] for r in rows if r.get("speedup_values_vs_vendor_reuse")]
+    return dict(geomean_speedup_values_vs_vendor_reuse=geomean(vs_reuse), matrices_compared_values=len(vs_reuse),
+                geomean_values_speedup_vs_ms=geomean([r["values_speedup_vs_ms"] for r in rows
+                                                      if r.get("values_speedup_vs_ms")]),
+                values_not_ok=[f"{r['matrix']}: {r['values_status']}" for r in rows
+                               if r.get("values_status", "ok") != "ok"])
+
+
 #: The row-row merge is run up to this many products (it holds ~28 bytes a product).
 MERGE_PRODUCTS = 300_000_000
 #: Each kernel's timing in a row.
@@ -285,6 +344,12 @@ def run_one(cp, name, A_host):
             fns["planner_ms"] = lambda: p.run(A, B)
     except Exception as e:
         row["planner_kernel"], row["planner_ms"] = f"error: {e}", None
+    # our values-only replay (kept by spgemm's guesses: plan.run's calls above may have set it up)
+    if row.get("status") == "ok" and "output" not in row:
+        fields, fn = values_replay(cp, hs, A, B, ref)
+        row.update(fields)
+        if fn is not None:
+            fns["values_replay_ms"] = fn
     # cuSPARSE with reuse, set up last so its kept buffers do not crowd the calls above
     reuse = None
     if products > limit:
@@ -323,10 +388,19 @@ def run_one(cp, name, A_host):
         row["ms_kind"] = "guess replay" if "unguessed_ms" in row else "full product"
         row["full_ms"] = row.get("unguessed_ms", row["ms"])
     if row.get("planner_kernel") == "spgemm.hash" and row.get("ms_kind"):
-        row["planner_ms_kind"] = row["ms_kind"]
+        from matplan.kernels.spgemm import guesses, values
+        # plan.run passes values=True: its repeated runs replay values where the pair keeps a replay
+        replayed = isinstance(guesses.values_kept(A, B), values.ValuesReplay)
+        row["planner_ms_kind"] = "values replay" if replayed else row["ms_kind"]
+    if "values_replay_ms" in row and row.get("values_correct"):
+        from matplan.kernels.spgemm import guesses, values
+        if not isinstance(guesses.values_kept(A, B), values.ValuesReplay):   # refuted or evicted while timed
+            row.update(values_correct=False, values_status="the replay was dropped while timed")
+    hs.forget_guesses()   # the pair's kept replay and guesses go with it
     if row.get("ms") and row.get("vendor_ms") and row.get("correct") and row.get("vendor_correct"):
         row["speedup_vs_vendor"] = row["vendor_ms"] / row["ms"]
     row.update(reuse_ratios(row))
+    row.update(values_ratios(row))
     timings = {k: v for k, v in (("spgemm.hash", row.get("ms") if row.get("correct") else None),
                                  ("spgemm.cusparse", row.get("vendor_ms") if row.get("vendor_status") == "ok" else None),
                                  ("spgemm.merge", row.get("merge_ms") if row.get("merge_status") == "ok" else None))
@@ -390,6 +464,7 @@ def main(argv=None):
         wrong=[f"{r['matrix']} {who}: {r.get(key)}" for r in rows for who, flag, key in (
             ("ours", "correct", "check"), ("cuSPARSE", "vendor_correct", "vendor_check"),
             ("cuSPARSE reuse", "vendor_reuse_correct", "vendor_reuse_check"),
+            ("values replay", "values_correct", "values_check"),
             ("merge", "merge_correct", "merge_check"), ("plan.run", "planner_correct", "planner_check"))
             if r.get(flag) is False],
         sptrans_geomean_speedup=geomean([r["sptrans_speedup"] for r in sp_ok]),
@@ -400,6 +475,7 @@ def main(argv=None):
         merge_geomean_vs_hash=geomean([r["ms"] / r["merge_ms"] for r in rows if r.get("merge_ms") and r.get("ms")
                                        and r.get("merge_correct") and r.get("correct")]),
         **reuse_summary(rows),
+        **values_summary(rows),
     )
     doc = dict(copy_bandwidth=dev.mem_bandwidth, dtype="float64", summary=summary, results=rows,
                wall_s=time.time() - t0)

@@ -7,6 +7,8 @@ bandwidth plus a fixed cost; ``benchmarks/spgemm.py`` times the three candidates
 """
 from __future__ import annotations
 
+import math
+
 from ..core.features import (RBS_COMPRESSION, RBS_GROUP_BOUNDS, rbsparse_group_ids,  # noqa: F401
                              rbsparse_histogram)
 from ..core.types import Cost
@@ -52,26 +54,37 @@ def compression_text(f) -> str:
 
 # --- spgemm.hash ----------------------------------------------------------------
 #: Effective bytes the hash passes move per product and per nonzero of C, by dtype, at the copy
-#: bandwidth: least squares (relative error) of whole calls less HASH_FIXED_S over the H100 tuning
-#: data (17 matrices, nnz(C) exact). Per nonzero of C costs 4-5x per product: a distinct key fills
-#: a slot, is counted, compacted, sorted and written; a repeated key is one atomic add. The fit is
-#: within 0.6-1.4x on the corpus but under-predicts R-MAT medium (0.3x) and ice40 (0.5x): large
-#: rows with many distinct columns (big tables, few resident blocks, the global path) cost more
-#: than a linear model says. Global rows that take dense slabs are charged the slabs' bytes on
-#: top; by column segments in shared memory they are not (the slab term had R-MAT 16 / 17 at
-#: 26 / 89 ms predicted against 13 / 37 measured; without it 15.6 / 44.0).
-HASH_BYTES = {"float32": (41.0, 149.0), "float64": (42.0, 197.0)}
-#: The fixed cost of a call outside the pass kernels (product scan, classification, allocation,
-#: host round trips), by the path spgemm() takes (kernels/spgemm/kernel.py hash_path): whole call
-#: less the bandwidth term on the smallest problems of each path of the H100 tuning data: one pass
-#: balanced 0.19-0.26 ms (poisson2d-, block_dense-, banded-small), grouped 0.28-0.42 (poisson3d-,
-#: uniform-small), the hybrid 0.57-0.63 (metis) and 0.67-0.87 (skewed-small), two passes
-#: 0.53-0.84 (rmat-small) and 0.81-0.87 (skewed-medium). One constant for every path predicted
-#: skewed-small's hash call below cuSPARSE's and poisson2d-small's above it; at the two passes'
-#: cost the hybrid's metis went to cuSPARSE (2.07x the best). They are host time: another H100
-#: host ran the same calls up to 1.5x slower.
-HASH_FIXED_S = {"one pass, balanced": 0.22e-3, "one pass, grouped": 0.33e-3, "hybrid": 0.65e-3,
-                "two passes": 0.75e-3}
+#: bandwidth; HASH_TABLE_BYTES more per nonzero of C where rows go through hash tables; and
+#: HASH_ROW_BYTES per row of A: least squares (relative error) of whole calls less HASH_FIXED_S
+#: over the H100 tuning data (17 matrices, nnz(C) exact; repeated calls, as the tuner times them).
+#: A nonzero of C that numeric_esc makes (rows of at most 512 products on the one-pass path) is
+#: sorted in registers and written once; one a table makes is inserted by atomicCAS, sorted in
+#: shared memory, written to the upper-bound buffer and copied again by the compaction (one pass),
+#: or counted by the symbolic pass first (two passes): without the table term ice40 and R-MAT
+#: medium were 0.4-0.55x their time and block-dense medium 1.4x, with it 0.66-1.22x. A row costs
+#: apart from its products: numeric_esc gives each row a W-lane group sized for its class whatever
+#: its length, and the analysis, counts and scans go a row at a time (world_highways, 560k rows of
+#: ~10 products, 0.29-0.32 ms against 0.12-0.17 for Poisson and uniform of the same products over
+#: 100-160k rows). Within 0.7-1.3x on the corpus. Global rows that take dense slabs are charged the
+#: slabs' bytes on top; by column segments in shared memory they are not.
+HASH_BYTES = {"float32": (19.3, 9.4), "float64": (21.0, 17.2)}
+HASH_TABLE_BYTES = 134.0
+HASH_ROW_BYTES = 681.0
+#: The fixed cost of a call outside the pass kernels, by the path spgemm() takes
+#: (kernels/spgemm/kernel.py hash_path; :func:`hash_fixed_key`), on repeated calls of one pair:
+#: a one-pass call replays its guessed analysis as a CUDA graph, and where every row takes
+#: numeric_esc ("one pass, direct") it writes C in place (no upper-bound buffer, scan or
+#: compaction: one graph launch and one read back). Least squares with HASH_BYTES on the H100
+#: tuning data: direct 70 us (Poisson, banded, uniform small: 75-126 us whole), one pass with
+#: tables or global rows 86-122 us besides its launches (block-dense- and skewed-small, metis,
+#: 123-364 us whole). The two
+#: passes (no guess: symbolic pass, scan, two host round trips more) from rmat-small (0.83-1.20 ms
+#: whole) and the hybrid (two passes too) are host time read off the smallest calls of each path,
+#: not fitted: the few other problems of those paths are large enough that their fixed cost is
+#: not identifiable (a fit without rmat-small set it to 0). Host time: another H100 host ran the
+#: same calls up to 1.5x slower.
+HASH_FIXED_S = {"one pass, direct": 70e-6, "one pass, balanced": 122e-6, "one pass, grouped": 86e-6,
+                "hybrid": 0.65e-3, "two passes": 0.75e-3}
 #: The planner takes a product for the hybrid when at most this fraction of its rows has
 #: alpha = nnz_RowCt / pi >= 256 (the RBSparse groups past numeric_esc's 512 products).
 HYBRID_LONG_ROWS = 0.01
@@ -79,42 +92,101 @@ HYBRID_LONG_ROWS = 0.01
 LAUNCH_S = 6e-6
 
 
-def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0) -> float:
-    """Seconds of an spgemm.hash call: HASH_BYTES at the copy bandwidth, ``slab_bytes`` (global rows
-    on dense slabs of B.shape[1] columns, written and scanned) likewise, HASH_FIXED_S of the
-    ``path`` and LAUNCH_S a launch."""
+def hash_fixed_key(path: str, direct: bool) -> str:
+    """The key of HASH_FIXED_S for a call on ``path`` (hash_path's); ``direct``: every row takes
+    numeric_esc, so a one-pass call's repeated calls write C in place."""
+    return "one pass, direct" if direct and path.startswith("one pass") else path
+
+
+def hash_table_nnz(f, path: str, direct: bool) -> float:
+    """Expected nonzeros of C that hash tables make: none where every row takes numeric_esc on the
+    one-pass path, else all of them (the hybrid's short rows are numeric_esc's too: an upper bound)."""
+    return 0.0 if hash_fixed_key(path, direct) == "one pass, direct" else traffic.spgemm_nnz_c(f)
+
+
+def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0, direct: bool = False) -> float:
+    """Seconds of an spgemm.hash call: HASH_BYTES, HASH_TABLE_BYTES (:func:`hash_table_nnz`) and
+    HASH_ROW_BYTES at the copy bandwidth, ``slab_bytes`` (global rows on dense slabs of B.shape[1]
+    columns, written and scanned) likewise, HASH_FIXED_S of the ``path`` (:func:`hash_fixed_key`)
+    and LAUNCH_S a launch."""
     nbytes, _, _ = fitted_bytes(f, HASH_BYTES)
-    t = nbytes / device.mem_bandwidth
-    if slab_bytes:
-        t += slab_bytes / device.mem_bandwidth
-    return t + (HASH_FIXED_S[path] + launches * LAUNCH_S)
+    nbytes += hash_table_nnz(f, path, direct) * HASH_TABLE_BYTES + f.m * HASH_ROW_BYTES
+    t = (nbytes + slab_bytes) / device.mem_bandwidth
+    return t + HASH_FIXED_S[hash_fixed_key(path, direct)] + launches * LAUNCH_S
 
 
-def hash_terms(f) -> str:
+def hash_terms(f, path: str, direct: bool) -> str:
     """The bandwidth terms of hash_seconds, for a cost's explanation."""
     _, per_product, per_output = fitted_bytes(f, HASH_BYTES)
+    tables = hash_table_nnz(f, path, direct)
     return (f"~{traffic.spgemm_nnz_c(f):,.0f} nonzeros of C expected ({compression_text(f)}); "
-            f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C at the copy bandwidth")
+            f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C"
+            + (f" + {HASH_TABLE_BYTES:.0f} B per nonzero of C from hash tables" if tables else
+               " (all from numeric_esc)")
+            + f" + {HASH_ROW_BYTES:.0f} B per row at the copy bandwidth")
+
+
+# --- spgemm.hash's values-only replay (kernels/spgemm/values.py) ------------------
+#: A plan's runs from the third on an unchanged pattern replay C's values only, where the kept
+#: bytes fit (kernels/spgemm/rules.py values_refusal): per product its 8-byte key and the two
+#: values it gathers (mostly L2 hits: half an item counted), per entry of C its offset, its value
+#: written and C's indptr and indices copied (read and written), plus VALUES_FIXED_S (four
+#: launches, three allocations, one read back). Estimated from the kernels' traffic, not fitted.
+VALUES_FIXED_S = 40e-6
+
+
+def values_replay_seconds(f, device) -> float:
+    """Seconds of a values replay of spgemm.hash for the planner's features (the setup, paid once
+    on a pair's second call, is not in it)."""
+    item = 4 if str(f.dtype) == "float32" else 8
+    per_entry = 4 + item + 16
+    nbytes = f.products * (8 + item / 2) + traffic.spgemm_nnz_c(f) * per_entry
+    return nbytes / device.mem_bandwidth + VALUES_FIXED_S
 
 
 # --- spgemm.merge ---------------------------------------------------------------
-#: MERGE_FIXED_S + products x MERGE_BYTES_PER_PRODUCT at the copy bandwidth x (1 + the tree
-#: rounds of the longest row). Fitted on the H100 (float64) on the short-row products:
-#: world_highways 5.4M products 0.95 ms, metis 9.9M 1.27, Poisson 12.5M 1.53, dragon 22M 2.49,
-#: banded 58M 6.2 (fit: 0.45 ms + 92 ps a product, 274 B at 2.98 TB/s). Long rows cost more than
-#: the rounds say (ice40 244M products 53 ms, block-dense 249M 73 ms): the cost stays an
-#: underestimate there, where the hash kernel is 5-20x faster anyway.
-MERGE_FIXED_S = 0.45e-3
-MERGE_BYTES_PER_PRODUCT = 280.0
+#: MERGE_FIXED_S + MERGE_ROUND_S a tree round of spt_sort + at the copy bandwidth:
+#: MERGE_BYTES_PER_PRODUCT a product and a row (expand, tile sort, heads, scan, write: the merge
+#: path runs over rows and products) and MERGE_ROUND_BYTES a product a round it takes part in.
+#: spt_sort sorts tiles of TILE slots, then merges the runs of rows that cross tiles in binary-tree
+#: rounds with a grid barrier each (the whole grid visits every tile each round): a row of L
+#: products crosses a tile boundary with probability about L / TILE and takes log2(L / TILE)
+#: rounds when longer, so the products' rounds are charged at the product-weighted row length
+#: (rowct_var_over_mean + rowct_mean) as log2(1 + L_w / TILE), at most the longest row's rounds.
+#: Least squares (relative error) on the H100 tuning data (17 matrices, float32 and float64):
+#: 0.20 ms, 61 us a round, 305 B and 81 B; within 0.8-1.25x but the small calls' jitter
+#: (0.55-0.8x) and skewed-medium (0.64-0.83x). The earlier (1 + rounds of the longest row) x
+#: every product put ice40, R-MAT medium and block-dense at 2.1-4x their time: a round moves
+#: about a quarter of what the first sort does, and only the products of rows that cross tiles.
+MERGE_FIXED_S = 0.20e-3
+MERGE_ROUND_S = 61e-6
+MERGE_BYTES_PER_PRODUCT = 305.0
+MERGE_ROUND_BYTES = 81.0
 
 
-def merge_cost(f, device, rounds: int) -> Cost:
-    """spgemm.merge: every product expanded and sorted, ``rounds`` tree rounds for the longest row."""
-    t = MERGE_FIXED_S + f.products * MERGE_BYTES_PER_PRODUCT * (1 + rounds) / device.mem_bandwidth
+def merge_rounds(longest_row: int, tile: int) -> int:
+    """spt_sort's tree rounds for a longest row of this many products (its loop: q, the runs of
+    that row, is 1 + ceil((L - 1) / tile); ceil(log2(q)) rounds; none for rows of one product)."""
+    if longest_row <= 1:
+        return 0
+    q = 1 + -(-(int(longest_row) - 1) // int(tile))
+    return (q - 1).bit_length()
+
+
+def merge_cost(f, device, tile: int) -> Cost:
+    """spgemm.merge: every product expanded and sorted in tiles of ``tile`` slots (spt_sort's),
+    then the tree rounds of the rows that cross tiles."""
+    rounds = merge_rounds(f.rowct_max, tile)
+    weighted = f.rowct_var_over_mean + f.rowct_mean          # E[L^2] / E[L] of the rows' products
+    product_rounds = min(math.log2(1.0 + weighted / tile), float(rounds))
+    nbytes = (f.products + f.m) * MERGE_BYTES_PER_PRODUCT + f.products * product_rounds * MERGE_ROUND_BYTES
+    t = MERGE_FIXED_S + rounds * MERGE_ROUND_S + nbytes / device.mem_bandwidth
     return Cost(0.0, t, f"row-row segmented merge (deterministic): {f.products:,} products expanded and "
-                        f"each row sorted by merge-path tiles, {rounds} tree round(s) for the longest row "
-                        f"({f.rowct_max:,} products); ~{MERGE_BYTES_PER_PRODUCT:.0f} B a product a pass at the "
-                        f"copy bandwidth (sort-bound) + {MERGE_FIXED_S * 1e3:.2f} ms fixed")
+                        f"sorted in tiles of {tile} slots, {rounds} tree round(s) for the longest row "
+                        f"({f.rowct_max:,} products), {product_rounds:.2f} a product at the product-weighted "
+                        f"row length {weighted:,.0f}; ~{MERGE_BYTES_PER_PRODUCT:.0f} B a product + "
+                        f"{MERGE_ROUND_BYTES:.0f} B a product a round at the copy bandwidth (sort-bound) + "
+                        f"{MERGE_ROUND_S * 1e6:.0f} us a round + {MERGE_FIXED_S * 1e3:.2f} ms fixed")
 
 
 # --- cuSPARSE through CuPy ----------------------------------------------------

@@ -1,8 +1,10 @@
 """Least-squares refits of the analytic models' fitted constants, on chosen timings.
 
 Some analytic constants are least-squares fits to tuning timings: the prepared cuSPARSE SpMV/SpMM
-call's efficiencies and fixed cost, the hash and cuSPARSE SpGEMM effective bytes, and the blocked
-(BRC/BRCP) SpMM gather bytes and fixed cost. ``matplan report`` refits them in every
+call's efficiencies and fixed cost, the hash SpGEMM's effective bytes (per product, nonzero of C,
+nonzero of C from hash tables and row) and one-pass fixed costs, the cuSPARSE SpGEMM effective
+bytes, the segmented merge SpGEMM's fixed, per-round, per-product and per-product-round costs, and
+the blocked (BRC/BRCP) SpMM gather bytes and fixed cost. ``matplan report`` refits them in every
 leave-family-out fold on the training families' timings (:func:`fit`) and scores the held-out
 family with them (:func:`installed`), so no held-out timing reaches its own prediction. The
 shipped constants (the modules' values) are what ``matplan train`` and the planner use.
@@ -83,6 +85,10 @@ def _spmm(f) -> bool:
 
 
 _DTYPES = ("float32", "float64")
+#: The hash paths whose fixed cost is a least-squares fit: the one-pass ones, which problems of
+#: every size take. The two passes' and the hybrid's are read off their smallest calls (the few
+#: other problems on those paths are too large for a fixed cost to be identified).
+_HASH_FITTED_PATHS = ("one pass, direct", "one pass, balanced", "one pass, grouped")
 GROUPS = (
     Group("vendor SpMV/SpMM (spmv.cusparse)", ("spmv.cusparse",), (
         Constant(spmv_model, "CUSPARSE_PREPARED_SPMV_EFFICIENCY", inverse=True),
@@ -92,10 +98,15 @@ GROUPS = (
         Constant(spmv_model, "BLOCKED_SPMM_GATHER_BYTES"),
         Constant(spmv_model, "BLOCKED_SPMM_OVERHEAD_S")), _spmm),
     Group("hash SpGEMM (spgemm.hash)", ("spgemm.hash",), tuple(
-        Constant(spgemm_model, "HASH_BYTES", (d, j)) for d in _DTYPES for j in (0, 1))),
+        Constant(spgemm_model, "HASH_BYTES", (d, j)) for d in _DTYPES for j in (0, 1))
+        + (Constant(spgemm_model, "HASH_TABLE_BYTES"), Constant(spgemm_model, "HASH_ROW_BYTES"))
+        + tuple(Constant(spgemm_model, "HASH_FIXED_S", (path,)) for path in _HASH_FITTED_PATHS)),
     Group("vendor SpGEMM (spgemm.cusparse)", ("spgemm.cusparse",), tuple(
         Constant(spgemm_model, "CUSPARSE_SPGEMM_BYTES", (d, j)) for d in _DTYPES for j in (0, 1))
         + tuple(Constant(spgemm_model, "CUSPARSE_SPGEMM_LONG_ROW_BYTES", (d,)) for d in _DTYPES)),
+    Group("merge SpGEMM (spgemm.merge)", ("spgemm.merge",), tuple(
+        Constant(spgemm_model, name) for name in
+        ("MERGE_FIXED_S", "MERGE_ROUND_S", "MERGE_BYTES_PER_PRODUCT", "MERGE_ROUND_BYTES"))),
 )
 
 

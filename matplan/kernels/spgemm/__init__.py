@@ -51,7 +51,8 @@ constant on the module defining it reaches every reader.
 * ``analysis``: the rows classified and grouped on the GPU (step 1), ``_Symbolic``;
 * ``symbolic``: steps 1-3; ``numeric``: step 4 and the numeric kernels' launches;
 * ``global_rows``: the global-memory path of long rows;
-* ``one_pass``: the one-pass path; ``guesses``: guessed analyses and their graphs;
+* ``one_pass``: the one-pass path; ``guesses``: guessed analyses, their graphs and the values
+  replays kept; ``values``: the values-only replay of an unchanged pattern (``ValuesReplay``);
 * ``panels``: row panels, ``out='host'``, ``spgemm_panels()``;
 * ``kernel``: the ``spgemm.hash`` Kernel (candidates, cost, run); ``merge``: ``spgemm.merge``;
   ``vendor``: ``spgemm.cusparse``; ``transpose``: the sort-based SpTRANS baseline;
@@ -60,7 +61,7 @@ constant on the module defining it reaches every reader.
 
 Device code: ``hash_analysis.cu`` (scans, classify_rows, bucket_rows), ``hash_shared.cu`` (the
 shared-memory tables), ``hash_esc.cu`` (numeric_esc), ``hash_global.cu`` (the global path),
-``hash_compact.cu`` (the one-pass copy into C), with ``hash_common.cuh``, ``hash_table.cuh``,
+``hash_compact.cu`` (the one-pass copy into C), ``values_replay.cu`` (the values-only replay), with ``hash_common.cuh``, ``hash_table.cuh``,
 ``block_scan.cuh`` and ``bitmaps.cuh``; ``spgemm_merge.cu`` for the merge.
 """
 from . import kernel, merge, vendor  # noqa: F401  registers the kernels

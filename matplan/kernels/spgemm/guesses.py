@@ -15,6 +15,10 @@ which numeric_esc writes each row straight into C at its kept offset, no upper-b
 scan and no compaction; a row of another length than kept writes nothing and refutes the guess
 (one read at the call's end). ``guess=False`` opts out; ``forget_guesses()`` drops them all.
 
+With ``spgemm(values=True)`` (plans' runs) a pair goes further once its structure has been seen
+twice: the values-only replay (values.py) recomputes C's values from kept product lists, its
+structure checked on the GPU every call (_values_key, _values_replayed, _values_after).
+
 A graph keeps its call's scratch (the upper-bound buffer: products x 12 bytes in float64, the
 product offsets, the row classes, the global path's slabs) and the next call's C indptr.
 """
@@ -33,6 +37,7 @@ import matplan.kernels.spgemm.one_pass as one_pass
 import matplan.kernels.spgemm.operands as operands
 import matplan.kernels.spgemm.runtime as runtime
 import matplan.kernels.spgemm.symbolic as symbolic
+import matplan.kernels.spgemm.values as values
 
 #: Operand pairs whose analysis is kept, and of those, the most recent that keep a graph.
 GUESS_CACHE_SIZE, GUESS_GRAPHS = 8, 2
@@ -165,8 +170,102 @@ def _direct_finish(s: analysis._Symbolic, op: one_pass._Launched, arrays, direct
 
 
 def forget_guesses() -> None:
-    """Drop every kept analysis: each operand pair's next call waits for its own (benchmarks time
-    first calls so)."""
+    """Drop every kept analysis and values replay: each operand pair's next call waits for its own
+    (benchmarks time first calls so)."""
     with _GUESS_LOCK:
         _GUESSES.clear()
+        _VALUES.clear()
+        _SEEN.clear()
+
+
+# ----------------------------------------------------------------------------- values-only replays
+#: Pairs that keep a values-only replay (values.py; ``spgemm(values=True)``, which plans' runs
+#: pass): the first call of a pair notes its structure key (_SEEN), the next computes C as before
+#: and sets the replay up from it where rules.values_refusal allows, and later calls replay values
+#: only while A's and B's indptr and indices are unchanged (checked on the GPU every call; a change
+#: drops the replay and the call computes C in full). A refused setup is remembered (its reason in
+#: info) and not retried until forget_guesses(). Off (no replay, no setup) while GUESS_CACHE_SIZE
+#: or VALUES_CACHE_SIZE is 0. Each kept pair holds rules.values_kept_bytes of device memory.
+VALUES_CACHE_SIZE = 2
+_VALUES = BoundedCache("spgemm.values", VALUES_CACHE_SIZE)
+_SEEN = BoundedCache("spgemm.values_seen", 16)
+
+
+def _values_key(A, B, sort, smem_limit, grouping, esc):
+    """The key of a pair's values replay: _guess_key's without the data arrays' addresses (a
+    replay reads the values of the call's operands, wherever they are), None where none is kept:
+    replays off, unsorted rows asked for (a replay's C is sorted), or operands _guess_key refuses."""
+    if not (sort and VALUES_CACHE_SIZE > 0 and GUESS_CACHE_SIZE > 0) or _guess_key(A, B, sort, smem_limit,
+                                                                                    grouping, esc) is None:
+        return None
+    parts = tuple((M.indices.data.ptr, M.indptr.data.ptr, M.shape, M.nnz, M.dtype.str) for M in (A, B))
+    return ("values", runtime._device_id(), cupy_module().cuda.get_current_stream().ptr, parts, smem_limit,
+            grouping, bool(esc))
+
+
+def _values_replayed(key, A, B, info: dict):
+    """C from the pair's kept values replay, or None: none kept, its setup refused (the reason in
+    info["values_replay"]), or A's or B's structure changed since (the replay dropped; the caller
+    computes C in full)."""
+    if key is None:
+        return None
+    kept = _VALUES.peek(key)
+    if kept is None:
+        refused = _SEEN.peek(key)
+        if isinstance(refused, str):
+            info["values_replay"] = f"not kept: {refused}"
+        return None
+    t0 = time.perf_counter()
+    try:
+        C = kept.run(A, B, info=info)
+    except analysis._Misguess:
+        with _GUESS_LOCK:
+            _VALUES.discard(key)
+        info["values_replay"] = "refuted: A's or B's structure changed since the setup; C computed in full"
+        return None
+    info.update(panels=1, host_ms={"values_replay": round((time.perf_counter() - t0) * 1e3, 4)})
+    return C
+
+
+def _values_after(key, A, B, C, info: dict, guess_key=None) -> None:
+    """After C = A @ B was computed: note the pair's first call (_SEEN); on the next set its
+    values replay up from C where rules.values_refusal allows (else _SEEN keeps the reason, and
+    later calls do not retry) and drop its guess's graph and scratch, which the replay makes idle."""
+    if key is None or key in _VALUES:
+        return
+    seen = _SEEN.peek(key)
+    if seen is None:
+        with _GUESS_LOCK:
+            _SEEN.put(key, True)
+        return
+    if isinstance(seen, str):
+        return
+    try:
+        replay = values.ValuesReplay(A, B, C)
+    except values.ValuesRefused as e:
+        replay = str(e)
+    except MemoryError as e:   # CuPy's pool could not serve the setup: keep the guess replay
+        replay = f"out of memory in the setup: {str(e)[:160]}"
+    with _GUESS_LOCK:
+        if isinstance(replay, str):
+            _SEEN.put(key, replay)
+            info["values_replay"] = f"not kept: {replay}"
+            return
+        _VALUES.maxsize = VALUES_CACHE_SIZE
+        _VALUES.put(key, replay)
+        _SEEN.discard(key)
+        g = _GUESSES.peek(guess_key) if guess_key is not None else None
+        if g is not None:
+            g.recorded = None
+    info.update(values_setup_ms=round(replay.setup_ms, 4), values_kept_bytes=replay.kept_bytes)
+
+
+def values_kept(A, B, *, sort: bool = True, smem_limit=None, grouping: str = "auto", esc: bool = True):
+    """The pair's kept ValuesReplay (a plan's run with these options: spgemm's defaults), the
+    reason its setup was refused (str), or None."""
+    key = _values_key(A, B, sort, smem_limit, grouping, esc)
+    if key is None:
+        return None
+    kept = _VALUES.peek(key)
+    return kept if kept is not None else (_SEEN.peek(key) if isinstance(_SEEN.peek(key), str) else None)
 

@@ -99,19 +99,26 @@ class HashSpGEMM(SparseProduct):
         elif n_global:   # by segments in shared memory: the products' traffic covers them
             why += f" (by {seg[1]} column segment(s) of {seg[0]:,} columns in shared memory)"
         launches = 2 * (1 if balanced else sum(1 for c in f.rbs_groups if c)) + (2 if n_global else 0)
-        t = spgemm_model.hash_seconds(f, device, path, launches, slab_bytes)
+        caps = rules.esc_caps(f.k)
+        direct = bool(caps) and f.rowct_max <= caps[-1]   # every row numeric_esc's: C written in place
+        t = spgemm_model.hash_seconds(f, device, path, launches, slab_bytes, direct)
         free = runtime._free_device_bytes() if device.source == "measured" and cupy_module() is not None else None
         _, panels_why = panels.predict_panels(traffic.spgemm_nnz_c(f), f.m, itemsize, free)
-        caps = rules.esc_caps(f.k)
         sort = ("" if not caps else
                 f"; every row sorted in registers (numeric_esc: at most {caps[-1]} products a row)"
                 if f.rowct_max <= caps[-1] else
                 f"; rows of at most {caps[-1]} products sorted in registers (numeric_esc), the others hashed")
-        return Cost(0.0, t, f"RBSparse hash, {path} ({spgemm_model.HASH_FIXED_S[path] * 1e3:.2f} ms fixed), "
-                            f"{why}{sort}; {spgemm_model.hash_terms(f)}" + (f"; {panels_why}" if panels_why else ""))
+        fixed = spgemm_model.HASH_FIXED_S[spgemm_model.hash_fixed_key(path, direct)]
+        return Cost(0.0, t, f"RBSparse hash, {path}{', direct' if direct and path.startswith('one pass') else ''} "
+                            f"({fixed * 1e3:.2f} ms fixed), "
+                            f"{why}{sort}; {spgemm_model.hash_terms(f, path, direct)}"
+                            + (f"; {panels_why}" if panels_why else "")
+                    + f"; a plan's runs from the third on an unchanged pattern replay values only "
+                      f"(~{spgemm_model.values_replay_seconds(f, device) * 1e3:.3f} ms where its kept bytes fit)")
 
     def product(self, A, B, params):
-        return spgemm(A, B, sort=params.get("sort", True))
+        # a plan's repeated runs on an unchanged pattern replay C's values only (guesses.py)
+        return spgemm(A, B, sort=params.get("sort", True), values=True)
 
 
 register(HashSpGEMM())

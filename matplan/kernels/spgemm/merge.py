@@ -142,7 +142,7 @@ class MergeSpGEMM(SparseProduct):
         yield {}
 
     def cost(self, f, params, device):
-        return spgemm_model.merge_cost(f, device, rounds_for(f.rowct_max))
+        return spgemm_model.merge_cost(f, device, sptrans.TILE)
 
     def product(self, A, B, params):
         return spgemm_merge(A, B)

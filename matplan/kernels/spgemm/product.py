@@ -21,7 +21,7 @@ import matplan.kernels.spgemm.symbolic as symbolic
 def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros: bool = False,
            grouping: str = "auto", out: str = "device", max_panel_nnz: int | None = None,
            max_panel_bytes: int | None = None, passes: str = "auto", esc: bool = True,
-           guess: bool = True, info: dict | None = None):
+           guess: bool = True, values: bool = False, info: dict | None = None):
     """C = A @ B with the RBSparse hash kernels (the output forms: see panels.py).
 
     sort: write each row sorted by column (SciPy's canonical order); False skips the sort.
@@ -40,12 +40,17 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     guess: a one-pass call of operands met before goes on from their last analysis, checked on
         the GPU (guesses.py); False waits for this call's own and keeps
         none.
+    values: with ``guess``, out='device', sort and not drop_zeros, a pair's calls after its
+        second replay C's values only while A's and B's structure is unchanged (values.py; set up
+        on the second call where rules.values_refusal allows; plans' runs pass True); False: the
+        guess replay only.
     info: a dict to fill with what was done (groups, global rows, nnz, products, panels, one_pass,
-        guessed, direct).
+        guessed, direct, values_replay: True, False or why not; values_setup_ms and
+        values_kept_bytes on the call that set it up).
     """
     if passes not in ("auto", "two"):
         raise ValueError(f"passes: expected 'auto' or 'two', got {passes!r}")
-    for name, flag in (("esc", esc), ("guess", guess)):
+    for name, flag in (("esc", esc), ("guess", guess), ("values", values)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
     if out not in ("device", "host"):
@@ -56,9 +61,25 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
         raise ValueError("max_panel_nnz / max_panel_bytes: only with out='host' or spgemm_panels "
                          "(out='device' returns C in one piece)")
     info = info if info is not None else {}
-    info["guessed"] = info["direct"] = False
+    info["guessed"] = info["direct"] = info["values_replay"] = False
     guessing = guess and out == "device" and passes == "auto"
     key = guesses._guess_key(A, B, sort, smem_limit, grouping, esc) if guessing else None
+    vkey = (guesses._values_key(A, B, sort, smem_limit, grouping, esc)
+            if guessing and values and not drop_zeros else None)
+    C = guesses._values_replayed(vkey, A, B, info)
+    if C is not None:
+        return C
+    C = _computed(A, B, key, sort, smem_limit, grouping, esc, drop_zeros, out, passes, max_panel_nnz,
+                  max_panel_bytes, info)
+    if vkey is not None:
+        guesses._values_after(vkey, A, B, C, info, key)
+    return C
+
+
+def _computed(A, B, key, sort, smem_limit, grouping, esc, drop_zeros, out, passes, max_panel_nnz, max_panel_bytes,
+              info):
+    """spgemm's C by its paths: the guess kept under ``key``, else the one pass, the host panels or
+    the two passes."""
     kept = guesses._kept(key)
     if kept is not None:
         try:

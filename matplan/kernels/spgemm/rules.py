@@ -268,3 +268,68 @@ def upper_bound_fits(products: int, itemsize: int, total_bytes) -> bool:
     numeric_esc rows) is below 2^31 entries and ONE_PASS_MEM_FRACTION of the device's memory."""
     return products <= INT32_MAX and products * (KEY_BYTES + itemsize) <= ONE_PASS_MEM_FRACTION * total_bytes
 
+
+
+# ----------------------------------------------------------------------------- the values-only replay
+#: A pair's values-only replay (values.py) keeps 8 bytes a product, C's entry offsets and the
+#: structure it checks: it is set up only when those bytes are at most VALUES_MEM_FRACTION of the
+#: device memory free at setup and VALUES_MAX_BYTES, and the setup's peak (the kept bytes plus an
+#: unsorted copy of the keys and two counters an entry of C) at most VALUES_SETUP_FRACTION of it.
+#: The kept bytes stay allocated while the pair is kept (guesses.VALUES_CACHE_SIZE pairs): a
+#: quarter of free memory leaves C, the operands and the guess path's scratch room; the cap keeps
+#: a pair that would fit an 80 GB device (R-MAT scale 17: 1.1e9 products, ~13 GB) from holding a
+#: fifth of it unasked. Past either the pair keeps the guess replay.
+VALUES_MEM_FRACTION = 0.25
+VALUES_MAX_BYTES = 16 << 30
+VALUES_SETUP_FRACTION = 0.5
+#: Entries of C of at most VALUES_SHORT_SEGMENT products have their keys sorted a thread each
+#: (values_sort_short), longer ones a block each (values_sort_long); both rank every key against
+#: the entry's others (len^2 comparisons), so an entry past VALUES_MAX_SEGMENT products (a block
+#: would take ~len^2 / 1024 steps: 4e6 at 65,536) refuses the setup.
+VALUES_SHORT_SEGMENT = 32
+VALUES_MAX_SEGMENT = 1 << 16
+#: Lanes summing one entry of C in values_replay (a power of two, the instantiated ones): about a
+#: quarter of the mean products an entry, so that entries of many products (block-dense: ~67)
+#: read their keys coalesced and short ones (Poisson: ~2) keep a lane each.
+VALUES_LANES = (1, 2, 4, 8, 16, 32)
+
+
+def values_lanes(products: int, nnz_c: int) -> int:
+    """values_replay's lanes an entry of C for a product of ``products`` over ``nnz_c`` entries."""
+    mean = products / max(nnz_c, 1)
+    return next((w for w in VALUES_LANES if 4 * w >= mean), VALUES_LANES[-1])
+
+
+def values_offset_bytes(products: int) -> int:
+    """Bytes of one entry offset of the values replay: int32 while the products fit it."""
+    return 4 if products <= INT32_MAX else 8
+
+
+def values_kept_bytes(products: int, nnz_c: int, m: int, structure_words: int) -> int:
+    """Device bytes a values replay keeps: a key (A and B entry, int32 each) a product, an offset
+    an entry of C (values_offset_bytes), C's indptr and indices, and ``structure_words`` int32
+    words of A's and B's indptr and indices (what each call is checked against)."""
+    return (8 * products + values_offset_bytes(products) * (nnz_c + 1) + 4 * (m + 1 + nnz_c)
+            + 4 * structure_words)
+
+
+def values_setup_bytes(products: int, nnz_c: int, m: int, structure_words: int) -> int:
+    """Peak device bytes of a values replay's setup beyond C and the operands: the kept bytes, the
+    keys' unsorted copy and two int64 words an entry of C (counts, offsets)."""
+    return values_kept_bytes(products, nnz_c, m, structure_words) + 8 * products + 16 * (nnz_c + 1)
+
+
+def values_refusal(products: int, nnz_c: int, m: int, structure_words: int, free_bytes) -> str | None:
+    """Why a values replay is not set up for these sizes (None: it fits the rule above), with
+    ``free_bytes`` the device's free memory (None: not known, only the cap applies)."""
+    kept = values_kept_bytes(products, nnz_c, m, structure_words)
+    if kept > VALUES_MAX_BYTES:
+        return f"it would keep {kept:,} bytes, past rules.VALUES_MAX_BYTES = {VALUES_MAX_BYTES:,}"
+    if free_bytes is not None and kept > VALUES_MEM_FRACTION * free_bytes:
+        return (f"it would keep {kept:,} bytes, past {VALUES_MEM_FRACTION:.0%} of the {int(free_bytes):,} "
+                f"bytes free")
+    setup = values_setup_bytes(products, nnz_c, m, structure_words)
+    if free_bytes is not None and setup > VALUES_SETUP_FRACTION * free_bytes:
+        return (f"its setup would need {setup:,} bytes, past {VALUES_SETUP_FRACTION:.0%} of the "
+                f"{int(free_bytes):,} bytes free")
+    return None

@@ -29,11 +29,15 @@ SOURCES = {
                               "numeric_global_seg<float>", "numeric_global_seg<double>"),
     "spgemm/hash_compact.cu": ("compact_rows<float>", "compact_rows<double>", "compact_ranges<float>",
                                "compact_ranges<double>", "compact_entries<float>", "compact_entries<double>"),
+    "spgemm/values_replay.cu": tuple(f"values_replay<{t}, {o}, {w}>" for t in ("float", "double")
+                                     for o in ("int", "long long") for w in rules.VALUES_LANES),
 }
 #: The .cu of each kernel by its name (without template arguments).
 _SOURCE_OF = {"scan_products": "spgemm/hash_analysis.cu", "scan_rows": "spgemm/hash_analysis.cu",
               "classify_rows": "spgemm/hash_analysis.cu", "bucket_rows": "spgemm/hash_analysis.cu",
               "symbolic_global": "spgemm/hash_global.cu", "global_segment_counts": "spgemm/hash_global.cu",
+              **dict.fromkeys(("values_count", "values_place", "values_sort_short", "values_sort_long",
+                               "values_differ"), "spgemm/values_replay.cu"),
               **{name.split("<")[0]: cu for cu, names in SOURCES.items() for name in names}}
 #: Extra NVRTC options for every hash_*.cu, e.g. ("-DSUBWARP_MIN_BLOCKS=6",)
 #: (benchmarks/spgemm_phases.py --define: compile-time variants in one run).
