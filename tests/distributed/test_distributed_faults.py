@@ -2,9 +2,6 @@
 product either recomputes the lost blocks and returns a full, correct C, or fails with a clear
 error; it never returns a partial C as complete. The tests share one cluster of three workers
 and each kills one, in file order (the last runs on the one left)."""
-import os
-import re
-import signal
 
 import numpy as np
 import pytest
@@ -12,34 +9,8 @@ import scipy.sparse as sp
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
-from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 from conftest import random_csr  # noqa: E402
-
-
-def _crash(nanny):
-    """SIGKILL the worker process, as a crash would; its nanny is told not to start another (a
-    restart would only cost this test time)."""
-    nanny.close_gracefully()
-    os.kill(nanny.process.pid, signal.SIGKILL)
-
-
-class KillOnFirstBlock(SchedulerPlugin):
-    """Kills (through its nanny) the worker that has just finished the first block task of a product
-    (a key with ``marker`` in it): the product's other blocks are still to run, and the killed
-    worker takes its finished block and its scattered rows of A with it."""
-
-    def __init__(self, cluster, marker=r"matplan-spgemm-\w+-block-"):
-        self.cluster, self.scheduler, self.marker, self.killed = cluster, cluster.scheduler, marker, None
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if self.killed or finish != "memory" or not re.search(self.marker, str(key)):
-            return
-        ts = self.scheduler.tasks[key]
-        address = next(iter(ts.who_has)).address
-        for nanny in self.cluster.workers.values():
-            if nanny.worker_address == address:
-                self.killed = address
-                _crash(nanny)
+from worker_kill import KillOnFirstBlock, crash as _crash  # noqa: E402
 
 
 @pytest.fixture(scope="module")

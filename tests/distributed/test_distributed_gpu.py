@@ -3,7 +3,6 @@ are threads of this process sharing its GPU, and on one worker process per GPU (
 a worker among them killed mid-product. Skipped without CuPy and a GPU, except the first test,
 which starts the Nanny-per-GPU cluster on the CPU with made-up device ids."""
 import os
-import re
 import signal
 import time
 
@@ -13,8 +12,8 @@ import pytest
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from matplan.core.xp import cupy_module  # noqa: E402
-from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
+from worker_kill import KillOnFirstBlock  # noqa: E402
 
 
 def _assert_same(C, A, B):
@@ -147,23 +146,6 @@ def test_one_worker_process_per_gpu(rng, how):
         _assert_same(C, A, B)
 
 
-class KillOnFirstBlock(SchedulerPlugin):
-    """SIGKILLs the worker process that has just finished the first block task of a product; its
-    nanny starts a fresh one, as after a crash."""
-
-    def __init__(self, cluster):
-        self.cluster, self.scheduler, self.killed = cluster, cluster.scheduler, None
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if self.killed or finish != "memory" or not re.search(r"matplan-spgemm-\w+-block-", str(key)):
-            return
-        address = next(iter(self.scheduler.tasks[key].who_has)).address
-        for nanny in self.cluster.workers.values():
-            if nanny.worker_address == address:
-                self.killed = address
-                os.kill(nanny.process.pid, signal.SIGKILL)
-
-
 @pytest.fixture(scope="module")
 def gpu_cluster():   # module scope: conftest's cp fixture is per test
     _two_gpus()
@@ -174,7 +156,7 @@ def gpu_cluster():   # module scope: conftest's cp fixture is per test
 
 
 def _kill_during(c, fn):
-    plugin = KillOnFirstBlock(c)
+    plugin = KillOnFirstBlock(c, restart=True)   # its nanny starts a fresh worker, as after a crash
     name = f"kill-{id(plugin)}"
     c.scheduler.add_plugin(plugin, name=name)
     try:

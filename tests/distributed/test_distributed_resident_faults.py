@@ -2,9 +2,6 @@
 from the host matrix the client keeps and the product is complete and correct, or, distributed
 without its source, the product fails with a clear error; never a partial result. The tests share
 one cluster of four workers and each kills one."""
-import os
-import re
-import signal
 import time
 
 import numpy as np
@@ -12,14 +9,8 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
-from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 from conftest import random_csr  # noqa: E402
-
-
-def _crash(nanny):
-    """SIGKILL the worker process; its nanny is told not to start another."""
-    nanny.close_gracefully()
-    os.kill(nanny.process.pid, signal.SIGKILL)
+from worker_kill import KillOnFirstBlock, crash as _crash  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,28 +38,12 @@ def _kill_holder(c, client, future):
     return victim
 
 
-class KillOnFirstSpgemmBlock(SchedulerPlugin):
-    """Kills the worker that has just finished the first SpGEMM block task of a product."""
-
-    def __init__(self, cluster):
-        self.cluster, self.scheduler, self.killed = cluster, cluster.scheduler, None
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if self.killed or finish != "memory" or not re.search(r"matplan-spgemm-\w+-block-", str(key)):
-            return
-        address = next(iter(self.scheduler.tasks[key].who_has)).address
-        for nanny in self.cluster.workers.values():
-            if nanny.worker_address == address:
-                self.killed = address
-                _crash(nanny)
-
-
 def test_worker_lost_mid_product_on_resident_operands(cluster, rng):
     c, client = cluster
     A, B = _problem(rng)
     Br = md.replicate(B, client=client)
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=8)
-    plugin = KillOnFirstSpgemmBlock(c)
+    plugin = KillOnFirstBlock(c)
     c.scheduler.add_plugin(plugin, name="kill-resident")
     try:
         C = md.spgemm(Ad, Br, retries=3)
