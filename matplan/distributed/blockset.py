@@ -69,10 +69,15 @@ class BlockSet:
 
     def blocks_info(self, refresh: bool = False) -> list:
         """Per block: rows, nnz, bytes, location ("gpu", "host" after a spill, "client" when loaded
-        without a client), kernel, worker and timings; ``refresh`` asks the workers for locations now."""
+        without a client), kernel, worker and timings; ``refresh`` asks the cluster now where each
+        block is and on which worker (Dask may have computed a lost block again elsewhere)."""
         if refresh and self._futures is not None:
             for i in range(len(self)):
                 self._infos[i].update(location=self._on_block(i, block_location))
+            held = self._client.who_has(self._futures)
+            for i, f in enumerate(self._futures):
+                if held.get(f.key):
+                    self._infos[i]["worker"] = held[f.key][0]
         return [{k: v for k, v in info.items() if k not in ("plan", "panel_plans", "home")} for info in self._infos]
 
     def workers(self) -> list:
