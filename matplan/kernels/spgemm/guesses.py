@@ -191,16 +191,18 @@ _VALUES = BoundedCache("spgemm.values", VALUES_CACHE_SIZE)
 _SEEN = BoundedCache("spgemm.values_seen", 16)
 
 
-def _values_key(A, B, sort, smem_limit, grouping, esc):
-    """The key of a pair's values replay: _guess_key's without the data arrays' addresses (a
-    replay reads the values of the call's operands, wherever they are), None where none is kept:
-    replays off, unsorted rows asked for (a replay's C is sorted), or operands _guess_key refuses."""
-    if not (sort and VALUES_CACHE_SIZE > 0 and GUESS_CACHE_SIZE > 0) or _guess_key(A, B, sort, smem_limit,
-                                                                                    grouping, esc) is None:
+def _values_key(guess_key):
+    """The key of a pair's values replay, from its _guess_key without the data arrays' addresses
+    and the sortedness flag (a replay reads the values of the call's operands, wherever they are);
+    None where none is kept: no guess key (operands _guess_key refuses), replays off, or unsorted
+    rows asked for (a replay's C is sorted)."""
+    if guess_key is None or not (VALUES_CACHE_SIZE > 0 and GUESS_CACHE_SIZE > 0):
         return None
-    parts = tuple((M.indices.data.ptr, M.indptr.data.ptr, M.shape, M.nnz, M.dtype.str) for M in (A, B))
-    return ("values", runtime._device_id(), cupy_module().cuda.get_current_stream().ptr, parts, smem_limit,
-            grouping, bool(esc))
+    device, stream, parts, sort, smem_limit, grouping, esc = guess_key
+    if not sort:
+        return None
+    # each part: (data, indices, indptr, shape, nnz, dtype, sorted flag): the structure's five
+    return ("values", device, stream, tuple(p[1:6] for p in parts), smem_limit, grouping, esc)
 
 
 def _values_replayed(key, A, B, info: dict):
@@ -263,7 +265,7 @@ def _values_after(key, A, B, C, info: dict, guess_key=None) -> None:
 def values_kept(A, B, *, sort: bool = True, smem_limit=None, grouping: str = "auto", esc: bool = True):
     """The pair's kept ValuesReplay (a plan's run with these options: spgemm's defaults), the
     reason its setup was refused (str), or None."""
-    key = _values_key(A, B, sort, smem_limit, grouping, esc)
+    key = _values_key(_guess_key(A, B, sort, smem_limit, grouping, esc))
     if key is None:
         return None
     kept = _VALUES.peek(key)

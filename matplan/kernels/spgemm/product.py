@@ -64,8 +64,7 @@ def spgemm(A, B, *, sort: bool = True, smem_limit: int | None = None, drop_zeros
     info["guessed"] = info["direct"] = info["values_replay"] = False
     guessing = guess and out == "device" and passes == "auto"
     key = guesses._guess_key(A, B, sort, smem_limit, grouping, esc) if guessing else None
-    vkey = (guesses._values_key(A, B, sort, smem_limit, grouping, esc)
-            if guessing and values and not drop_zeros else None)
+    vkey = guesses._values_key(key) if values and not drop_zeros else None   # key: None unless guessing
     C = guesses._values_replayed(vkey, A, B, info)
     if C is not None:
         return C

@@ -55,9 +55,19 @@ def test_values_argument_checked():
         spgemm.spgemm(None, None, values="yes")
 
 
+def test_values_key_is_the_guess_key_without_the_values():
+    """A replay is keyed by the operands' structure: the guess key less the data addresses and
+    cupyx's sortedness flag; none for unsorted rows."""
+    parts = ((1, 2, 3, (4, 5), 6, "<f8", True), (11, 12, 13, (5, 4), 7, "<f8", None))
+    key = (0, 99, parts, True, None, "auto", True)
+    assert guesses._values_key(key) == ("values", 0, 99, ((2, 3, (4, 5), 6, "<f8"), (12, 13, (5, 4), 7, "<f8")),
+                                        None, "auto", True)
+    assert guesses._values_key(key[:3] + (False,) + key[4:]) is None
+
+
 def test_values_key_needs_sorted_rows_and_guesses(monkeypatch):
     # without CuPy (or operands that are not cupyx CSR) no key: nothing kept
-    assert guesses._values_key(None, None, True, None, "auto", True) is None
+    assert guesses._values_key(guesses._guess_key(None, None, True, None, "auto", True)) is None
     monkeypatch.setattr(guesses, "VALUES_CACHE_SIZE", 0)
-    assert guesses._values_key(None, None, True, None, "auto", True) is None
+    assert guesses._values_key(guesses._guess_key(None, None, True, None, "auto", True)) is None
     assert guesses._values_replayed(None, None, None, {}) is None
