@@ -17,9 +17,12 @@ a 20-us kernel vary by 10% with the host's jitter). Two kinds of candidates are 
   and a run is predicted to take at least ``MIN_RUN_S``; a finalist whose conversion does not fit
   the budget is left out (the model's best is always in). Their timings are kept by a digest of
   the planner's features. A finalist whose kernel offers ``search_space(features, device)`` but
-  keeps no shape bucket (cuSPARSE's SpMV/SpMM: algorithm and B order) has each config of it
-  timed, and its fastest kept, where the budget still holds with every config counted (the
-  finalists' own timings come first); a lone such finalist is measured for its search alone.
+  keeps no shape bucket (cuSPARSE's SpMV/SpMM: algorithm and B order) has its configs searched,
+  where the budget still holds with every config counted (the finalists' own timings come
+  first): each config screened by ``SCREEN_CALLS`` calls, the ``SCREEN_KEEP`` fastest then timed
+  in full and the fastest of those kept (successive halving: eight full timings of a 0.16-ms SpMM
+  did not fit the budget at reuse 1000, and cuSPARSE's best config ran 1.8x its default on
+  ice40 k = 16); a lone such finalist is measured for its search alone.
 * every candidate of a kernel whose timings are kept by a shape bucket (the kernel's optional
   ``measure_key(features)``: TSM2 and cuBLAS for tall-and-skinny products), on every plan for the
   GPU in use whatever the reuse: the timing is paid once per bucket and machine. A kernel that
@@ -74,6 +77,9 @@ COLD_CALL_S = 0.05
 MIN_RUN_S = 30e-6
 #: Host time of one timed call beyond the kernel (event records, synchronisation, Python).
 CALL_OVERHEAD_S = 40e-6
+#: A search without a shape bucket screens each config by this many calls (one round after one
+#: warm-up call) and times the SCREEN_KEEP fastest in full.
+SCREEN_CALLS, SCREEN_KEEP = 3, 2
 MODES = ("auto", "always", "never")
 
 
@@ -96,9 +102,15 @@ def finalists(scored) -> list:
 
 def predicted_cost_s(finals, configs=lambda c: 1) -> float:
     """Predicted seconds to measure ``finals``: each prepared once and run WARMUP + CALLS x ROUNDS
-    times, ``configs(c)`` times over for a finalist whose kernel's configs are all timed."""
-    calls = WARMUP + CALLS * ROUNDS
-    return sum(configs(c) * (c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S)) for c in finals)
+    times; a finalist whose kernel's ``configs(c)`` configs are searched has each screened (1 +
+    SCREEN_CALLS calls) and its SCREEN_KEEP fastest timed in full."""
+    def cost(c, calls):
+        return c.prepare_s + calls * (c.run_s + CALL_OVERHEAD_S)
+    full, total = WARMUP + CALLS * ROUNDS, 0.0
+    for c in finals:
+        n = configs(c)
+        total += cost(c, full) if n == 1 else n * cost(c, 1 + SCREEN_CALLS) + min(n, SCREEN_KEEP) * cost(c, full)
+    return total
 
 
 def to_measure(mode: str, backend: str, planning_elsewhere: bool, finals, reuse: int,
@@ -194,16 +206,15 @@ def measure(problem, feats, dev, groups, reuse: int, extra_s=lambda name: 0.0, f
     store, session = cache(), _Session(problem, dev, used)
     out, fresh = [], []
     for group in groups:
-        results = []
-        for c in group:
-            try:
-                results.append(session.candidate(c, feats, dev, reuse, extra_s, store, fresh))
-            except Exception as exc:  # noqa: BLE001  one config's failure is recorded, not fatal
-                if len(group) == 1:
-                    raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
-                                       f"{type(exc).__name__}: {exc}") from exc
-                results.append((c, f"{type(exc).__name__}: {exc}"))
-        out.append(_fastest(group, results))
+        results, whole = [], group
+        if len(group) > SCREEN_KEEP and _bucket(get(group[0].kernel), feats) is None:
+            screened = session.group(group, feats, dev, reuse, extra_s, store, fresh, screen=True)
+            ok = sorted((r for r in screened if isinstance(r, Candidate)), key=lambda c: c.total_s)
+            keep = [next(c for c in group if c.params == r.params) for r in ok[:SCREEN_KEEP]]
+            results = [r for r in screened if not isinstance(r, Candidate)]
+            group = keep
+        results += session.group(group, feats, dev, reuse, extra_s, store, fresh) if group else []
+        out.append(_fastest(whole, results, screened=len(whole) if group is not whole else 0))
     store.put(fresh)
     out.sort(key=lambda c: c.total_s)
     kinds = [f"{finals} of the candidates predicted within {MARGIN:.0%} of the best" if finals else "",
@@ -279,26 +290,44 @@ class _Session:
         self.device = dev.name if self.gpu else "host"
         self.cached, self.warm, self.sources = 0, False, {}
 
-    def key(self, kernel, params, feats) -> Key:
+    def group(self, group, feats, dev, reuse, extra_s, store, fresh, screen: bool = False) -> list:
+        """Each candidate of ``group`` measured (:meth:`candidate`), or (candidate, error) where
+        a config of a searched group fails; a lone candidate's failure raises."""
+        results = []
+        for c in group:
+            try:
+                results.append(self.candidate(c, feats, dev, reuse, extra_s, store, fresh, screen))
+            except Exception as exc:  # noqa: BLE001  one config's failure is recorded, not fatal
+                if len(group) == 1:
+                    raise RuntimeError(f"measuring candidate {c.label()} on these inputs failed: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+                results.append((c, f"{type(exc).__name__}: {exc}"))
+        return results
+
+    def key(self, kernel, params, feats, screen: bool = False) -> Key:
         bucket = _bucket(kernel, feats)
         problem = ["bucket", list(bucket)] if bucket is not None else ["features", _digest(feats)]
+        if screen:
+            problem.append("screen")
         if kernel.name not in self.sources:
             self.sources[kernel.name] = source_digest(kernel)
         return Key(Config.of(kernel.name, params), canonical(problem), self.device,
                    self.sources[kernel.name], self.versions)
 
-    def candidate(self, c, feats, dev, reuse, extra_s, store, fresh):
-        """``c`` measured: from the cache, else timed now (appended to ``fresh``)."""
+    def candidate(self, c, feats, dev, reuse, extra_s, store, fresh, screen: bool = False):
+        """``c`` measured: from the cache, else timed now (appended to ``fresh``); ``screen``: by
+        SCREEN_CALLS calls, kept in the cache apart from full timings."""
         kernel = get(c.kernel)
         extra = extra_s(c.kernel)
         # an analytic candidate is the kernel's cost plus the per-call cost; others are re-costed
         predicted = c.run_s - extra if c.source == "analytic" else kernel.cost(feats, c.params, dev).run_s
-        key = self.key(kernel, c.params, feats)
+        key = self.key(kernel, c.params, feats, screen)
         entry = store.get(key)
         if entry is None:
-            entry = Entry(key, self.time(kernel, c.params), predicted, now())
+            entry = Entry(key, self.time(kernel, c.params, screen), predicted, now())
             fresh.append(entry)
-            how = f"here ({CALLS} calls back to back at most, median of {ROUNDS} rounds"
+            how = (f"here (screened by {SCREEN_CALLS} calls" if screen else
+                   f"here ({CALLS} calls back to back at most, median of {ROUNDS} rounds")
         else:
             self.cached += 1
             how = "(from the measurement cache"
@@ -313,8 +342,9 @@ class _Session:
             c, run_s=run_s, total_s=run_s + c.prepare_s / max(reuse, 1), source="measured",
             why=f"{c.why}; measured {run_s * 1e3:.4f} ms a run {how}; {c.source} model {c.run_s * 1e3:.4f})")
 
-    def time(self, kernel, params) -> float:
-        """Seconds per call of ``kernel`` on the problem (see the module docstring)."""
+    def time(self, kernel, params, screen: bool = False) -> float:
+        """Seconds per call of ``kernel`` on the problem (see the module docstring); ``screen``:
+        one round of SCREEN_CALLS calls after one."""
         A, B = self.problem.A, self.problem.B
         prepared = kernel.prepare(A, dict(params))
         try:
@@ -326,6 +356,8 @@ class _Session:
             if self.gpu and (not self.warm or time.perf_counter() - t > COLD_CALL_S):
                 warm_up(call, WARM_UP_S)
                 self.warm = True
+            if screen:
+                return queued_s(call, SCREEN_CALLS, 1, 1, gpu=self.gpu)
             return queued_s(call, CALLS, ROUNDS, WARMUP, gpu=self.gpu, round_s=ROUND_S)
         finally:
             del prepared
@@ -335,9 +367,10 @@ class _Session:
             cupy_module().cuda.Device().synchronize()
 
 
-def _fastest(group, results) -> Candidate:
+def _fastest(group, results, screened: int = 0) -> Candidate:
     """The fastest measured candidate of a kernel's group; a searched kernel's why names the
-    search, and its failed configs are warned about."""
+    search (``screened``: how many configs a screen ranked first), and its failed configs are
+    warned about."""
     ok = [r for r in results if isinstance(r, Candidate)]
     failed = [r for r in results if not isinstance(r, Candidate)]
     if failed:
@@ -352,7 +385,8 @@ def _fastest(group, results) -> Candidate:
         return best
     others = sorted((c for c in ok if c is not best), key=lambda c: c.total_s)
     nxt = f"; next {others[0].label()} {others[0].run_s * 1e3:.4f} ms" if others else ""
-    return dataclasses.replace(best, why=f"{best.why}; fastest of {len(ok)} configs measured{nxt}")
+    search = f"fastest of {len(ok)} configs measured" + (f" in full of {screened} screened" if screened else "")
+    return dataclasses.replace(best, why=f"{best.why}; {search}{nxt}")
 
 
 def _digest(feats) -> str:

@@ -137,7 +137,7 @@ def test_a_finalists_search_space_is_timed_and_its_fastest_kept(monkeypatch, spm
     p = planner.plan(*spmv, kernels=[k.name for k in ks], measure="always")
     assert p.kernel == "test.searched" and p.params == {"cfg": "fast"}
     searched = next(c for c in p.candidates if c.kernel == "test.searched")
-    assert searched.source == "measured" and "fastest of 3 configs measured" in searched.why
+    assert searched.source == "measured" and "fastest of 2 configs measured in full of 3 screened" in searched.why
     np.testing.assert_allclose(p.run(*spmv), spmv[0] @ spmv[1], rtol=1e-12)
 
 
@@ -146,8 +146,9 @@ def test_the_budget_counts_every_config_a_search_times():
     its kernel) runs only where the budget holds it, the earlier finalists' first."""
     finals, eight = [_cand(1.0e-4), _cand(1.1e-4)], (lambda c: 8)
     one = measure.predicted_cost_s(finals)
+    screen = 8 * (1 + measure.SCREEN_CALLS) * (finals[1].run_s + measure.CALL_OVERHEAD_S)
     assert measure.predicted_cost_s(finals, lambda c: 8 if c is finals[1] else 1) == pytest.approx(
-        one + 7 * measure.predicted_cost_s(finals[1:]))
+        one + (measure.SCREEN_KEEP - 1) * measure.predicted_cost_s(finals[1:]) + screen)
     reuse = int(np.ceil(one / (measure.BUDGET * 1.0e-4)))
     assert measure.to_measure("auto", "gpu", False, finals, reuse, eight) == finals
     assert measure.to_search("auto", finals, reuse, eight) == []
@@ -187,3 +188,33 @@ def test_gpu_measured_plan_runs_and_is_the_fastest_measured(cp, rng):
     y = cp.full(m, np.nan)
     p.run(Ag, xg, out=y)
     np.testing.assert_allclose(y.get(), A @ x, rtol=1e-10, atol=1e-10)
+
+
+def test_a_search_without_a_bucket_screens_its_configs_and_times_the_fastest_in_full(monkeypatch, spmv):
+    """Eight configs: each screened by SCREEN_CALLS calls, only the SCREEN_KEEP fastest timed in
+    full; the screen's timings are cached apart from full ones."""
+    sleeps = {"a": 6e-3, "b": 5e-3, "c": 0.0, "d": 4e-3, "e": 1e-3, "f": 7e-3, "g": 8e-3}
+    k = _Searched("test.screened", 1.0e-3, sleeps)
+    monkeypatch.setitem(registry._REGISTRY, k.name, k)
+    timed = []
+    real = measure._Session.time
+
+    def spy(self, kernel, params, screen=False):
+        timed.append((params.get("cfg"), screen))
+        return real(self, kernel, params, screen)
+    monkeypatch.setattr(measure._Session, "time", spy)
+    p = planner.plan(*spmv, kernels=[k.name], measure="always")
+    assert p.kernel == "test.screened" and p.params == {"cfg": "c"}
+    assert sorted(str(c) for c, screen in timed if screen) == sorted(["None", *sleeps])
+    assert sorted(c for c, screen in timed if not screen) == ["c", "e"]
+    assert f"fastest of {measure.SCREEN_KEEP} configs measured in full of 8 screened" in p.candidates[0].why
+    np.testing.assert_allclose(p.run(*spmv), spmv[0] @ spmv[1], rtol=1e-12)
+
+
+def test_a_screened_search_costs_less_than_timing_every_config_in_full():
+    c = _cand(1.6e-4)
+    full = measure.predicted_cost_s([c])
+    assert measure.predicted_cost_s([c], lambda x: 8) == pytest.approx(
+        8 * (c.prepare_s + (1 + measure.SCREEN_CALLS) * (c.run_s + measure.CALL_OVERHEAD_S))
+        + measure.SCREEN_KEEP * full)
+    assert measure.predicted_cost_s([c], lambda x: 8) < 0.5 * 8 * full
