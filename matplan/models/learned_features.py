@@ -23,6 +23,8 @@ TIME_FLOOR_S = 1e-7
 OPS = ("spmv", "spmm", "spgemm", "sptrans", "tsgemm", "gemm")
 #: Features checked for extrapolation: a query outside the training range gets a low-confidence note.
 RANGE_CHECKED = ("log2_m", "log2_nnz", "log2_k", "log2_row_max")
+#: Entries a schema keeps of what transform looks up (base feature names, candidates' cells).
+_KEPT = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,30 +124,56 @@ class FeatureSchema:
         """column -> position (made once per schema: transform runs at every plan)."""
         return {c: i for i, c in enumerate(self.columns)}
 
+    @functools.cached_property
+    def _kept(self) -> dict:
+        """What transform looks up again at every plan, by what it depends on (bounded): the
+        positions of the base features' names and each (kernel, params)'s (positions, values)."""
+        return {}
+
+    def _base_cols(self, names: tuple) -> np.ndarray:
+        kept = self._kept
+        got = kept.get(names)
+        if got is None:
+            got = np.array([self._index[c] for c in names], dtype=np.intp)
+            if len(kept) < _KEPT:
+                kept[names] = got
+        return got
+
+    def _candidate_cells(self, kernel: str, params: dict) -> tuple:
+        """(positions, values) of a candidate's own cells: its kernel's one-hot and its params."""
+        try:
+            key = (kernel, tuple(sorted(params.items())))
+            hash(key)
+        except TypeError:          # a list or dict among the params: worked out each time
+            key = None
+        got = self._kept.get(key) if key is not None else None
+        if got is None:
+            index = self._index
+            cells = [(index[f"kernel:{kernel}"], 1.0)] if f"kernel:{kernel}" in index else []
+            cells += [(index[c], v) for c, v in _param_items(kernel, params) if c in index]
+            got = (np.array([c for c, _ in cells], dtype=np.intp), np.array([v for _, v in cells], dtype=np.float64))
+            if key is not None and len(self._kept) < _KEPT:
+                self._kept[key] = got
+        return got
+
     def transform(self, queries) -> np.ndarray:
         index = self._index
         X = np.full((len(queries), len(self.columns)), np.nan)
-        kernel_cols = [index[f"kernel:{k}"] for k in self.kernels]
-        X[:, kernel_cols] = 0.0
+        X[:, self._base_cols(tuple(f"kernel:{k}" for k in self.kernels))] = 0.0
         base_rows: dict = {}   # queries of one problem share its base features: one row, copied
         for r, q in enumerate(queries):
             key = id(q.features), id(q.device)
             if key not in base_rows:
                 base = base_features(q.features, q.device)
-                base_rows[key] = (np.array([index[c] for c in base], dtype=np.intp),
-                                  np.array(list(base.values()), dtype=np.float64))
+                base_rows[key] = (self._base_cols(tuple(base)), np.fromiter(base.values(), np.float64, len(base)))
             cols, values = base_rows[key]
             X[r, cols] = values
-            col = index.get(f"kernel:{q.kernel}")
-            if col is not None:
-                X[r, col] = 1.0
-            for c, v in _param_items(q.kernel, q.params):
-                if c in index:
-                    X[r, index[c]] = v
+            cols, values = self._candidate_cells(q.kernel, q.params)
+            X[r, cols] = values
         if "log_analytic_run" in index:
             costs = [_analytic(q) for q in queries]
-            X[:, index["log_analytic_run"]] = [log_floor(a.run_s) for a in costs]
-            X[:, index["log_analytic_prepare"]] = [log_floor(a.prepare_s) for a in costs]
+            X[:, index["log_analytic_run"]] = log_floor([a.run_s for a in costs])
+            X[:, index["log_analytic_prepare"]] = log_floor([a.prepare_s for a in costs])
         return X
 
     def outside(self, row: np.ndarray) -> list:

@@ -3,9 +3,11 @@
 A fitted scikit-learn ``HistGradientBoostingRegressor`` is exported once, where the model is
 trained (:func:`export_hgb`), to seven arrays of numbers. Reading them back needs no pickle
 (``np.load(..., allow_pickle=False)``) and predicting needs NumPy only, so a saved model runs no
-code when loaded and planning does not import scikit-learn. :meth:`Forest.predict` walks every
-tree for every row at once, one level per step, and adds the leaves in scikit-learn's order, so
-it gives ``predict``'s numbers to the last bit (tests/models/test_learned_files.py checks it).
+code when loaded and planning does not import scikit-learn. :class:`Stack` predicts several
+forests at once from per-column tables of leaf masks (QuickScorer), :meth:`Forest.predict_levels`
+by walking every tree one level per step (for trees of more than 64 leaves, and to check the
+stack against); both add the leaves in scikit-learn's order, so they give ``predict``'s numbers to
+the last bit (tests/models/test_learned_files.py and test_learned_stack.py check it).
 """
 from __future__ import annotations
 
@@ -70,9 +72,14 @@ class Forest:
         left, right = a["left"].astype(np.intp), a["right"].astype(np.intp)
         if np.any((left == here) != (right == here)):
             raise ValueError("forest: a node is its own child on one side only")
+        depth = _depth(left, right, a["roots"])
+        inner = left != here
+        below = np.concatenate([a["roots"].astype(np.intp), left[inner], right[inner]])
+        if len(np.unique(below)) != len(below):   # the leaf masks number each tree's leaves once
+            raise ValueError("forest: a node is the child of two nodes, or a root is a child or two trees' root")
         return cls(a["feature"].astype(np.intp), a["threshold"].astype(np.float64),
                    a["missing_left"].astype(bool), left, right, a["value"].astype(np.float64),
-                   a["roots"].astype(np.intp), float(a["baseline"]), _depth(left, right, a["roots"]))
+                   a["roots"].astype(np.intp), float(a["baseline"]), depth)
 
     def to_arrays(self) -> dict:
         """The arrays to save (indices as int32: a forest has far fewer than 2**31 nodes)."""
@@ -86,18 +93,23 @@ class Forest:
         return len(self.roots)
 
     def predict(self, X) -> np.ndarray:
-        """The baseline plus each tree's leaf for every row of ``X`` (rows x features, NaN = missing).
+        """The baseline plus each tree's leaf for every row of ``X`` (rows x features, NaN = missing)."""
+        return stack((self,)).predict(X)[:, 0]
 
-        Every (row, tree) steps down one level at a time: node i is kept as 2 i, so its two
-        children sit at 2 i and 2 i + 1 of one array and the comparison picks one by adding 0 or
-        1. A node sends NaN left or right: x <= t is false for NaN (right), and nodes that send it
-        left read a copy of X with NaN as -inf (always <= t)."""
-        X = np.asarray(X, dtype=np.float64)
+    def predict_levels(self, X) -> np.ndarray:
+        """:meth:`predict` by stepping every (row, tree) down one level at a time: the general walk,
+        for trees of more leaves than a mask holds (:class:`Stack`), and the one it is checked against.
+
+        Node i is kept as 2 i, so its two children sit at 2 i and 2 i + 1 of one array and the
+        comparison picks one by adding 0 or 1. A node sends NaN left or right: x <= t is false for
+        NaN (right), and nodes that send it left read a copy of X with NaN as -inf (always <= t)."""
+        X = _rows(X, int(self.feature.max()) + 1)
         R, C = X.shape
         col, thr, child, value = self._walk(C)
-        j, off = self._start(R, C)
-        Xc = np.concatenate([X, np.where(np.isnan(X), -np.inf, X)], axis=1).ravel()
         T = len(self.roots)
+        j = np.tile(2 * self.roots, R)
+        off = np.repeat(np.arange(R, dtype=np.intp) * (2 * C), T)
+        Xc = np.concatenate([X, np.where(np.isnan(X), -np.inf, X)], axis=1).ravel()
         for _ in range(self.depth):   # fancy indexing: about twice as fast as take on these sizes
             c = col[j]
             c += off
@@ -108,21 +120,9 @@ class Forest:
         terms[:, 1:] = value[j].reshape(R, T)
         return np.cumsum(terms, axis=1)[:, -1]
 
-    def _start(self, n_rows: int, n_columns: int) -> tuple:
-        """(each (row, tree)'s root as 2 root, the row's offset in the flattened [X, X]) for
-        ``n_rows`` x ``n_columns`` X, row-major; kept for the few row counts plans meet (read only)."""
-        kept = self.__dict__.setdefault("_starts", {})
-        got = kept.get((n_rows, n_columns))
-        if got is None:
-            T = len(self.roots)
-            got = (np.tile(2 * self.roots, n_rows), np.repeat(np.arange(n_rows, dtype=np.intp) * (2 * n_columns), T))
-            if len(kept) < 16:
-                kept[(n_rows, n_columns)] = got
-        return got
-
     def _walk(self, n_columns: int) -> tuple:
-        """The node arrays of :meth:`predict` for X of ``n_columns`` columns (made once each): at
-        2 i and 2 i + 1 node i's column in [X, X with NaN as -inf], its threshold and value, and
+        """The node arrays of :meth:`predict_levels` for X of ``n_columns`` columns (made once each):
+        at 2 i and 2 i + 1 node i's column in [X, X with NaN as -inf], its threshold and value, and
         its right and left child (as 2 child)."""
         kept = self.__dict__.setdefault("_walks", {})   # a cache, not a field (eq=False: no hash of it)
         got = kept.get(n_columns)
@@ -131,6 +131,192 @@ class Forest:
             got = kept[n_columns] = (np.repeat(col, 2), np.repeat(self.threshold, 2),
                                      2 * np.stack([self.right, self.left], axis=1).ravel(), np.repeat(self.value, 2))
         return got
+
+    def _shape(self) -> tuple:
+        """(each node's tree, -1 where no root reaches it; the in-order rank of its first leaf within
+        its tree; the leaves under it): what a leaf mask numbers leaves by (made once, read only)."""
+        got = self.__dict__.get("_shapes")
+        if got is None:
+            n = len(self.left)
+            leaf = self.left == np.arange(n)
+            below = leaf.astype(np.intp)
+            for _ in range(self.depth):        # a node's count is right once its subtree's are
+                below = np.where(leaf, 1, below[self.left] + below[self.right])
+            tree = np.full(n, -1, dtype=np.intp)
+            first = np.zeros(n, dtype=np.intp)
+            tree[self.roots] = np.arange(len(self.roots))
+            level = self.roots
+            for _ in range(self.depth):        # each node has one parent (from_arrays checks it)
+                level = level[~leaf[level]]
+                left, right = self.left[level], self.right[level]
+                first[left], first[right] = first[level], first[level] + below[left]
+                tree[left] = tree[right] = tree[level]
+                level = np.concatenate([left, right])
+            got = self.__dict__["_shapes"] = (tree, first, below)
+        return got
+
+
+#: Mask types by the most leaves a tree of the forests has; more than 64 takes the level walk.
+_MASKS = ((32, np.uint32), (64, np.uint64))
+
+
+def _rows(X, need: int) -> np.ndarray:
+    """X as float64 rows, ValueError unless it has the ``need`` columns the forests read."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] < need:
+        raise ValueError(f"X: expected rows x at least {need} features, got shape {X.shape}")
+    return X
+
+
+def _sum_trees(leaves) -> np.ndarray:
+    """(forests, rows) from leaves (forests x (baseline + trees) x rows, at least 2 rows): added
+    one tree after another from the baseline, as scikit-learn does, so with the same rounding.
+    NumPy adds along axis 1 one tree at a time when the rows' axis is the inner, contiguous loop
+    (C order, at least 2 rows); along the inner axis it would add pairwise, which is why the
+    layout is forced here and one row is predicted as two."""
+    return np.add.reduce(np.ascontiguousarray(leaves), axis=1)
+
+
+class Stack:
+    """Forests predicted together (QuickScorer, Lucchese et al., SIGIR 2015): for every row, a
+    tree's leaf is the leftmost one that no failed test rules out.
+
+    Each tree's leaves are numbered left to right, bit b for leaf b of a mask. A node whose test
+    fails (the row goes right) rules out the leaves of its left subtree; the leaf a row reaches is
+    never ruled out, and every leaf left of it is (their last common node sent the row right), so
+    it is the lowest bit left in the AND of the failed nodes' masks. Which nodes of a column fail
+    depends only on how many of the column's thresholds lie below the row's value (NaN: the nodes
+    that send NaN right), so ``table`` holds, for each column and each such count, the AND over
+    every tree's failed nodes on that column; a row's masks are the AND of one table row per
+    column. The columns with one value in all rows (the problem's features, which its candidates
+    share) are looked up once. Each forest's baseline is a tree of one leaf before its first, and
+    the leaves are added in scikit-learn's order: its numbers to the last bit
+    (tests/models/test_learned_files.py). Forests with a tree of more than 64 leaves are
+    predicted by :meth:`Forest.predict_levels`.
+    """
+
+    def __init__(self, forests):
+        self.forests = tuple(forests)
+        self.need = max(int(f.feature.max()) for f in self.forests) + 1
+        shapes = [f._shape() for f in self.forests]
+        widest = max(int(below[f.roots].max()) for f, (_, _, below) in zip(self.forests, shapes))
+        self.mask = next((t for most, t in _MASKS if widest <= most), None)
+        if self.mask is None:
+            return
+        sizes = [f.n_trees + 1 for f in self.forests]     # the baseline, then the trees
+        at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
+        # forests of as many trees, added together (None: all of them, in order)
+        self.groups = [(k, None if len(k) == len(sizes) else np.concatenate([np.arange(at[i], at[i + 1]) for i in k]))
+                       for T in sorted(set(sizes)) for k in [[i for i, n in enumerate(sizes) if n == T]]]
+        parts = {name: [] for name in ("col", "thr", "nan_right", "tree", "keep", "ltree", "lrank", "lvalue")}
+        for k, (f, (tree, first, below)) in enumerate(zip(self.forests, shapes)):
+            here = np.arange(len(f.left))
+            inner = (tree >= 0) & (f.left != here)
+            leaf = (tree >= 0) & (f.left == here)
+            left = f.left[inner]
+            # the leaves a failed test rules out: those under its left child
+            ruled = ((np.ones(1, np.uint64) << below[left].astype(np.uint64)) - np.uint64(1)) << first[left].astype(np.uint64)
+            parts["col"].append(f.feature[inner])
+            parts["thr"].append(f.threshold[inner])
+            parts["nan_right"].append(~f.missing_left[inner])
+            parts["tree"].append(tree[inner] + at[k] + 1)
+            parts["keep"].append((~ruled).astype(self.mask))
+            parts["ltree"].append(np.concatenate([[at[k]], tree[leaf] + at[k] + 1]))
+            parts["lrank"].append(np.concatenate([[0], first[leaf]]))
+            parts["lvalue"].append(np.concatenate([[0.0 + f.baseline], f.value[leaf]]))   # 0 + b: as scikit-learn starts
+        p = {name: np.concatenate(v) for name, v in parts.items()}
+        self.n_trees = int(at[-1])
+        width = int(p["lrank"].max()) + 1
+        values = np.zeros((self.n_trees, width))
+        values[p["ltree"], p["lrank"]] = p["lvalue"]
+        self.values = values.ravel()
+        # each tree's first leaf in ``values``, less the exponent bias of a float64 (see predict)
+        self.tree_base = (np.arange(self.n_trees, dtype=np.intp) * width - 1023)[:, None]
+        self._tables(p)
+
+    def _tables(self, p) -> None:
+        """The distinct thresholds of each column, sorted (``keys``: column + 1j threshold, which
+        NumPy orders by column, then threshold), and the table of masks by column and count."""
+        order = np.lexsort((p["thr"], p["col"]))
+        col, thr = p["col"][order], p["thr"][order]
+        new = np.ones(len(col), dtype=bool)
+        new[1:] = (col[1:] != col[:-1]) | (thr[1:] != thr[:-1])
+        test = np.empty(len(col), dtype=np.intp)
+        test[order] = np.cumsum(new) - 1           # each node's distinct (column, threshold)
+        self.keys = np.empty(int(new.sum()), dtype=np.complex128)
+        self.keys.real, self.keys.imag = col[new], thr[new]   # set apart: 1j * inf would be NaN
+        self.cols, seg, counts = np.unique(col[new], return_index=True, return_counts=True)
+        pos = np.full(self.need, -1, dtype=np.intp)
+        pos[self.cols] = np.arange(len(self.cols))
+        # column j's rows: base[j] + (its thresholds below the value), then its NaN row; a key's
+        # position in ``keys`` is seg[j] + that count, so the row is the position + shift[j]
+        self.shift = 2 * np.arange(len(self.cols), dtype=np.intp)
+        base = seg + self.shift
+        self.nan_row = base + counts + 1
+        at = pos[p["col"]]
+        rank = test - seg[at]
+        self.full = np.iinfo(self.mask).max
+        table = np.full((int(self.nan_row[-1]) + 1 if len(self.cols) else 0, self.n_trees), self.full, dtype=self.mask)
+        np.bitwise_and.at(table, (base[at] + rank + 1, p["tree"]), p["keep"])
+        right = p["nan_right"]
+        np.bitwise_and.at(table, (self.nan_row[at[right]], p["tree"][right]), p["keep"][right])
+        for b, c in zip(base, counts):   # a count rules out what every smaller count does
+            np.bitwise_and.accumulate(table[b:b + c + 1], axis=0, out=table[b:b + c + 1])
+        self.table = table
+
+    def predict(self, X) -> np.ndarray:
+        """(rows, forests): every forest's prediction for every row of ``X`` (NaN = missing)."""
+        X = _rows(X, self.need)
+        R = len(X)
+        if R == 0:
+            return np.empty((0, len(self.forests)))
+        if self.mask is None:
+            return np.stack([f.predict_levels(X) for f in self.forests], axis=1)
+        if R == 1:
+            return self.predict(np.repeat(X, 2, axis=0))[:1]
+        masks = self._masks(X)
+        low = masks & -masks      # the lowest bit: the leaf reached; as a float64, its exponent is its rank
+        exponent = low.astype(np.float64).view(np.int64) >> 52
+        leaves = self.values[np.add(self.tree_base, exponent.T, order="C")]   # (trees, rows), C order
+        if self.groups[0][1] is None:
+            return _sum_trees(leaves.reshape(len(self.forests), -1, R)).T
+        out = np.empty((R, len(self.forests)))
+        for ks, slots in self.groups:
+            out[:, ks] = _sum_trees(leaves[slots].reshape(len(ks), -1, R)).T
+        return out
+
+    def _masks(self, X) -> np.ndarray:
+        """(rows, trees) AND of the masks of each tree's failed nodes."""
+        R = len(X)
+        if not len(self.cols):
+            return np.full((R, self.n_trees), self.full, dtype=self.mask)
+        V = X[:, self.cols]
+        nan = np.isnan(V)
+        same = nan.all(axis=0) | (V == V[0]).all(axis=0)
+        varying = np.flatnonzero(~same)
+        n = len(self.cols)
+        queries = np.empty(n + R * len(varying), dtype=np.complex128)   # row 0's values, then the varying ones
+        queries.real[:n], queries.imag[:n] = self.cols, V[0]
+        queries.real[n:], queries.imag[n:] = np.tile(self.cols[varying], R), V[:, varying].ravel()
+        rows = np.searchsorted(self.keys, queries)
+        first = np.where(nan[0], self.nan_row, rows[:n] + self.shift)
+        shared = np.bitwise_and.reduce(self.table[first[same]], axis=0)
+        if not len(varying):
+            return np.broadcast_to(shared, (R, self.n_trees))
+        rows = np.where(nan[:, varying], self.nan_row[varying], rows[n:].reshape(R, -1) + self.shift[varying])
+        return np.bitwise_and.reduce(self.table[rows], axis=1) & shared
+
+
+def stack(forests) -> Stack:
+    """The :class:`Stack` of ``forests`` (a tuple), made once and kept on the first forest."""
+    kept = forests[0].__dict__.setdefault("_stacks", {})
+    key = tuple(id(f) for f in forests)
+    got = kept.get(key)
+    if got is None or got.forests != tuple(forests):
+        got = Stack(forests)
+        if len(kept) < 8:
+            kept[key] = got
+    return got
 
 
 def _depth(left, right, roots) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .learned_features import OPS, FeatureSchema, log_floor
+from .learned_forest import Stack
 
 KINDS = ("combined", "learned")
 #: The two predicted times, in the order of a prediction's columns.
@@ -56,20 +57,36 @@ class CostModel:
         ops[~(onehot.max(axis=1) == 1.0)] = ""
         return ops
 
-    def _route(self, models, Z, skip=None) -> np.ndarray:
+    def _route(self, models, Z) -> np.ndarray:
         """The (log) targets of Z's rows from ``models`` ({key: (run, prepare) regressors or
-        forests}): a row's op's own where it has them, else the ones fitted on every op.
-        ``skip``: rows (bool mask) whose prepare target is not wanted (0 there; each row is
-        predicted on its own, so the others' figures do not change)."""
+        forests}): a row's op's own where it has them, else the ones fitted on every op."""
         T = np.zeros((len(Z), 2))
         own = self._ops_of(Z) if len(models) > 1 else np.full(len(Z), "", dtype=object)
         pooled = ~np.isin(own, [op for op in models if op != ALL_OPS])
         for key, rows in [(ALL_OPS, pooled)] + [(op, own == op) for op in models if op != ALL_OPS]:
             for col, model in enumerate(models[key]):
-                take = rows if skip is None or col == 0 else rows & ~skip
-                if take.any():
-                    T[take, col] = model.predict(Z[take])
+                if rows.any():
+                    T[rows, col] = model.predict(Z[rows])
         return T
+
+    def _compiled(self) -> tuple:
+        """What :meth:`predict_z` reads that depends on the model alone, made once: the
+        :class:`~.learned_forest.Stack` of every forest (ALL_OPS's pair first), each op's pair in it,
+        the op and analytic columns, and the kernel columns and seconds of the fixed prepare times.
+        Remade when fitting replaces ``forests_``, ``schema_`` or ``fixed_prepare_``."""
+        parts = (self.forests_, self.schema_, self.fixed_prepare_)
+        got = self.__dict__.get("_compiled_")
+        if got is None or any(a is not b for a, b in zip(got[0], parts)):
+            keys = [ALL_OPS] + sorted(k for k in self.forests_ if k != ALL_OPS)
+            index = {c: i for i, c in enumerate(self.schema_.columns)}
+            fixed = [(index[f"kernel:{k}"], s) for k, s in self.fixed_prepare_.items() if f"kernel:{k}" in index]
+            got = (parts, Stack([f for key in keys for f in self.forests_[key]]),
+                   np.array([keys.index(op) if op in keys else 0 for op in OPS], dtype=np.intp),
+                   [index[f"op_{op}"] for op in OPS],
+                   [index["log_analytic_run"], index["log_analytic_prepare"]] if self.kind == "combined" else None,
+                   np.array([c for c, _ in fixed], dtype=np.intp), np.array([s for _, s in fixed]))
+            self.__dict__["_compiled_"] = got
+        return got
 
     def _analytic_cols(self, Z):
         return Z[:, [self._col("log_analytic_run"), self._col("log_analytic_prepare")]]
@@ -97,21 +114,29 @@ class CostModel:
         return self.predict_z(self.schema_.transform(X))
 
     def predict_z(self, Z) -> np.ndarray:
-        """(n, 2) seconds of rows already transformed by the schema."""
-        fixed = {}   # rows of each kernel whose prepare time is a constant (its trees are not asked)
-        for kernel, prep_s in self.fixed_prepare_.items():
-            col = f"kernel:{kernel}"
-            if col in self.schema_.columns:
-                fixed[kernel] = (Z[:, self._col(col)] == 1.0, prep_s)
-        skip = np.zeros(len(Z), dtype=bool)
-        for rows, _ in fixed.values():
-            skip |= rows
-        T = self._route(self.forests_, Z, skip)
-        if self.kind == "combined":
-            T = T + self._analytic_cols(Z)
+        """(n, 2) seconds of rows already transformed by the schema: every forest predicts every
+        row in one :class:`~.learned_forest.Stack` (cheaper than asking each its rows), and each
+        row keeps its op's pair (else ALL_OPS's) and, for a kernel whose prepare time is a
+        constant, that constant."""
+        _, stack, own, op_cols, analytic, fixed_cols, fixed_s = self._compiled()
+        Z = np.asarray(Z, dtype=np.float64)
+        n = len(Z)
+        if n == 0:
+            return np.zeros((0, 2))
+        P = stack.predict(Z)
+        if P.shape[1] == 2:
+            T = P
+        else:     # the row's op's pair where it has one (one-hot op columns), else ALL_OPS's
+            onehot = np.nan_to_num(Z[:, op_cols])
+            key = np.where(onehot.max(axis=1) == 1.0, own[np.argmax(onehot, axis=1)], 0)
+            T = P[np.arange(n)[:, None], 2 * key[:, None] + np.arange(2)]
+        if analytic is not None:
+            T = T + Z[:, analytic]
         out = np.exp(T)
-        for rows, prep_s in fixed.values():
-            out[rows, 1] = prep_s
+        if len(fixed_cols):
+            hit = Z[:, fixed_cols] == 1.0
+            rows, which = np.nonzero(hit)
+            out[rows, 1] = fixed_s[which]
         return out
 
     def _targets(self, Z, y):

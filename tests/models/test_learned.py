@@ -97,7 +97,7 @@ def test_numpy_forests_match_scikit_learn(dataset):
     Z[1::4] = Z[1::4] * 1.7
     ref = np.exp(model._route(model.regressors_, Z))   # scikit-learn's regressors, routed by op
     model.fixed_prepare_ = {}   # compare the tree walks alone (see test_fixed_prepare)
-    np.testing.assert_allclose(model.predict_z(Z), ref, rtol=1e-12)
+    np.testing.assert_array_equal(model.predict_z(Z), ref)   # to the last bit
 
 
 def test_fixed_prepare(dataset):
@@ -404,9 +404,11 @@ def test_per_op_regressors(dataset, monkeypatch):
     Z = model.schema_.transform(dataset.queries())
     rows = np.array(ops) == "spmm"
     own = np.column_stack([m.predict(Z[rows]) for m in model.regressors_["spmm"]])
-    np.testing.assert_allclose(model._route(model.regressors_, Z)[rows], own, rtol=1e-12)
-    np.testing.assert_allclose(model._route(model.forests_, Z), model._route(model.regressors_, Z), rtol=1e-12)
+    np.testing.assert_array_equal(model._route(model.regressors_, Z)[rows], own)
+    np.testing.assert_array_equal(model._route(model.forests_, Z), model._route(model.regressors_, Z))
+    model.fixed_prepare_ = {}   # predict_z's one stack of all six forests, each row routed to its op's pair
+    np.testing.assert_array_equal(model.predict_z(Z), np.exp(model._route(model.regressors_, Z) + model._analytic_cols(Z)))
     pooled = fit(dataset, kind="combined", cv=0, max_iter=40, per_op=False)
     assert set(pooled.forests_) == {"*"}
-    np.testing.assert_allclose(pooled._route(pooled.forests_, Z),
-                               np.column_stack([m.predict(Z) for m in pooled.regressors_["*"]]), rtol=1e-12)
+    np.testing.assert_array_equal(pooled._route(pooled.forests_, Z),
+                                  np.column_stack([m.predict(Z) for m in pooled.regressors_["*"]]))

@@ -98,13 +98,16 @@ def test_exported_forest_predicts_as_scikit_learn():
     at[:, :] = thresholds[np.arange(at.size) % len(thresholds)].reshape(at.shape)
     Xt = np.vstack([Xt, at, np.full((1, 6), np.inf), np.full((1, 6), -np.inf), np.full((1, 6), np.nan)])
     want = hgb.predict(Xt)
-    np.testing.assert_allclose(forest.predict(Xt), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(forest.predict(Xt), want)          # to the last bit
+    np.testing.assert_array_equal(forest.predict_levels(Xt), want)
+    for r in (1, 2, 3):   # one row (predicted as two: see _sum_trees) and a few
+        np.testing.assert_array_equal(forest.predict(Xt[:r]), want[:r])
     buf = io.BytesIO()
     np.savez(buf, **forest.to_arrays())
     buf.seek(0)
     with np.load(buf, allow_pickle=False) as z:
         back = Forest.from_arrays({k: z[k] for k in z.files}, n_features=6)
-    np.testing.assert_allclose(back.predict(Xt), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(back.predict(Xt), want)
     assert back.depth == forest.depth and back.n_trees == 60
 
 
@@ -117,6 +120,12 @@ def test_export_refuses_what_the_walk_does_not_reproduce():
     other = HistGradientBoostingRegressor(max_iter=5, loss="absolute_error", random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="squared-error"):
         export_hgb(other)
+
+
+def _share(a):
+    """The root's two children are one node: a tree no more, though the level walk would run it."""
+    root = a["roots"][0]
+    a["right"][root] = a["left"][root]
 
 
 def _loop(a):
@@ -134,6 +143,7 @@ def _loop(a):
     (lambda a: a.update(threshold=np.full_like(a["threshold"], np.nan)), "NaN threshold"),
     (lambda a: a.pop("roots"), "missing: roots"),
     (lambda a: _loop(a), "cycle"),
+    (lambda a: _share(a), "child of two nodes"),
 ])
 def test_forest_arrays_are_checked(change, match):
     """Arrays that would index outside themselves, loop, or have other types are refused on load."""

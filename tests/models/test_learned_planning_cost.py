@@ -11,6 +11,7 @@ from matplan.core import device as device_mod, features as stats
 from matplan.core.validation import normalize
 from matplan.kernels import kernels_for
 from matplan.models import learned
+from matplan.models.learned_model import ALL_OPS
 from matplan.models.learned_features import _analytic, _param_items, base_features, log_floor
 
 
@@ -92,7 +93,7 @@ def test_model_file_signature_follows_the_environment(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("op", ["spmv", "spmm"])
 def test_constant_prepare_rows_walk_no_prepare_trees(h100, op):
-    """Kernels whose prepare time the model keeps as a constant skip the prepare forest; every
+    """Kernels whose prepare time the model keeps as a constant get that constant; every other
     figure is what walking both forests for every row gives."""
     queries = gpu_queries(op)
     Z = h100.schema_.transform(queries)
@@ -104,3 +105,65 @@ def test_constant_prepare_rows_walk_no_prepare_trees(h100, op):
         if q.kernel in h100.fixed_prepare_:
             want[r, 1] = h100.fixed_prepare_[q.kernel]
     assert np.array_equal(h100.predict_z(Z), want)
+
+
+def reference_predict_z(model, Z):
+    """predict_z as it was before the Stack: each row's op's pair (else ALL_OPS's), each forest
+    walked level by level for its rows, the prepare forest skipped where the time is fixed."""
+    Z = np.asarray(Z, dtype=np.float64)
+    T = np.zeros((len(Z), 2))
+    fixed = {k: (Z[:, model.schema_.columns.index(f"kernel:{k}")] == 1.0, s) for k, s in model.fixed_prepare_.items()
+             if f"kernel:{k}" in model.schema_.columns}
+    skip = np.zeros(len(Z), dtype=bool)
+    for rows, _ in fixed.values():
+        skip |= rows
+    own = model._ops_of(Z)
+    pooled = ~np.isin(own, [op for op in model.forests_ if op != ALL_OPS])
+    for key, rows in [(ALL_OPS, pooled)] + [(op, own == op) for op in model.forests_ if op != ALL_OPS]:
+        for col, forest in enumerate(model.forests_[key]):
+            take = rows if col == 0 else rows & ~skip
+            if take.any():
+                T[take, col] = forest.predict_levels(Z[take])
+    out = np.exp(T + model._analytic_cols(Z) if model.kind == "combined" else T)
+    for rows, s in fixed.values():
+        out[rows, 1] = s
+    return out
+
+
+def fresh_problems(op, count=6):
+    """Random problems of every corpus family (sizes and seeds drawn), with the GPU candidates the
+    planner puts to the model for them."""
+    rng = np.random.default_rng({"spmv": 1, "spmm": 2, "spgemm": 3}[op])
+    dev = device_mod.known("H100")
+    for i in range(count):
+        family = ["uniform", "skewed", "poisson2d", "banded", "rmat", "block_dense"][i % 6]
+        A = corpus.load(family, ["small", "medium"][int(rng.integers(2))], seed=int(rng.integers(1000)))
+        n = A.shape[1]
+        B = {"spmv": lambda: np.ones(n), "spmm": lambda: np.ones((n, int(rng.choice([2, 8, 32])))),
+             "spgemm": lambda: A.T.tocsr()}[op]()
+        f = dataclasses.replace(stats.compute(normalize(A, B), dev), backend="gpu")
+        pending = [(k.name, dict(p), k.cost(f, p, dev)) for k in kernels_for(f.op, "gpu") if not k.supports(f)
+                   for p in k.candidates(f, dev)]
+        yield f, dev, pending
+
+
+@pytest.mark.parametrize("op", ["spmv", "spmm", "spgemm"])
+def test_plans_of_fresh_problems_are_the_reference_walks(h100, op, monkeypatch):
+    """Every candidate's learned figures, and so the choice, are the reference walk's to the last
+    bit, for random problems of each op (the shipped H100 model, whatever its source stamp)."""
+    monkeypatch.setattr(learned, "model_for", lambda backend, dev: h100)
+    learned_rows = 0
+    for f, dev, pending in fresh_problems(op):
+        queries = [learned.Query(f, name, params, dev, cost) for name, params, cost in pending]
+        Z = h100.schema_.transform(queries)
+        assert np.array_equal(Z, reference_transform(h100.schema_, queries), equal_nan=True)
+        assert np.array_equal(h100.predict_z(Z), reference_predict_z(h100, Z))
+        got = learned.rescore(f, dev, pending)
+        h100.predict_z = lambda Z: reference_predict_z(h100, Z)   # shadows the method on this instance
+        try:
+            want = learned.rescore(f, dev, pending)
+        finally:
+            del h100.predict_z
+        assert got == want
+        learned_rows += sum(source == "learned" for _, source in got)
+    assert learned_rows > 0   # some problems lie inside the training range
