@@ -1,13 +1,14 @@
 """matplan.distributed on a Dask cluster against one-GPU matplan on the same products (issue 41).
 
     PYTHONPATH=. python3 benchmarks/distributed_scaling.py [--gpus 1 2 4] [--only NAME ...] [--reps 3]
-        [--gpu-cluster auto|dask-cuda|nanny] [--budget-s S] [--out DIR]
+        [--spmm-k 32 128 256] [--gpu-cluster auto|dask-cuda|nanny] [--budget-s S] [--out DIR]
     PYTHONPATH=. python3 benchmarks/distributed_scaling.py --cpu [--workers 1 2] [--out DIR]
 
 Rows on GPUs (the issue's targets; more with --only): SpGEMM A·A of R-MAT scale 17 and 18 (1.1e9
 and ~3e9 products) and SpMM (k = 32) of a 500k x 500k matrix with 200 stratified random columns a
-row (1e8 nonzeros, built in a second or two); ``--only`` also takes the real matrices' names
-(A·Aᵀ for a non-square one: WordNet's) and rmat-scale19 / rmat-scale20.
+row (1e8 nonzeros, built in a second or two), one row per ``--spmm-k`` (default 32); ``--only``
+also takes the real matrices' names (A·Aᵀ for a non-square one: WordNet's) and rmat-scale19 /
+rmat-scale20.
 
 (Not named distributed.py: with benchmarks/ on sys.path, as its scripts and tests put it, that
 name would hide Dask's own ``distributed`` package.)
@@ -21,7 +22,10 @@ timed as a user who keeps the data where it computes sees them:
   replicated (``replicate``) before, the blocks' plans kept from the first call. SpGEMM: a whole
   ``spgemm(Ad, Br)`` (tasks, kernels, row-sum checks; C left on the workers); SpMM: ``spmm(Ad,
   Xr)`` with Y left on the workers as a DistributedDense. ``planned_steady`` (0) counts blocks
-  planned in it.
+  planned in it. ``path`` says how the steady call ran: "runner" (one message per worker to its
+  runner, past the scheduler: what a steady call on resident operands takes) or "tasks" (with
+  ``fallback``, why); ``tasks_ms`` / ``tasks_overhead_ms`` time the same steady call forced through
+  tasks (``path="tasks"``: one task per block, the path before the runners) for comparison.
 * ``one_gpu_ms``: the same product by matplan in this process on one GPU, operands already on the
   GPU and the plan made before (SpGEMM: ``plan.run`` with C left on the GPU, or where C does not
   fit the hash kernel's row panels, each freed; SpMM: the bound plan, Y left on the GPU).
@@ -95,9 +99,9 @@ def strided_random(m: int, n: int, per_row: int, seed=0) -> sp.csr_matrix:
     return sp.csr_matrix((rng.random(m * per_row) + 0.5, indices.ravel(), indptr), shape=(m, n))
 
 
-def problems(cpu: bool, only=None):
+def problems(cpu: bool, only=None, spmm_k=None):
     """(op, name, A, B or k) of the rows: small ones on the CPU, the issue's sizes on GPUs; each
-    matrix is built only when its row is asked for."""
+    matrix is built only when its row is asked for; SpMM rows once per ``spmm_k`` where given."""
     def rmat(s, ef=16):
         return lambda: corpus.rmat(scale=s, edge_factor=ef, seed=0)
     if cpu:
@@ -116,7 +120,10 @@ def problems(cpu: bool, only=None):
                       if name in only]
     for entry in (out + extra if only else out):
         if not only or entry[1] in only:
-            yield entry
+            if entry[0] == "spmm" and spmm_k:
+                yield from ((*entry[:3], k) for k in spmm_k)
+            else:
+                yield entry
 
 
 def second_operand(op, A, k):
@@ -281,12 +288,17 @@ def spgemm_row(client, name, A, B, reps, one, gpus):
     C.release()
     ms, C = median_ms(lambda: md.spgemm(Ad, Br, measure=MEASURE), reps, warmup=0)
     t = C.timings
+    tasks_ms, Ct = median_ms(lambda: md.spgemm(Ad, Br, measure=MEASURE, path="tasks"), reps, warmup=0)
+    tasks = dict(tasks_ms=tasks_ms, tasks_overhead_ms=Ct.timings["overhead_s"] * 1e3,
+                 tasks_kernel_ms=Ct.timings["busy_critical_s"] * 1e3)
+    Ct.release()
     row = dict(op="spgemm", matrix=name, products=products_of(A, B), gpus=gpus, ms=ms, one_gpu_ms=one["ms"],
                speedup=one["ms"] / ms, first_ms=first_ms, one_gpu_first_ms=one["first_ms"],
                first_speedup=one["first_ms"] / first_ms, **split(t), client_ms=ms - t["run_s"] * 1e3, **first,
                distribute_ms=distribute_ms, planned_steady=t["planned"], blocks=len(C),
                workers_used=t["workers_used"], nnz_c=C.nnz,
-               kernels=sorted({p["kernel"] for p in C.plans}), resubmitted=t["resubmitted"])
+               kernels=sorted({p["kernel"] for p in C.plans}), resubmitted=t["resubmitted"],
+               path=t["path"], fallback=t["fallback"], **tasks)
     rows = sampled_rows(A, B)
     checks = {"row sums per block": all(info["check_worst"] <= 1.0 for info in C.blocks_info()),
               f"{len(rows)} sampled rows vs SciPy": rows_match(C, A, B, rows),
@@ -323,10 +335,15 @@ def spmm_row(client, name, A, X, reps, one, gpus, ref):
     Y.release()
     ms, Y = median_ms(lambda: md.spmm(Ad, Xr, measure=MEASURE, reuse=reps + 2), reps, warmup=0)
     t = Y.timings
+    tasks_ms, Yt = median_ms(lambda: md.spmm(Ad, Xr, measure=MEASURE, reuse=reps + 2, path="tasks"), reps, warmup=0)
+    tasks = dict(tasks_ms=tasks_ms, tasks_overhead_ms=Yt.timings["overhead_s"] * 1e3,
+                 tasks_kernel_ms=Yt.timings["busy_critical_s"] * 1e3)
+    Yt.release()
     Yh = Y.gather()
     with md.DistributedOperator(Ad, reuse=reps + 2, measure=MEASURE) as op:
         host_io_ms, _ = median_ms(lambda: op @ X, reps)
         host_io = split(op.last_timings, "host_io_")
+        host_io["host_io_path"] = op.last_timings["path"]
     Yref, scale = ref
     one_ms = one["ms"]
     row = dict(op="spmm", matrix=name, products=products_of(A, X), gpus=gpus, ms=ms, one_gpu_ms=one_ms,
@@ -336,6 +353,7 @@ def spmm_row(client, name, A, X, reps, one, gpus, ref):
                k=X.shape[1], **split(t), client_ms=ms - t["run_s"] * 1e3, **first, **host_io,
                distribute_ms=distribute_ms, planned_steady=t["planned"], blocks=len(Y),
                workers_used=t["workers_used"], kernels=sorted({p["kernel"] for p in Y.plans}),
+               path=t["path"], fallback=t["fallback"], **tasks,
                check="Y vs SciPy within 1e-12 of |A| @ |X|; steady calls planned nothing")
     for obj in (Y, Ad, Xr):
         obj.release()
@@ -346,13 +364,14 @@ def table(rows) -> str:
     """The rows as a short fixed-width table: steady and first calls against one GPU's, and the
     steady call's busiest worker (kernel) and Dask's share."""
     head = (f"{'op':7}{'matrix':19}{'products':>9}{'gpus':>5}{'ms':>9}{'1-GPU':>9}{'speedup':>8}"
-            f"{'first':>9}{'1-GPU':>9}{'speedup':>8}{'kernel':>8}{'Dask':>7}  correct")
+            f"{'first':>9}{'1-GPU':>9}{'speedup':>8}{'kernel':>8}{'Dask':>7}{'tasks':>9}  path    correct")
     lines = [head, f"{'':40}{'steady call':^26}{'first call':^26}{'steady split':^15}"]
     for r in rows:
         lines.append(f"{r['op']:7}{r['matrix'][:18]:19}{r['products']:>9.2g}{r['gpus']:>5}{r['ms']:>9.1f}"
                      f"{r['one_gpu_ms']:>9.1f}{r['speedup']:>8.2f}{r.get('first_ms', float('nan')):>9.1f}"
                      f"{r.get('one_gpu_first_ms', float('nan')):>9.1f}{r.get('first_speedup', float('nan')):>8.2f}"
-                     f"{r['kernel_ms']:>8.1f}{r['overhead_ms']:>7.1f}  {r['correct']}")
+                     f"{r['kernel_ms']:>8.1f}{r['overhead_ms']:>7.1f}{r.get('tasks_ms', float('nan')):>9.1f}"
+                     f"  {r.get('path', '?'):8}{r['correct']}")
     return "\n".join(lines)
 
 
@@ -369,6 +388,8 @@ def main(argv=None):
     ap.add_argument("--measure", default="auto", choices=("auto", "never", "always"),
                     help="the planner's measure, the same on both sides (each block's plan and the one-GPU plan)")
     ap.add_argument("--only", nargs="+", help="matrix names to run")
+    ap.add_argument("--spmm-k", type=int, nargs="+", default=None,
+                    help=f"SpMM rows: one per number of columns of X (default {SPMM_K} on GPUs, 8 on the CPU)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no row past this many seconds")
     ap.add_argument("--out", default=None, help="results folder (default: benchmarks/results; with --cpu a temp one)")
     args = ap.parse_args(argv)
@@ -394,22 +415,27 @@ def main(argv=None):
     def over_budget():
         return args.budget_s is not None and time.perf_counter() - start > args.budget_s
 
-    rows, skipped, cases, singles, refs = [], [], [], {}, {}
-    for op, name, make, k in problems(args.cpu, args.only):
+    if args.spmm_k and min(args.spmm_k) < 1:
+        sys.exit("--spmm-k: expected positive numbers of columns")
+    rows, skipped, cases, singles, refs, built = [], [], [], {}, {}, {}
+    for op, name, make, k in problems(args.cpu, args.only, args.spmm_k):
+        case = name if op == "spgemm" else f"{name} k={k}"
         if over_budget():
-            skipped.append(name)
+            skipped.append(case)
             continue
-        A = sp.csr_matrix(make(), dtype=np.float64)
+        A = built[name] if name in built else sp.csr_matrix(make(), dtype=np.float64)
+        built = {name: A}   # SpMM rows of several k share their matrix
         B = second_operand(op, A, k)
-        cases.append((op, name, A, B))
-        singles[name] = one_device(op, A, B, args.reps, cp)
+        cases.append((op, name, A, B, case))
+        singles[case] = one_device(op, A, B, args.reps, cp)
         if cp is not None:   # GPU 0 is shared with a worker later: give back what this process cached
             cp.get_default_memory_pool().free_all_blocks()
         if op == "spmm":
-            refs[name] = (A @ B, abs(A) @ abs(B))
-        print(f"{op} {name} ({A.shape[0]:,}x{A.shape[1]:,}, {A.nnz:,} nonzeros, {products_of(A, B):.3g} products): "
-              f"one {'GPU' if cp else 'host process'} {singles[name]['ms']:.1f} ms steady, "
-              f"{singles[name]['first_ms']:.1f} ms first", flush=True)
+            refs[case] = (A @ B, abs(A) @ abs(B))
+        print(f"{op} {case} ({A.shape[0]:,}x{A.shape[1]:,}, {A.nnz:,} nonzeros, {products_of(A, B):.3g} products): "
+              f"one {'GPU' if cp else 'host process'} {singles[case]['ms']:.1f} ms steady, "
+              f"{singles[case]['first_ms']:.1f} ms first", flush=True)
+    built.clear()
     path = None
 
     def write():
@@ -418,24 +444,25 @@ def main(argv=None):
             note="CPU LocalCluster test run, not a measurement" if args.cpu else ""))
     for n in counts:
         if over_budget():
-            skipped.extend(f"{name} x{n}" for _, name, _, _ in cases)
+            skipped.extend(f"{case} x{n}" for *_, case in cases)
             continue
         with md.local_cluster(n, gpu=not args.cpu, processes=not (args.cpu and args.threads),
                               **({} if args.cpu else {"gpu_cluster": args.gpu_cluster})) as lc:
             client = lc.client()
             client.wait_for_workers(n)
             print(lc, flush=True)
-            for op, name, A, B in cases:
+            for op, name, A, B, case in cases:
                 if over_budget():
-                    skipped.append(f"{name} x{n}")
+                    skipped.append(f"{case} x{n}")
                     continue
                 if op == "spgemm":
-                    row = spgemm_row(client, name, A, B, args.reps, singles[name], n)
+                    row = spgemm_row(client, name, A, B, args.reps, singles[case], n)
                 else:
-                    row = spmm_row(client, name, A, B, args.reps, singles[name], n, refs[name])
+                    row = spmm_row(client, name, A, B, args.reps, singles[case], n, refs[case])
                 rows.append(row)
-                print(f"  {op} {name} x{n}: steady {row['ms']:.1f} ms (busiest worker {row['kernel_ms']:.1f}, Dask "
-                      f"{row['overhead_ms']:.1f}) vs {row['one_gpu_ms']:.1f} ms: {row['speedup']:.2f}x; first "
+                print(f"  {op} {case} x{n}: steady {row['ms']:.1f} ms on the {row['path']} path (busiest worker "
+                      f"{row['kernel_ms']:.1f}, Dask {row['overhead_ms']:.1f}; through tasks {row['tasks_ms']:.1f}) "
+                      f"vs {row['one_gpu_ms']:.1f} ms: {row['speedup']:.2f}x; first "
                       f"{row['first_ms']:.1f} ms (plans {row['first_plan_sum_ms']:.1f} summed, Dask "
                       f"{row['first_overhead_ms']:.1f}) vs {row['one_gpu_first_ms']:.1f} ms: "
                       f"{row['first_speedup']:.2f}x; correct {row['correct']} ({row['check']})", flush=True)

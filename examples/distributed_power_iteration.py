@@ -81,8 +81,8 @@ def main(argv=None):
         if cluster is not None:
             cluster.close()
     diff = float(np.abs(r - ref).max())
-    print(f"distributed: {it} iterations, {sec / it * 1e3:.2f} ms each (last: {split['run_s'] * 1e3:.2f} ms of "
-          f"tasks, of which {split['overhead_s'] * 1e3:.2f} ms Dask scheduling and transfers); SciPy in this "
+    print(f"distributed: {it} iterations, {sec / it * 1e3:.2f} ms each (last: {split['run_s'] * 1e3:.2f} ms on the "
+          f"{split['path']} path, of which {split['overhead_s'] * 1e3:.2f} ms Dask and transfers); SciPy in this "
           f"process: {ref_it} iterations, {ref_sec / ref_it * 1e3:.2f} ms each")
     ok = diff <= 1e-12 and it == ref_it
     print(f"max |difference| vs SciPy {diff:.2e}: {'OK' if ok else 'MISMATCH'}")

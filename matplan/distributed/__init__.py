@@ -14,7 +14,8 @@ dask-cuda for one worker per GPU). ``import matplan`` never imports this package
 
 blocks.py the partition (pure), worker.py what lives on a worker, block_tasks.py what a block
 task runs, checks.py the row-sum check, panels.py B in column panels, spill.py the GPU byte
-budget, tasks.py submission and recovery, blockset.py / csr.py / dense.py the distributed
+budget, tasks.py submission and recovery, runner.py / fastpath.py the runner path (one message
+per worker for a steady call on resident operands), blockset.py / csr.py / dense.py the distributed
 matrices, replicated.py operands on every worker, store.py the on-disk format, spgemm.py and
 operators.py the products, cluster.py the local cluster.
 See docs/distributed.md.
@@ -30,6 +31,7 @@ from .checks import BlockCheckError
 from .cluster import LocalMatplanCluster, local_cluster
 from .csr import DistributedCSR, load
 from .dense import DistributedDense
+from .fastpath import Held
 from .operators import DistributedOperator, spmm
 from .replicated import Replicated, replicate
 from .spgemm import spgemm
@@ -50,5 +52,5 @@ def _sizeof_operand(o):
 
 __all__ = ["local_cluster", "LocalMatplanCluster", "spgemm", "spmm", "DistributedOperator", "DistributedCSR",
            "DistributedDense", "Replicated", "replicate", "load", "RowBlocks", "row_blocks", "row_weights",
-           "balanced_bounds", "BlockCheckError",
+           "balanced_bounds", "BlockCheckError", "Held",
            "DistributedProductError"]

@@ -29,7 +29,7 @@ from .blockset import ALIVE, BlockSet
 from .replicated import Replicated, sparse_operand
 from .store import BLOCK_FIELDS, INDEX, read_block, read_index, write_block, write_index
 from .tasks import RETRIES, DistributedProductError, Timer, collect, collect_blocks, resolve_client, task_key
-from .worker import Block, block_plans, check_placement, place_block
+from .worker import Block, block_host, block_plans, check_placement, place_block
 
 #: Largest nnz of one cupyx CSR (its indices are int32).
 CUPY_MAX_NNZ = 2**31 - 1
@@ -228,7 +228,7 @@ class DistributedCSR(BlockSet):
     # -- getting blocks back ---------------------------------------------------------------------
     def to_scipy(self):
         """All of it as one SciPy CSR matrix (int64 indices past 2^31 - 1 nonzeros), block by block."""
-        parts = [self.block(i) for i in range(len(self))]
+        parts = self._map_blocks(block_host)
         if not parts:
             return sp.csr_matrix(self.shape, dtype=self.dtype)
         C = sp.vstack(parts, format="csr", dtype=self.dtype)

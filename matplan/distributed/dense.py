@@ -14,6 +14,7 @@ import numpy as np
 from ..core.xp import cupy_module
 from .blockset import BlockSet
 from .tasks import DistributedProductError
+from .worker import block_host
 
 
 class DistributedDense(BlockSet):
@@ -25,7 +26,7 @@ class DistributedDense(BlockSet):
 
     def gather(self) -> np.ndarray:
         """All rows as one NumPy array, block by block."""
-        parts = [self.block(i) for i in range(len(self))]
+        parts = self._map_blocks(block_host)
         if not parts:
             return np.zeros(self.shape, dtype=self.dtype)
         Y = np.concatenate(parts).astype(self.dtype, copy=False)

@@ -26,6 +26,7 @@ from ..core.xp import cupy_module, is_gpu_array
 from .block_tasks import gather_operand, spmm_block
 from .csr import DistributedCSR
 from .dense import DistributedDense
+from .fastpath import Fallback, Held, alive, call_token, check_path, run_calls, runners
 from .replicated import Replicated, dense_operand
 from .spgemm import check_options, operand_client
 from .tasks import RETRIES, Live, Timer, collect, collect_blocks, resolve_client, split_times, task_key
@@ -41,14 +42,14 @@ class DistributedOperator:
 
     A: a SciPy/cupyx CSR (made resident here, blocks balanced by nonzeros; freed by ``close()``) or
     a DistributedCSR (used as it is, left to its owner). client, blocks, nblocks, on, measure,
-    retries: as for :func:`matplan.distributed.spgemm`; reuse: the planner's, the applications each
-    block's plan will serve. ``plans`` lists each block's plan per shape of X; ``last_timings`` the
+    retries, path: as for :func:`matplan.distributed.spgemm`; reuse: the planner's, the applications
+    each block's plan will serve. ``plans`` lists each block's plan per shape of X; ``last_timings`` the
     last call's time split; ``matrix`` the DistributedCSR."""
 
     def __init__(self, A, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto",
-                 reuse: int = OPERATOR_REUSE, measure="auto", retries: int = RETRIES):
+                 reuse: int = OPERATOR_REUSE, measure="auto", retries: int = RETRIES, path: str = "auto"):
         self.retries, _ = check_options(on, retries)
-        self.on, self.measure = on, measure
+        self.on, self.measure, self.path = on, measure, check_path(path)
         self.reuse = check_int(reuse, "reuse", "a positive integer (applications of the operator)")
         if isinstance(A, DistributedCSR):
             if blocks is not None or nblocks is not None:
@@ -94,16 +95,16 @@ class DistributedOperator:
         gpu = is_gpu_array(X)
         X_h = dense_operand(X, "X", self.shape[1])
         dtype = np.promote_types(self.dtype, X_h.dtype)
-        x = Replicated(X_h, client=self.client)
-        timer.lap("scatter_s")
-        hints = self.matrix.workers()
-        try:
-            out, _ = collect(lambda i: self.client.submit(
-                spmm_block, self.matrix.future(i), x.future(), self.on, self.reuse, self.measure, False,
-                key=f"{self.key}-apply-{i}-{next(self._serial)}", **self._opts(hints[i])),
-                list(range(len(self.matrix))), retries=self.retries, what="spmm", describe=self.describe)
-        finally:
-            x.release()
+        fallback = "path='tasks'"
+        if self.path == "auto":
+            timer.lap("scatter_s")
+            try:   # X goes with each runner's message: nothing to scatter first
+                out, fallback = self._runners_host(X_h), None
+            except Fallback as e:
+                fallback = str(e)
+                self.matrix.refresh_workers()
+        if fallback is not None:
+            out = self._tasks_host(X_h, timer)
         timer.lap("run_s")
         results = [out[i] for i in range(len(self.matrix))]
         shape = (self.shape[0],) + X_h.shape[1:]
@@ -114,12 +115,41 @@ class DistributedOperator:
         if gpu:
             Y = cupy_module().asarray(Y)
         timer.lap("assemble_s")
-        self._timed(timer, [info for _, info in results])
+        self._timed(timer, [info for _, info in results], fallback)
         return Y
 
-    def _timed(self, timer, infos) -> dict:
+    def _tasks_host(self, X_h, timer) -> dict:
+        """{index: (Y block on the host, record)}: X scattered to every worker, one task per block."""
+        x = Replicated(X_h, client=self.client, pin_copies=False)
+        timer.lap("scatter_s")
+        hints = self.matrix.workers()
+        try:
+            out, _ = collect(lambda i: self.client.submit(
+                spmm_block, self.matrix.future(i), x.future(), self.on, self.reuse, self.measure, False,
+                key=f"{self.key}-apply-{i}-{next(self._serial)}", **self._opts(hints[i])),
+                list(range(len(self.matrix))), retries=self.retries, what="spmm", describe=self.describe)
+        finally:
+            x.release()
+        for _, info in out.values():
+            info["path"] = "tasks"
+        return out
+
+    def _runners_host(self, X_h) -> dict:
+        """{index: (Y block on the host, record)}: X sent with one message per worker to its runner,
+        which runs that worker's blocks; Fallback where a block is not where it was."""
+        items = {}
+        for i, (w, ref) in enumerate(self.matrix.refs()):
+            items.setdefault(w, []).append(ref)
+        per_worker = {w: ("spmm", (call_token("spmm"), refs, ("value", X_h), self.on, self.reuse, self.measure,
+                                   False), []) for w, refs in items.items()}
+        return {res[1]["index"]: tuple(res) for _, reply in run_calls(self.client, per_worker, "spmm").values()
+                for res in reply["results"]}
+
+    def _timed(self, timer, infos, fallback=None) -> dict:
         self.last_timings = dict(timer.phases, **split_times(timer.phases["run_s"], infos, keys=SPMM_PHASES))
-        self.last_timings.update(total_s=sum(timer.phases.values()), planned=sum(bool(i.get("planned")) for i in infos))
+        self.last_timings.update(total_s=sum(timer.phases.values()), planned=sum(bool(i.get("planned")) for i in infos),
+                                 path="runner" if fallback is None else "tasks", fallback=fallback,
+                                 operand_s=max((float(i.get("operand_s", 0.0)) for i in infos), default=0.0))
         self.last_kernels = [info["kernel"] for info in infos]
         return self.last_timings
 
@@ -197,19 +227,63 @@ class SpmmCall:
         hints = self.op.matrix.workers()
         futures, infos, _ = collect_blocks(self.op.client, indices, self._submit, hint=lambda i: hints[i], key=self.key,
                                            retries=self.op.retries, what="spmm", describe=self.op.describe)
+        for info in infos.values():
+            info["path"] = "tasks"
         return futures, infos
+
+    def run_runners(self) -> tuple:
+        """({index: Held}, {index: record}): every block on its worker's runner, one message per
+        worker, X found there (replicated) or assembled there from its blocks' runners (distributed);
+        Fallback where a precondition fails."""
+        client = self.op.client
+        refs = self.op.matrix.refs()
+        if isinstance(self.X, Replicated):
+            f = self.X.future()
+            if f.status != "finished":
+                raise Fallback("spmm: X is not in memory on the workers")
+            keys, spec = runners(client, [w for w, _ in refs]), ("ref", ("data", f.key))
+        else:
+            xrefs = self.X.refs()
+            keys = runners(client, [w for w, _ in refs] + [w for w, _ in xrefs])
+            held = self.X.handles()
+            parts = [(w, h.runner if isinstance(h, Held) else keys[w], ref) for (w, ref), h in zip(xrefs, held)]
+            gone = [w for w, r, _ in parts if not alive(client, w, r)]
+            if gone:   # a runner would wait on a dead peer for Dask's connect timeout
+                raise Fallback(f"spmm: X's blocks on {gone[0]} are not held by a live runner")
+            spec = ("parts", f"{self.key}-x", parts)
+        token = call_token("spmm")
+        items = {}
+        for i, (w, ref) in enumerate(refs):
+            items.setdefault(w, []).append((i, ref))
+        per_worker = {w: ("spmm", (token, [r for _, r in its], spec, self.op.on, self.op.reuse, self.op.measure, True),
+                          [f"{token}-{i}" for i, _ in its]) for w, its in items.items()}
+        handles, infos = {}, {}
+        for w, (runner, reply) in run_calls(client, per_worker, "spmm", keys=keys).items():
+            for rec in reply["records"]:
+                handles[rec["index"]] = Held(w, runner, f"{token}-{rec['index']}")
+                infos[rec["index"]] = rec
+        return handles, infos
 
     def result(self) -> DistributedDense:
         timer = Timer()
         timer.lap("scatter_s")
         n = len(self.op.matrix)
-        futures, infos = self.run(range(n))
+        fallback = "path='tasks'"
+        if self.op.path == "auto":
+            try:
+                futures, infos = self.run_runners()
+                fallback = None
+            except Fallback as e:
+                fallback = str(e)
+                self.op.matrix.refresh_workers()
+        if fallback is not None:
+            futures, infos = self.run(range(n))
         timer.lap("run_s")
         for live in self._gathered.values():   # X assembled on the workers is not needed after the call
             live.release()
         self._gathered.clear()
         records = [infos[i] for i in range(n)]
-        timings = self.op._timed(timer, records)
+        timings = self.op._timed(timer, records, fallback)
         return DistributedDense(self.shape, self.dtype, self.op.matrix.bounds, records,
                                 futures=[futures[i] for i in range(n)], client=self.op.client, source=self,
                                 timings=timings)
@@ -222,19 +296,20 @@ class SpmmCall:
 
 
 def spmm(A, X, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto", measure="auto",
-         retries: int = RETRIES, reuse: int | None = None, info: dict | None = None):
+         retries: int = RETRIES, reuse: int | None = None, info: dict | None = None, path: str = "auto"):
     """A @ X (SpMV for a vector X, SpMM for a matrix) over A's row blocks on a Dask cluster: one
     call of a :class:`DistributedOperator`.
 
     A: a SciPy/cupyx CSR (made resident for this call) or a DistributedCSR (its blocks and the plans
     they keep are reused). X: NumPy/CuPy (sent; Y gathered, on X's side) or a replicated X /
     DistributedDense (Y a DistributedDense left on the workers). reuse: the planner's (default 1
-    for a host A, OPERATOR_REUSE for a resident one). ``info``, a dict, receives the blocks' plans,
-    the call's timings and the row blocks."""
+    for a host A, OPERATOR_REUSE for a resident one). path: "auto" (each worker's runner, one
+    message per worker, where A's blocks and X are in memory on known workers) or "tasks".
+    ``info``, a dict, receives the blocks' plans, the call's timings and the row blocks."""
     if reuse is None:
         reuse = OPERATOR_REUSE if isinstance(A, DistributedCSR) else 1
     op = DistributedOperator(A, client=client, blocks=blocks, nblocks=nblocks, on=on, reuse=reuse, measure=measure,
-                             retries=retries)
+                             retries=retries, path=path)
     Y = op @ X
     if info is not None:
         info.update(plans=op.plans, timings=op.last_timings, blocks=op.rblocks)

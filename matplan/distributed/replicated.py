@@ -2,7 +2,9 @@
 X for SpMM, reused by any number of products without being sent again.
 
 A :class:`Replicated` is one ``client.scatter(..., broadcast=True)`` future of a worker-side
-:class:`~matplan.distributed.worker.Operand` (the value, SpGEMM's row sums of B, a token). Each
+:class:`~matplan.distributed.worker.Operand` (the value, SpGEMM's row sums of B, a token). Dask's
+active memory manager later drops the copies no task waits for; each worker's runner pins the copy
+it uses (:mod:`matplan.distributed.runner`) until the operand is released or collected. Each
 worker copies it to its GPU on first use and keeps the copy as long as the operand lives; plans
 made for a resident block of A with it are kept on that block under its token. The client keeps
 a reference to the host value (``keep_source``, the default: no copy of a SciPy/NumPy input) so
@@ -11,6 +13,8 @@ error. Also here: the checks every operand passes once, on the client.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -18,6 +22,7 @@ from ..core import validation
 from ..core.validation import SUPPORTED_DTYPES
 from ..core.xp import is_gpu_array, to_host
 from .checks import RowSums
+from .fastpath import pin, unpin
 from .tasks import DistributedProductError, Live, resolve_client
 from .worker import Operand
 
@@ -52,7 +57,7 @@ class Replicated:
     (the caller gave a CuPy array); ``future()`` the live Dask future (sent again if every copy
     was lost and the source is kept); ``release()`` / a with-block frees it on the workers."""
 
-    def __init__(self, M, *, client=None, keep_source: bool = True, name: str | None = None):
+    def __init__(self, M, *, client=None, keep_source: bool = True, name: str | None = None, pin_copies: bool = True):
         self.client = resolve_client(client)
         self.sparse = bool(sp.issparse(M) or (is_gpu_array(M) and hasattr(M, "indptr")))
         self.name = name or ("B" if self.sparse else "X")
@@ -63,8 +68,13 @@ class Replicated:
         self._operand = Operand(H, RowSums.of(H) if self.sparse else None)
         self.token = self._operand.token
         self.nbytes = self._operand.nbytes
+        self._keys = []   # every key it was scattered under: runners that pinned it let go on release
         self._live = Live(self._scatter)
-        self._live.get()
+        future = self._live.get()
+        if pin_copies:   # for the runners' calls; a call through tasks only has Dask move it where needed
+            pin(self.client, future.key)
+        self._finalizer = weakref.finalize(self, unpin, self.client, self._keys)
+        self._finalizer.atexit = False
         if not keep_source:
             self._operand = None
 
@@ -72,7 +82,9 @@ class Replicated:
         if self._operand is None:
             raise DistributedProductError(f"{self.name} (replicated with keep_source=False) was lost with every "
                                           "worker that held it; replicate it again")
-        return self.client.scatter(self._operand, broadcast=True, hash=False)
+        f = self.client.scatter(self._operand, broadcast=True, hash=False)
+        self._keys.append(f.key)
+        return f
 
     def future(self):
         """The operand's future on the workers (sent again where every copy was lost)."""
@@ -88,6 +100,7 @@ class Replicated:
     def release(self) -> None:
         if self._live is not None:
             self._live.release()
+            self._finalizer()
         self._live = self._operand = None
 
     def __enter__(self):

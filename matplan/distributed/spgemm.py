@@ -20,6 +20,7 @@ from .block_tasks import spgemm_block
 from .blockset import BlockSet
 from .checks import RowSums
 from .csr import DistributedCSR
+from .fastpath import Fallback, Held, call_token, check_path, run_calls
 from .panels import ColumnPanels, Whole, assemble_block, column_panels, default_panel_bytes, slice_cols
 from .replicated import Replicated, sparse_operand
 from .tasks import RETRIES, DistributedProductError, Live, Timer, collect_blocks, resolve_client, split_times, task_key
@@ -109,6 +110,31 @@ class SpgemmCall:
         _, infos, again = collect_blocks(self.client, indices, self._submit, hint=lambda i: hints[i], key=self.key,
                                          retries=self.retries, what="spgemm", describe=self.describe)
         self.resubmitted += again
+        for info in infos.values():
+            info["path"] = "tasks"
+        return infos
+
+    def run_runners(self) -> dict:
+        """Every block on the runner of its block of A's worker, one message per worker; returns
+        {index: block record}, or raises Fallback (nothing kept) where a precondition fails."""
+        if self.paneled:
+            raise Fallback("spgemm: B is sent in column panels")
+        b = self.B.future()
+        if b.status != "finished":
+            raise Fallback("spgemm: B is not in memory on the workers")
+        refs = self.A.refs()
+        token = call_token("spgemm")
+        items = {}
+        for i, (w, ref) in enumerate(refs):
+            items.setdefault(w, []).append((i, self.A.bounds[i], self.A.bounds[i + 1], ref))
+        per_worker = {w: ("spgemm", (token, its, ("data", b.key), self.on, self.measure, self.spill_bytes),
+                          [f"{token}-{it[0]}" for it in its]) for w, its in items.items()}
+        infos = {}
+        for w, (runner, reply) in run_calls(self.client, per_worker, "spgemm").items():
+            for rec in reply["records"]:
+                i = rec["index"]
+                self.blocks[i] = Held(w, runner, f"{token}-{i}")
+                infos[i] = rec
         return infos
 
     def run(self, indices) -> dict:
@@ -135,7 +161,7 @@ class SpgemmCall:
 
 def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: str = "auto", measure="auto",
            retries: int = RETRIES, spill_bytes: int | None = None, panels=None,
-           panel_bytes: int | None = None) -> DistributedCSR:
+           panel_bytes: int | None = None, path: str = "auto") -> DistributedCSR:
     """C = A @ B (both sparse) on a Dask cluster, as a :class:`DistributedCSR` of row blocks.
 
     A: a SciPy/cupyx CSR (cut into blocks balanced by products and sent for this call) or a
@@ -152,10 +178,14 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
     panel_bytes: the most bytes of a host B (CSR) one worker is sent: a larger B goes in column
     panels balanced by nonzeros, each scattered once, each (block, panel) product its own task
     (default: PANEL_FRACTION of the smallest worker memory limit Dask reports; none known: B
-    whole); panels: a number of column panels or column boundaries [0, ..., n] instead."""
+    whole); panels: a number of column panels or column boundaries [0, ..., n] instead; path:
+    "auto" runs the blocks on each worker's runner in one message per worker where A's blocks are
+    in memory on known workers and B is replicated (else, or for "tasks", one task per block;
+    ``timings["path"]`` says which ran, ``timings["fallback"]`` why not the runners)."""
     timer = Timer()
     client = operand_client(client, A, B)
     retries, spill_bytes = check_options(on, retries, spill_bytes)
+    check_path(path)
     if not _is_sparse(B):
         raise ValueError("A, B: distributed spgemm multiplies two sparse matrices; this B is dense, a 'spmm' "
                          "product (matplan.distributed.spmm takes a dense B)")
@@ -197,12 +227,25 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
         B = Replicated(B_h, client=client)
     call = SpgemmCall(client, A, None if paneled else B, cp, on, measure, spill_bytes, retries, B_host=B_h)
     timer.lap("scatter_s")
-    infos = call.run(range(len(A)))
+    route, fallback = run_blocks(call, path)
     timer.lap("run_s")
-    records = [infos[i] for i in range(len(A))]
+    records = [route[i] for i in range(len(A))]
     timings = dict(timer.phases, **split_times(timer.phases["run_s"], records))
     timings.update(total_s=sum(timer.phases.values()), resubmitted=call.resubmitted,
-                   planned=sum(bool(r.get("planned")) for r in records))
+                   planned=sum(bool(r.get("planned")) for r in records),
+                   path="runner" if fallback is None else "tasks", fallback=fallback)
     return DistributedCSR((a_shape[0], b_shape[1]), dtype, A.bounds, records, futures=call.blocks, client=client,
                           call=call, timings=timings, panels=cp)
 
+
+
+def run_blocks(call: SpgemmCall, path: str) -> tuple:
+    """({index: record}, why the runners were not used or None): the runner path where it may run,
+    else (or when it finds a precondition failing) the tasks."""
+    if path == "tasks":
+        return call.run(range(len(call.A))), "path='tasks'"
+    try:
+        return call.run_runners(), None
+    except Fallback as e:
+        call.A.refresh_workers()   # a block Dask moved is found there by the next call
+        return call.run(range(len(call.A))), str(e)

@@ -24,6 +24,7 @@ from distributed import as_completed
 from distributed.scheduler import KilledWorker
 
 from .checks import BlockCheckError
+from .runner import HeldBlockLost
 from .worker import block_infos
 
 #: Default number of times a block whose worker was lost is submitted again.
@@ -79,7 +80,7 @@ class Live:
 
 
 def _lost(exc) -> bool:
-    return isinstance(exc, (CancelledError, distributed.comm.CommClosedError))
+    return isinstance(exc, (CancelledError, distributed.comm.CommClosedError, HeldBlockLost))
 
 
 def collect(submit, indices, *, retries: int, what: str, describe) -> tuple:

@@ -1,7 +1,9 @@
 """Workers lost in the middle of a distributed product (a process LocalCluster, SciPy path): the
 product either recomputes the lost blocks and returns a full, correct C, or fails with a clear
-error; it never returns a partial C as complete. The tests share one cluster of three workers
-and each kills one, in file order (the last runs on the one left)."""
+error; it never returns a partial C as complete. The tests share one cluster of four workers
+and each kills one, in file order (the last runs on the one left). Products killed mid-call run
+through tasks (``path="tasks"``: the plugin kills on a block task); the runner path's faults
+are in test_distributed_runner.py."""
 
 import numpy as np
 import pytest
@@ -15,9 +17,9 @@ from worker_kill import KillOnFirstBlock, crash as _crash  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
         with distributed.Client(c) as client:
-            client.wait_for_workers(3)
+            client.wait_for_workers(4)
             yield c, client
 
 
@@ -36,20 +38,36 @@ def _remove(c, plugin):
     c.scheduler.remove_plugin(name=f"kill-{id(plugin)}")
 
 
+def _crash_worker(c, victim):
+    for nanny in list(c.workers.values()):
+        if nanny.worker_address == victim:
+            _crash(nanny)
+
+
 def test_block_lost_after_the_call_is_recomputed(cluster, rng):
     """A worker that dies after the product returned: reading its blocks computes them again."""
     c, client = cluster
     A, B = _problem(rng)
-    C = md.spgemm(A, B, client=client, nblocks=6)
-    holders = client.who_has(C._futures)
-    victim = next(iter(holders[C._futures[0].key]))
-    for nanny in list(c.workers.values()):
-        if nanny.worker_address == victim:
-            _crash(nanny)
+    C = md.spgemm(A, B, client=client, nblocks=6, path="tasks")
+    assert C.timings["path"] == "tasks" and C.path == "tasks"
+    futures = C.handles()
+    holders = client.who_has(futures)
+    _crash_worker(c, next(iter(holders[futures[0].key])))
     got = C.to_scipy()
     np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
     Z = sp.csr_matrix((5, 300))
     assert md.spgemm(sp.csr_matrix((5, 400)), B, client=client).to_scipy().shape == Z.shape
+
+
+def test_held_block_lost_after_a_runner_call_is_recomputed(cluster, rng):
+    """The runner path's C: a held block whose worker died is computed again (through tasks) when read."""
+    c, client = cluster
+    A, B = _problem(rng)
+    C = md.spgemm(A, B, client=client, nblocks=6)
+    assert C.timings["path"] == "runner" and C.path == "runner"
+    _crash_worker(c, C.handles()[0].worker)
+    np.testing.assert_allclose(C.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
+    assert not isinstance(C.handles()[0], md.Held) and C.blocks_info()[0]["path"] == "tasks"
 
 
 def test_worker_lost_mid_product_blocks_recomputed(cluster, rng):
@@ -57,7 +75,7 @@ def test_worker_lost_mid_product_blocks_recomputed(cluster, rng):
     A, B = _problem(rng)
     plugin = _plugin(c)
     try:
-        C = md.spgemm(A, B, client=client, nblocks=12, retries=3)
+        C = md.spgemm(A, B, client=client, nblocks=12, retries=3, path="tasks")
     finally:
         _remove(c, plugin)
     assert plugin.killed is not None
@@ -74,7 +92,7 @@ def test_worker_lost_without_retries_fails_clearly(cluster, rng):
     plugin = _plugin(c)
     try:
         with pytest.raises(md.DistributedProductError, match="lost with its worker.*no partial result"):
-            md.spgemm(A, B, client=client, nblocks=12, retries=0)
+            md.spgemm(A, B, client=client, nblocks=12, retries=0, path="tasks")
     finally:
         _remove(c, plugin)
     assert plugin.killed is not None

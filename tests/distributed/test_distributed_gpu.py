@@ -100,6 +100,7 @@ def test_resident_operands_on_the_gpu(cp, client, rng):
     C1 = md.spgemm(Ad, Br, on="gpu")
     C2 = md.spgemm(Ad, Br, on="gpu")
     assert C1.timings["planned"] == len(Ad) and C2.timings["planned"] == 0
+    assert C2.timings["path"] == "runner" and {i["location"] for i in C2.blocks_info(refresh=True)} == {"gpu"}
     assert all(p["backend"] == "gpu" for p in C2.plans)
     _assert_same(C1, A, B)
     _assert_same(C2, A, B)
@@ -170,7 +171,8 @@ def test_gpu_worker_lost_mid_product_recomputed(gpu_cluster, rng):
     """The issue's fault test on GPUs: a full C, equal to SciPy's, every block checked; never partial."""
     c, client = gpu_cluster
     A, B = _problem(rng)
-    plugin, C = _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=3))
+    plugin, C = _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=3,
+                                                  path="tasks"))   # the plugin kills on a block task
     assert plugin.killed is not None
     assert C.timings["resubmitted"] >= 1
     assert len(C.blocks_info()) == 12 and all(info["check_worst"] <= 1.0 for info in C.blocks_info())
@@ -183,7 +185,7 @@ def test_gpu_worker_lost_without_retries_fails_clearly(gpu_cluster, rng):
     client.wait_for_workers(2, timeout=120)   # the nanny restarted the worker killed before
     A, B = _problem(rng)
     with pytest.raises(md.DistributedProductError, match="no partial result"):
-        _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=0))
+        _kill_during(c, lambda: md.spgemm(A, B, client=client, on="gpu", nblocks=12, retries=0, path="tasks"))
 
 
 @pytest.mark.gpu
@@ -199,7 +201,7 @@ def test_gpu_resident_operands_survive_a_lost_worker(gpu_cluster, rng):
     assert len({i["worker"] for i in Ad.blocks_info()}) == 2 and {i["location"] for i in Ad.blocks_info()} == {"gpu"}
     md.spgemm(Ad, Br, on="gpu")
     C = md.spgemm(Ad, Br, on="gpu")
-    assert C.timings["planned"] == 0 and C.timings["workers_used"] == 2
+    assert C.timings["planned"] == 0 and C.timings["workers_used"] == 2 and C.timings["path"] == "runner"
     _assert_same(C, A, B)
     f = Ad.future(0)
     victim = next(iter(client.who_has([f])[f.key]))

@@ -46,7 +46,7 @@ def test_worker_lost_mid_product_on_resident_operands(cluster, rng):
     plugin = KillOnFirstBlock(c)
     c.scheduler.add_plugin(plugin, name="kill-resident")
     try:
-        C = md.spgemm(Ad, Br, retries=3)
+        C = md.spgemm(Ad, Br, retries=3, path="tasks")   # the plugin kills on a block task
     finally:
         c.scheduler.remove_plugin(name="kill-resident")
     assert plugin.killed is not None

@@ -4,7 +4,7 @@ import os
 import re
 import signal
 
-from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 
 def crash(nanny, restart: bool = False):
@@ -32,3 +32,21 @@ class KillOnFirstBlock(SchedulerPlugin):
             if nanny.worker_address == address:
                 self.killed = address
                 crash(nanny, self.restart)
+
+
+class SlowRunner(WorkerPlugin):
+    """A worker plugin that makes the runners' SpGEMM blocks start ``seconds`` late (the tasks'
+    blocks are untouched), so a worker can be killed while a runner call is in flight."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def setup(self, worker):
+        import time
+        from matplan.distributed import runner
+        real, seconds = runner.spgemm_block, self.seconds
+
+        def slow(*args, **kwargs):
+            time.sleep(seconds)
+            return real(*args, **kwargs)
+        runner.spgemm_block = slow
