@@ -137,9 +137,9 @@ def slice_rows(A, r0: int, r1: int):
 
 #: Blocks per worker by default: one (the fewest plans and launches a call; hubs add blocks of their own).
 BLOCKS_PER_WORKER = 1
-#: ... unless a worker's share of a SpGEMM exceeds this many products: then more, so each block's C
-#: and its kernel's working memory stay well within one GPU (R-MAT 19's 7.9e9 ran whole on one H100).
-MAX_BLOCK_PRODUCTS = 4_000_000_000
+#: ... unless a worker's share of a SpGEMM exceeds this many products: then more, so no block's C can
+#: pass a cupyx CSR's int32 indptr (products bound nnz(C); WordNet A·Aᵀ's 4 blocks of 3.6e9 did).
+MAX_BLOCK_PRODUCTS = 2**31 - 1
 
 
 def default_nblocks(workers: int, total_work: int, measure: str) -> int:
