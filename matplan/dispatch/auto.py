@@ -55,8 +55,8 @@ from ..planner import BoundPlan
 from ..planner import plan as make_plan
 from .cache import cache_for, nbytes_of
 from .fingerprint import device_of, fingerprint, same_content
-from .identity import (aliases, aliasing_kernel, hit_check, identity_key, pins, product_limit,
-                       start_compare, start_product_check)
+from .identity import (aliases, aliasing_kernel, hit_check, identity_key, pins, start_compare,
+                       start_product_check)
 
 #: Re-plan a cached entry when its calls reach this multiple of the reuse it was planned for.
 REPLAN_FACTOR = 8
@@ -100,11 +100,14 @@ def matmul(A, B, *, out=None, reuse=None, deterministic=False, assume_unchanged=
     loop over one A known not to change, ``planner.plan(A, B, reuse=n).bind(A)``
     avoids even the identity check.
     """
-    check_args(reuse, deterministic, assume_unchanged)
-    if reuse is not None:
-        reuse = int(reuse)
-    if not isinstance(check, bool):
-        raise TypeError(f"check: expected True or False, got {check!r}")
+    if not ((reuse is None or type(reuse) is int and reuse >= 1) and (deterministic is False or deterministic is True)
+            and (assume_unchanged is None or assume_unchanged is True or assume_unchanged is False)
+            and (check is True or check is False)):      # the common arguments pass on identity tests
+        check_args(reuse, deterministic, assume_unchanged)
+        if reuse is not None:
+            reuse = int(reuse)
+        if not isinstance(check, bool):
+            raise TypeError(f"check: expected True or False, got {check!r}")
     return _dispatch(A, B, reuse, deterministic, None, assume_unchanged, out, check)
 
 
@@ -161,7 +164,7 @@ def _check_out(out, op, gpu, dtype, A, B) -> None:
 
 def _apply(entry, B, out):
     """The cached kernel on B (validated for the entry's fingerprint), into ``out`` (checked) if given."""
-    return entry.run(B) if out is None else entry.kernel.run(entry.bound.prepared, B, out=out)
+    return entry.run_prepared(entry.prepared, B) if out is None else entry.run_prepared(entry.prepared, B, out=out)
 
 
 def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged, out=None):
@@ -175,47 +178,58 @@ def _identity_hit(device, key, A, B, reuse, deterministic, assume_unchanged, out
     A SpGEMM kernel with a products limit counts the operands' products first (identity.py);
     on the GPU the product runs behind the count and is dropped if the count passes the limit
     (cupyx's SpGEMM waits for the GPU to size C, so reading the count then costs no extra wait).
+
+    Every hit runs this: the unchecked case (the first branch) reads the entry's fields once
+    and calls only the kernel before its launch; the bookkeeping after it (counting the hit, the
+    re-plan test) overlaps an asynchronous kernel's run on the GPU.
     """
     cache = cache_for(device)
     entry = cache.find(key)
     if entry is None:
         return _MISS
     trusted = cache.assume_unchanged if assume_unchanged is None else assume_unchanged
-    _state.depth = getattr(_state, "depth", 0) + 1
+    depth = getattr(_state, "depth", 0)
+    _state.depth = depth + 1
     try:
-        limit = product_limit(entry.kernel.name)
-        check = None
-        if limit is not None and not (trusted and entry.pins is not None):
-            check = start_product_check(limit, A, B, device)
-        if check is not None:                       # a vendor SpGEMM (aliases A and B) with a limit
-            try:
-                C = _apply(entry, B, out)
-            except Exception:
-                if not check.ok():                  # past its limit the vendor routine may raise
-                    return _MISS
-                raise
-            if not check.ok():
-                return _MISS
-        elif entry.reference is None or (trusted and entry.pins is not None):
-            C = _apply(entry, B, out)
-        elif device == "cpu":
-            if not same_content(A, entry.reference):
-                return _MISS
-            C = _apply(entry, B, out)
+        unchecked = entry.reference is None or (trusted and entry.pins is not None)
+        if unchecked and (entry.limit is None or trusted and entry.pins is not None):
+            C = entry.run_prepared(entry.prepared, B) if out is None else entry.run_prepared(entry.prepared, B, out=out)
         else:
-            pending = start_compare(A, entry.reference, device)
-            if pending is None:
-                return _MISS
-            C = _apply(entry, B, out)
-            if not pending.same():
+            C = _checked_hit(entry, device, A, B, out, trusted)
+            if C is _MISS:
                 return _MISS
         if trusted and entry.pins is None:          # A just compared equal: trust its ids from now on
             cache.claim(entry, key, pins(A, B))
         cache.count_hit(entry)
+        if reuse is None and entry.calls < entry.next_replan or reuse == entry.planned:
+            return C                                # no re-plan due (_wanted_reuse's first tests)
         _maybe_replan(cache, entry, A, B, reuse, deterministic, key, trusted)
         return C
     finally:
-        _state.depth -= 1
+        _state.depth = depth
+
+
+def _checked_hit(entry, device, A, B, out, trusted):
+    """C for a hit that checks its operands first (a products limit, or a copied format without
+    the caller's promise), or _MISS when the check fails."""
+    check = None
+    if entry.limit is not None and not (trusted and entry.pins is not None):
+        check = start_product_check(entry.limit, A, B, device)
+    if check is not None:                       # a vendor SpGEMM (aliases A and B) with a limit
+        try:
+            C = _apply(entry, B, out)
+        except Exception:
+            if not check.ok():                  # past its limit the vendor routine may raise
+                return _MISS
+            raise
+        return C if check.ok() else _MISS
+    if device == "cpu":
+        return _apply(entry, B, out) if same_content(A, entry.reference) else _MISS
+    pending = start_compare(A, entry.reference, device)
+    if pending is None:
+        return _MISS
+    C = _apply(entry, B, out)
+    return C if pending.same() else _MISS
 
 
 def _run(problem, reuse, deterministic, key, assume_unchanged, out=None, check=True):

@@ -33,6 +33,9 @@ from ..core.cache import BoundedCache
 from ..core.validation import check_int
 from ..core.xp import cupy_module
 from ..kernels import get
+from ..models.spgemm import VENDOR_LIMITS
+
+_ABSENT = object()
 
 #: Entries per cache (count bound); 0 disables caching.
 DEFAULT_SIZE = 16
@@ -40,6 +43,13 @@ DEFAULT_SIZE = 16
 DEFAULT_MEMSIZE = 1 << 30
 #: Matrix structures whose call history is remembered for reuse estimates.
 HISTORY_SIZE = 256
+
+
+@functools.lru_cache(maxsize=None)
+def product_limit(name: str):
+    """The most products kernel ``name`` is known to compute correctly (None: no limit); a hit with
+    such a kernel checks the operands' products first (``identity.start_product_check``)."""
+    return VENDOR_LIMITS.get(name, {}).get("max_products")
 
 
 def nbytes_of(x) -> int:
@@ -86,25 +96,75 @@ def buffer_key(a):
 
 class _Entry:
     """One cached BoundPlan, its registered kernel, the A copy confirming hits (None when the
-    format is A's own arrays), its counters, and the identity key that finds it without a digest."""
+    format is A's own arrays), its counters, and the identity key that finds it without a digest.
+    ``run_prepared`` (the kernel's ``run``), ``prepared``, ``limit`` (the kernel's products limit,
+    ``identity.product_limit``) and ``planned`` (the plan's reuse) are read from ``bound`` once,
+    for the hit path (:meth:`rebind`)."""
     __slots__ = ("fp", "bound", "kernel", "reference", "nbytes", "calls", "next_replan", "history",
-                 "key", "pins")
+                 "key", "pins", "run_prepared", "prepared", "limit", "planned")
 
     def __init__(self, fp, bound, reference, nbytes, next_replan, history):
-        self.fp, self.bound, self.kernel, self.reference, self.nbytes = \
-            fp, bound, get(bound.plan.kernel), reference, nbytes
+        self.fp, self.reference, self.nbytes = fp, reference, nbytes
         self.calls, self.next_replan, self.history = 1, next_replan, history
         self.key = self.pins = None
+        self.rebind(bound)
+
+    def rebind(self, bound) -> None:
+        """Hold ``bound`` (and what a hit reads of it)."""
+        self.bound, self.kernel = bound, get(bound.plan.kernel)
+        self.run_prepared, self.prepared = self.kernel.run, bound.prepared
+        self.limit = product_limit(self.kernel.name)
+        self.planned = bound.plan.reuse
 
     def run(self, B):
         """The kernel on B, which the caller validated for this entry's fingerprint (op, k, dtype)."""
-        return self.kernel.run(self.bound.prepared, B)
+        return self.run_prepared(self.prepared, B)
 
 
 class _Entries(BoundedCache):
     """The plan cache's LRU store: a BoundedCache whose entries' charges change while they are
     cached (they gain or lose the objects they pin) and whose bounds the user may change. It
-    works on BoundedCache's own fields (lock, sizes, shrink): keep it in step with core/cache.py."""
+    works on BoundedCache's own fields (lock, sizes, shrink): keep it in step with core/cache.py.
+
+    It also knows its most recently used key (``_mru``: set by every method that reorders or
+    inserts, cleared by every one that removes it), so that ``PlanCache.count_hit``, run on every
+    hit, need not hash the key (a Fingerprint, rehashed on each lookup) when it is already the
+    most recent, as it is on every hit of a loop over one product (the count is then unlocked,
+    as ``get_fast``'s: a concurrent ``clear_caches()`` may drop one)."""
+    _mru = None
+
+    def get(self, key, default=None):
+        value = super().get(key, _ABSENT)
+        if value is _ABSENT:
+            return default
+        self._mru = key
+        return value
+
+    def put(self, key, value) -> None:
+        self._mru = key          # before put's evictions, which clear it if they drop the key
+        super().put(key, value)
+
+    def pop(self, key, default=None):
+        self._forget(key)
+        return super().pop(key, default)
+
+    def discard(self, key) -> None:
+        self._forget(key)
+        super().discard(key)
+
+    def clear(self) -> None:
+        self._mru = None
+        super().clear()
+
+    def _shrink(self) -> list:
+        dropped = super()._shrink()
+        for key, _ in dropped:
+            self._forget(key)
+        return dropped
+
+    def _forget(self, key) -> None:
+        if self._mru is not None and self._mru == key:
+            self._mru = None
 
     def recharge(self, key, nbytes: int) -> None:
         """Charge ``key``'s entry ``nbytes`` from now on, keeping its place (:meth:`shrink` evicts)."""
@@ -128,12 +188,14 @@ class _Entries(BoundedCache):
             self._hits = self._misses = self._evictions = 0
 
 
-def _unregister(by_key: dict, fp, entry) -> None:
-    """Drop an entry leaving the cache from the identity index (a plain function: no reference
-    cycle between a PlanCache and its store)."""
+def _unregister(by_key: dict, last: list, fp, entry) -> None:
+    """Drop an entry leaving the cache from the identity index and from ``last`` (a plain function:
+    no reference cycle between a PlanCache and its store)."""
     if entry.key is not None and by_key.get(entry.key) is entry:
         del by_key[entry.key]
     entry.key = entry.pins = None
+    if last[0] is entry:
+        last[0] = None
 
 
 class PlanCache:
@@ -147,8 +209,9 @@ class PlanCache:
         self._size = _check_size(size)
         self._memsize = _check_memsize(memsize)
         self._by_key: dict = {}          # identity key (see identity.py) -> entry
+        self._last = [None]              # the entry find() returned last (while it is cached)
         self._entries = _Entries(f"dispatch.plans[{device}]", self._size, maxbytes=_maxbytes(self._memsize),
-                                 sizeof=_charged, on_evict=functools.partial(_unregister, self._by_key))
+                                 sizeof=_charged, on_evict=functools.partial(_unregister, self._by_key, self._last))
         self._history = BoundedCache(f"dispatch.plan_history[{device}]", HISTORY_SIZE)
         self.replans = self.too_large = 0
         self.assume_unchanged = False    # matmul(assume_unchanged=None) takes this (see dispatch.auto)
@@ -186,14 +249,25 @@ class PlanCache:
         return entry
 
     def find(self, key):
-        """The entry registered under identity ``key`` (not counted: the caller confirms it first)."""
-        return self._by_key.get(key)
+        """The entry registered under identity ``key`` (not counted: the caller confirms it first).
+
+        The entry found last is tried first, by comparing ``key`` with the key it is registered
+        under (an entry's ``key`` is set exactly while ``_by_key`` maps it to the entry), which
+        saves hashing the key on every hit of a loop over one product."""
+        entry = self._last[0]
+        if entry is None or entry.key != key:
+            entry = self._last[0] = self._by_key.get(key)
+        return entry
 
     def count_hit(self, entry) -> None:
         """Count a confirmed hit on ``entry`` and make it the most recently used."""
         entry.history[0] += 1
         entry.calls += 1
-        self._entries.get(entry.fp)
+        entries, fp = self._entries, entry.fp
+        if entries._mru is fp:       # already the most recent: no reorder, no hash (see _Entries)
+            entries._hits += 1
+        else:
+            entries.get(fp)
 
     def claim(self, entry, key, pins=None) -> None:
         """Register ``entry`` under identity ``key`` instead of its older key (None: under none), taking
@@ -272,8 +346,8 @@ class PlanCache:
         """Give ``entry`` a new ``bound`` (re-planned, or the same plan bound to other arrays) and the
         A copy it was prepared from (None: the format is A's own arrays); drop it if it no longer fits."""
         self.replans += replan
-        entry.bound, entry.reference = bound, reference
-        entry.kernel = get(bound.plan.kernel)
+        entry.rebind(bound)
+        entry.reference = reference
         self._charge(entry)
         if not self.fits(entry.nbytes):
             self.too_large += 1
@@ -284,7 +358,7 @@ class PlanCache:
         """Drop ``fp``'s entry (not an eviction: it is stale or too large)."""
         entry = self._entries.peek(fp)
         self._entries.discard(fp)
-        _unregister(self._by_key, fp, entry)
+        _unregister(self._by_key, self._last, fp, entry)
 
     # -- cupy.fft-style controls ----------------------------------------------
     def get_size(self) -> int:
@@ -324,6 +398,7 @@ class PlanCache:
         """Drop every entry and the history, and zero the counters."""
         self._entries.clear()
         self._by_key.clear()
+        self._last[0] = None
         self._history.clear()
         self._entries.reset_counters()
         self.replans = self.too_large = 0
@@ -398,12 +473,14 @@ def _caches() -> dict:
 
 
 def cache_for(device) -> PlanCache:
-    """This thread's cache for ``device`` (no argument checking: the hot path)."""
-    caches = _caches()
-    cache = caches.get(device)
+    """This thread's cache for ``device`` (no argument checking: the hot path, one call)."""
+    cache = getattr(_local, "caches", _NO_CACHES).get(device)
     if cache is None:
-        cache = caches[device] = PlanCache(device)
+        cache = _caches()[device] = PlanCache(device)
     return cache
+
+
+_NO_CACHES: dict = {}
 
 
 def get_plan_cache(device=None) -> PlanCache:
@@ -430,5 +507,5 @@ def show_plan_cache_info() -> None:
 
 
 __all__ = ["PlanCache", "get_plan_cache", "show_plan_cache_info", "cache_for", "DEFAULT_SIZE",
-           "DEFAULT_MEMSIZE", "HISTORY_SIZE", "nbytes_of", "held_nbytes", "prepared_nbytes", "leaves",
+           "DEFAULT_MEMSIZE", "HISTORY_SIZE", "nbytes_of", "product_limit", "held_nbytes", "prepared_nbytes", "leaves",
            "buffer_key"]

@@ -39,7 +39,6 @@ What a call checks before it may skip validation and the fingerprint (see
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 
@@ -48,40 +47,58 @@ import scipy.sparse as sp
 
 from ..core.xp import cupy_module, cupyx_sparse
 from ..kernels import _cuda, get
-from ..models.spgemm import VENDOR_LIMITS
 import matplan.dispatch.fingerprint as fp_mod   # versions() read through the module: tests patch it
-from .cache import buffer_key, leaves
+from .cache import buffer_key, leaves, product_limit   # product_limit: re-exported (its home is cache.py)
 from .fingerprint import GPU_BLOCK, _CU_FILE, _max_blocks
 
 
-@functools.lru_cache(maxsize=None)
 def _kinds() -> dict:
-    """type -> (sparse?, backend) for the exact types the fast path takes."""
+    """type -> (sparse?, backend) for the exact types the fast path takes (made once: _KINDS)."""
     kinds = {np.ndarray: (False, "cpu"), sp.csr_matrix: (True, "cpu"), sp.csr_array: (True, "cpu")}
     cp = cupy_module()
     if cp is not None:
         kinds.update({cp.ndarray: (False, "gpu"), cupyx_sparse().csr_matrix: (True, "gpu")})
-    return kinds
+        _GET_DEVICE[0] = cp.cuda.runtime.getDevice
+    _KINDS.update(kinds)
+    return _KINDS
+
+
+_KINDS: dict = {}
+_GET_DEVICE = [None]    # CuPy's cudaGetDevice binding, once a GPU kind is known
 
 
 def identity_key(A, B, deterministic):
     """(cache device, key) for the identity fast path, or None when (A, B) do not qualify.
 
     B is a dense array (SpMV/SpMM/dense products: its type and shape are keyed) or, when A
-    is CSR, a CSR matrix of the same kind (SpGEMM: B's objects are keyed like A's)."""
-    kinds = _kinds()
+    is CSR, a CSR matrix of the same kind (SpGEMM: B's objects are keyed like A's). Every hit
+    runs this, so it reads each attribute once and calls nothing it can avoid (a CSR's dtype
+    is its data's: SciPy's and cupyx's ``dtype`` property returns ``data.dtype``)."""
+    kinds = _KINDS or _kinds()
     ka, kb = kinds.get(type(A)), kinds.get(type(B))
-    if ka is None or kb is None or ka[1] != kb[1] or A.dtype != B.dtype or (kb[0] and not ka[0]):
+    if ka is None or kb is None or ka[1] != kb[1]:
         return None
-    arrays = _csr_ids(A) if ka[0] else (A.strides,)
-    b_ids = (id(B), _csr_ids(B)) if kb[0] else ()
-    key = (id(A), type(A), A.shape, A.dtype, type(B), B.shape, deterministic, fp_mod.versions(), arrays, b_ids)
-    return ("cpu" if ka[1] == "cpu" else cupy_module().cuda.runtime.getDevice()), key
-
-
-def _csr_ids(M) -> tuple:
-    d, i, p = M.data, M.indices, M.indptr
-    return (id(d), d.shape, d.strides, id(i), i.shape, i.strides, i.dtype, id(p), p.shape, p.strides, p.dtype)
+    if ka[0]:
+        d, i, p = A.data, A.indices, A.indptr
+        dtype = d.dtype
+        arrays = (id(d), d.shape, d.strides, id(i), i.shape, i.strides, i.dtype, id(p), p.shape, p.strides, p.dtype)
+        if kb[0]:
+            e, j, q = B.data, B.indices, B.indptr
+            if e.dtype != dtype:
+                return None
+            b_ids = (id(B), (id(e), e.shape, e.strides, id(j), j.shape, j.strides, j.dtype,
+                             id(q), q.shape, q.strides, q.dtype))
+        else:
+            if B.dtype != dtype:
+                return None
+            b_ids = ()
+    else:
+        dtype = A.dtype
+        if kb[0] or B.dtype != dtype:
+            return None
+        arrays, b_ids = (A.strides,), ()
+    key = (id(A), type(A), A.shape, dtype, type(B), B.shape, deterministic, fp_mod.versions(), arrays, b_ids)
+    return ("cpu" if ka[1] == "cpu" else _GET_DEVICE[0]()), key
 
 
 def pins(A, B=None) -> tuple:
@@ -90,12 +107,6 @@ def pins(A, B=None) -> tuple:
     if B is not None and hasattr(B, "indptr"):
         objs += (B, B.data, B.indices, B.indptr)
     return objs
-
-
-@functools.lru_cache(maxsize=None)
-def product_limit(name: str):
-    """The most products kernel ``name`` is known to compute correctly (None: no limit)."""
-    return VENDOR_LIMITS.get(name, {}).get("max_products")
 
 
 def within_product_limit(limit: int, A, B, device) -> bool:
