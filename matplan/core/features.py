@@ -11,6 +11,7 @@ ones with CuPy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
 
@@ -139,25 +140,32 @@ def col_spread(A, xp=None, nnz: int | None = None) -> float:
 
 
 def _host_col_spread(A, m, n, nnz) -> float:
-    """col_spread on the host: the same positions (linspace's own arithmetic, which with at most
-    SPREAD_SAMPLES nonzeros gives each position once and otherwise steps by more than 1, so
-    positions never repeat), rows and float operations, in buffers kept per thread (fresh large
-    temporaries cost page faults that can outweigh the arithmetic)."""
+    """col_spread on the host: linspace's positions by its own arithmetic (distinct: with more
+    nonzeros than samples they step by more than 1), the same rows and float operations, in
+    buffers kept per thread (fresh large temporaries' page faults can outweigh the arithmetic)."""
+    rows = None
     if nnz <= SPREAD_SAMPLES and int(A.indptr[0]) == 0:   # every nonzero, each row's own
-        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(A.indptr))
         cols = A.indices[:nnz].astype(np.float64)
+        counts = np.diff(A.indptr, prepend=0, append=nnz)   # samples of rows -1, 0, ..., m
     else:
         S = min(nnz, SPREAD_SAMPLES)
-        steps, cols, pos = _scratch(S)
-        np.multiply(steps, (nnz - 1) / (S - 1), out=cols)   # numpy.linspace(0, nnz - 1, S), step by step
+        steps, cols, pos, half = _scratch(S)
+        step = (nnz - 1) / (S - 1)
+        np.multiply(steps, step, out=cols)   # numpy.linspace(0, nnz - 1, S), step by step
         cols[-1] = nnz - 1
         pos[:] = cols             # truncation, as linspace(...).astype(int64)
-        rows = _rows_of(A.indptr, pos, m, nnz, np)
-        cols[:] = A.indices[pos]
+        first = _first_samples(A.indptr, m, nnz, step, S)
+        if first is not None and 2 * m <= S:
+            counts = np.diff(first, prepend=0, append=S)
+        else:
+            rows = _rows_of(A.indptr, pos, first, S)
+        np.copyto(cols, np.take(A.indices, pos))
     cols /= n
-    half = rows.view(np.float64)   # (rows + 0.5) / m, into rows' own (int64) buffer
-    np.add(rows, 0.5, out=half)
-    half /= m
+    if rows is None:   # (row + 0.5) / m of each row, repeated for its samples
+        half = np.repeat((np.arange(-1, m + 1, dtype=np.int64) + 0.5) / m, counts)
+    else:
+        np.add(rows, 0.5, out=half)   # (rows + 0.5) / m
+        half /= m
     cols -= half
     return float(np.abs(cols, out=cols).mean())
 
@@ -166,37 +174,45 @@ _local = threading.local()
 
 
 def _scratch(size: int):
-    """This thread's (0, 1, ..., size - 1 as float64; float64 and int64 work arrays) of ``size``
-    entries, kept between calls (2 x 512 KiB + the steps for SPREAD_SAMPLES)."""
+    """This thread's (0, 1, ..., size - 1 as float64; float64, int64, float64 work arrays) of ``size``."""
     bufs = getattr(_local, "scratch", None)
     if bufs is None or bufs[0].shape[0] != size:
         bufs = _local.scratch = (np.arange(size, dtype=np.float64), np.empty(size, np.float64),
-                                 np.empty(size, np.int64))
+                                 np.empty(size, np.int64), np.empty(size, np.float64))
     return bufs
 
 
-def _rows_of(indptr, pos, m, nnz, xp):
-    """The row of each sorted storage position ``pos``: searchsorted(indptr, pos, 'right') - 1.
-    With fewer rows than positions, each row's first position in ``pos`` is found instead (from
-    an estimate by the mean step, corrected against ``pos``) and rows are counted up to each
-    position: the same integers, in O(rows) rather than O(positions x log rows)."""
-    S = pos.shape[0]
-    if m + 1 >= S or S < 2 or xp is not np:
-        return xp.searchsorted(indptr, pos, side="right") - 1
-    v = indptr.astype(np.int64)
-    first = np.clip(np.ceil(v / ((nnz - 1) / (S - 1))).astype(np.int64), 0, S)
-    for _ in range(8):   # first[r] = #positions < indptr[r]; the estimate is off by at most one or two
-        low = (first > 0) & (pos[np.maximum(first - 1, 0)] >= v)
-        high = (first < S) & (pos[np.minimum(first, S - 1)] < v)
-        if not (low | high).any():
+ROWS_PER_SAMPLE_SEARCHED = 2   # past this many rows a sample, the samples' rows are searched
+
+
+def _first_samples(indptr, m, nnz, step, S):
+    """Each row's first sample: how many pos[s] = trunc(s * ``step``) (the last nnz - 1) lie below
+    indptr[r], by division corrected by recomputing the products (no gathers, no search), or None."""
+    if S < 2 or m > ROWS_PER_SAMPLE_SEARCHED * S:
+        return None
+    v = indptr.astype(np.float64)   # exact: a well-formed indptr is below 2**53
+    c = np.ceil(v / step)
+    np.clip(c, 0, S - 1, out=c)     # the products s * step for s < S - 1; the last sample is apart
+    t = np.empty_like(c)
+    for _ in range(8):   # c[r] = first s < S - 1 with s * step >= v[r] (else S - 1); off by one or two at most
+        low = (np.multiply(c - 1, step, out=t) >= v) & (c > 0)
+        high = (np.multiply(c, step, out=t) < v) & (c < S - 1)
+        if not (low.any() or high.any()):
             break
-        first = first - low + high
+        c += high.view(np.int8) - low.view(np.int8)
     else:
-        first = np.searchsorted(pos, v, side="left")
-    rows = np.bincount(first, minlength=S + 1)[:S]
-    np.cumsum(rows, out=rows)
-    rows -= 1
-    return rows
+        return None
+    first = c.astype(np.int64)
+    first += v > nnz - 1            # the last sample, nnz - 1, lies below v from v = nnz on
+    return first
+
+
+def _rows_of(indptr, pos, first, S):
+    """searchsorted(indptr, pos, 'right') - 1 for the samples ``pos``, counted from each row's
+    ``first`` sample (:func:`_first_samples`) where there is one: O(rows + samples), no search."""
+    if first is None:
+        return np.searchsorted(indptr, pos, side="right") - 1
+    return np.cumsum(np.bincount(first, minlength=S + 1)[:S]) - 1   # rows starting at each sample
 
 
 def products_per_row(A, B):
@@ -218,14 +234,16 @@ def _host_products_per_row(indptr, indices, b_len):
     at = np.zeros(m + 1, dtype=np.int64)   # the running sum at each indptr entry
     buf = _scratch(SPREAD_SAMPLES)[2]
     step = buf.shape[0]
-    carry, lo = 0, int(np.searchsorted(indptr, 0, side="right"))
+    # keys of indptr's own type: a Python int key makes searchsorted copy indptr to int64 each time
+    key = indptr.dtype.type if nnz <= np.iinfo(indptr.dtype).max else int
+    carry, lo = 0, int(np.searchsorted(indptr, key(0), side="right"))
     for s in range(0, nnz, step):
         e = min(s + step, nnz)
         chunk = buf[:e - s]
         np.take(b_len, indices[s:e], out=chunk, mode="clip")   # indices checked in range by check_csr
+        chunk[0] += carry
         np.cumsum(chunk, out=chunk)
-        chunk += carry
-        hi = int(np.searchsorted(indptr, e, side="right"))
+        hi = int(np.searchsorted(indptr, key(e), side="right"))
         at[lo:hi] = chunk[indptr[lo:hi] - (s + 1)]
         carry, lo = int(chunk[-1]), hi
     return at[1:] - at[:-1]
@@ -272,12 +290,16 @@ def _occupancy_extrapolate(distinct, examined, products, ncols):
 
 #: Rows x columns under which the host counts a sampled row's distinct columns in a bitmap.
 BITMAP_CELLS = 1 << 26
+#: ... and cells per key under which the bitmap is the cheaper (zeroing and counting ~32 cells
+#: costs about what sorting one key does; measured from 6,400 to 1M keys).
+BITMAP_CELLS_PER_KEY = 32
 
 
 def _distinct_per_row(keys, nrows: int, ncols: int, xp):
     """Distinct keys (row * ncols + column) of each of ``nrows`` rows: by a sort, or on the host
-    by a bitmap of nrows x ncols where it has at most BITMAP_CELLS cells (no sort: ~3x faster)."""
-    if xp is np and nrows * ncols <= BITMAP_CELLS:
+    by a bitmap of nrows x ncols where it has at most BITMAP_CELLS cells and BITMAP_CELLS_PER_KEY
+    per key (no sort: ~3x faster with few cells a key, much slower with many)."""
+    if xp is np and nrows * ncols <= min(BITMAP_CELLS, BITMAP_CELLS_PER_KEY * keys.size):
         seen = np.zeros(nrows * ncols, dtype=bool)
         seen[keys] = True
         return np.count_nonzero(seen.reshape(nrows, ncols), axis=1).astype(np.int64)
@@ -342,13 +364,14 @@ def spgemm_features(A, B) -> dict:
     rowct = products_per_row(A, B)
     if xp is np:   # the figures of the general path below, without the float copy
         total, hi = int(rowct.sum()), int(rowct.max())
-        mean, var = _int_mean_var(rowct, total, int(rowct.min()))
+        lo = int(rowct.min())
+        mean, var = _int_mean_var(rowct, total, lo)
     else:
         rf = rowct.astype(xp.float64)
         mean, var, total, hi = (float(v) for v in _host(xp.stack([rf.mean(), rf.var(), rf.sum(), rf.max()])))
     out.update(products=int(round(total)), rowct_mean=mean, rowct_max=int(hi),
                rowct_var_over_mean=var / mean if mean > 0 else 0.0,
-               rbs_groups=rbsparse_histogram(rowct),
+               rbs_groups=rbsparse_histogram(rowct, lo if xp is np else None),
                compression=sampled_compression(A, B, rowct))
     return out
 
@@ -536,12 +559,32 @@ def rbsparse_group_ids(row_ct):
     return xp.searchsorted(bounds, alpha, side="right")
 
 
-def rbsparse_histogram(row_ct) -> tuple:
-    """Rows in each RBSparse group, as a tuple of six ints."""
+def rbsparse_histogram(row_ct, row_min: int | None = None) -> tuple:
+    """Rows in each RBSparse group, as a tuple of six ints. ``row_min``: the least entry, where
+    the caller has it (on the host, signed integer counts >= 0 are binned by integer thresholds)."""
     xp = _xp(row_ct)
+    if (xp is np and row_ct.dtype.kind == "i" and row_ct.size
+            and (row_min if row_min is not None else int(row_ct.min())) >= 0):
+        return _host_rbs_histogram(row_ct)
     ids = rbsparse_group_ids(row_ct)
     counts = xp.bincount(ids, minlength=len(RBS_GROUP_BOUNDS))
     return tuple(int(c) for c in _host(counts))
+
+
+@functools.lru_cache(maxsize=1)
+def _rbs_thresholds() -> tuple:
+    """The least count of each group after the first: the least x whose float64(x) / pi reaches
+    the group's bound (x / pi only grows with x, so a count's group is how many it reaches)."""
+    starts = [max(0, int(bound * RBS_COMPRESSION) - 2) for bound in RBS_GROUP_BOUNDS[1:]]
+    return tuple(next(x for x in range(x0, x0 + 8) if float(np.float64(x) / RBS_COMPRESSION) >= bound)
+                 for x0, bound in zip(starts, RBS_GROUP_BOUNDS[1:]))
+
+
+def _host_rbs_histogram(row_ct) -> tuple:
+    """rbsparse_histogram of NumPy counts >= 0 by integer thresholds (no float copy, no search)."""
+    edges = _rbs_thresholds()
+    below = np.cumsum(np.bincount(np.minimum(row_ct, edges[-1]), minlength=edges[-1] + 1))[np.asarray(edges) - 1]
+    return tuple(int(c) for c in np.diff(np.concatenate([[0], below, [row_ct.shape[0]]])))
 
 
 def brcp_T(row_mean: float, row_std: float) -> int:
