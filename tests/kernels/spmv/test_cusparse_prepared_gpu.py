@@ -15,6 +15,7 @@ from conftest import csr_edge_cases, random_csr
 from matplan import plan
 from matplan.kernels import get
 from matplan.kernels.spmv import cusparse_prepared as cpr, vendor
+from matplan.planner import measure
 
 pytestmark = pytest.mark.gpu
 KERNEL = "spmv.cusparse"
@@ -292,8 +293,9 @@ def test_plan_run_keeps_the_prepared_call(cp, rng):
 
 
 def test_planner_searches_the_configs_and_runs_the_fastest(cp, rng):
-    """A plan of spmv.cusparse alone, measured: every SpMM config is timed on the caller's
-    matrix, the fastest kept (its params one of configs()), and Plan.run computes A @ X with it."""
+    """A plan of spmv.cusparse alone, measured: every SpMM config is screened on the caller's
+    matrix, the fastest timed in full and kept (its params one of configs()), and Plan.run
+    computes A @ X with it."""
     import cupyx.scipy.sparse as csp
     A = random_csr(rng, 40_000, 40_000, 0.0003)
     Ag = csp.csr_matrix(A)
@@ -302,7 +304,8 @@ def test_planner_searches_the_configs_and_runs_the_fastest(cp, rng):
     assert pl.kernel == KERNEL and pl.params in cpr.configs("spmm", np.float64, np.int32)
     measured = next(c for c in pl.candidates if c.kernel == KERNEL)
     n = len(cpr.configs("spmm", np.float64, np.int32))
-    assert measured.source == "measured" and f"fastest of {n} configs measured" in measured.why, measured.why
+    search = f"fastest of {measure.SCREEN_KEEP} configs measured in full of {n} screened"
+    assert measured.source == "measured" and search in measured.why, measured.why
     out = cp.full((40_000, 4), np.nan)
     check(cp.asnumpy(pl.run(Ag, cp.asarray(X), out=out)), A, X, np.float64, f"plan.run {pl.params}")
 
