@@ -126,3 +126,26 @@ def _gpu_csr(cp, A):
 
 def _cg_tol_kw(func):
     return "rtol" if "rtol" in inspect.signature(func).parameters else "tol"
+
+
+class PrepCostKernel(Kernel):
+    """A host SpMV whose conversion costs 4x SciPy's run and whose run costs 0.5x: wins from reuse ~9."""
+    name = "cpu.zz_prepcost"
+    ops = ("spmv",)
+    backend = "cpu"
+
+    def cost(self, f, params, device):
+        base = get("cpu.scipy").cost(f, {}, device).run_s
+        return Cost(4 * base, 0.5 * base, "test kernel")
+
+    def prepare(self, A, params):
+        return Prepared(self.name, dict(params), {"A": A.copy()}, A.shape, A.dtype)
+
+    def run(self, prepared, B, out=None):
+        return prepared.arrays["A"] @ B
+
+
+@pytest.fixture
+def prepcost_kernel():
+    with registered(PrepCostKernel()) as kernel:
+        yield kernel

@@ -10,10 +10,9 @@ import matplan
 from matplan import planner
 from matplan.dispatch import cache as cache_mod
 from matplan.dispatch import fingerprint as fp_mod
-from matplan.core.types import Cost
-from matplan.kernels import Kernel, Prepared, get
+from matplan.kernels import get
 from conftest import messy_csr, random_csr
-from dispatch_helpers import (fresh_cache, entries, check, registered, host_format,  # noqa: F401 (fixtures)
+from dispatch_helpers import (fresh_cache, entries, check, registered, host_format, prepcost_kernel,  # noqa: F401 (fixtures)
                               _stats, _gpu_csr)
 
 
@@ -275,29 +274,6 @@ def test_reuse_estimated_from_history(rng, fresh_cache):
     assert entries(fresh_cache)[0][1].plan.reuse == 8       # 16 calls / 2 earlier versions
     matplan.matmul(A, x, reuse=5)                           # an explicit reuse re-plans
     assert entries(fresh_cache)[0][1].plan.reuse == 5 and fresh_cache.replans == 1
-
-
-class _PrepCostKernel(Kernel):
-    """A host SpMV whose conversion costs 4x SciPy's run and whose run costs 0.5x: wins from reuse ~9."""
-    name = "cpu.zz_prepcost"
-    ops = ("spmv",)
-    backend = "cpu"
-
-    def cost(self, f, params, device):
-        base = get("cpu.scipy").cost(f, {}, device).run_s
-        return Cost(4 * base, 0.5 * base, "test kernel")
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A.copy()}, A.shape, A.dtype)
-
-    def run(self, prepared, B, out=None):
-        return prepared.arrays["A"] @ B
-
-
-@pytest.fixture
-def prepcost_kernel():
-    with registered(_PrepCostKernel()) as kernel:
-        yield kernel
 
 
 def test_adaptive_replan_switches_kernel(rng, fresh_cache, prepcost_kernel):

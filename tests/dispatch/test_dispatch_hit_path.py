@@ -9,34 +9,9 @@ import numpy as np
 import pytest
 
 import matplan
-from matplan.core.types import Cost
 from matplan.dispatch import identity
-from matplan.kernels import Kernel, Prepared, get
 from conftest import random_csr
-from dispatch_helpers import fresh_cache, entries, check, registered  # noqa: F401 (fixtures)
-
-
-class _CopyCheaper(Kernel):
-    """A host SpMV on a copy of A: conversion 4x SciPy's run, run 0.5x (wins past reuse ~9)."""
-    name = "cpu.zz_copy_cheaper"
-    ops = ("spmv",)
-    backend = "cpu"
-
-    def cost(self, f, params, device):
-        base = get("cpu.scipy").cost(f, {}, device).run_s
-        return Cost(4 * base, 0.5 * base, "test kernel")
-
-    def prepare(self, A, params):
-        return Prepared(self.name, dict(params), {"A": A.copy()}, A.shape, A.dtype)
-
-    def run(self, prepared, B, out=None):
-        return prepared.arrays["A"] @ B
-
-
-@pytest.fixture
-def copy_kernel():
-    with registered(_CopyCheaper()) as kernel:
-        yield kernel.name
+from dispatch_helpers import fresh_cache, entries, check, registered, prepcost_kernel  # noqa: F401 (fixtures)
 
 
 def test_lru_order_kept_when_hits_skip_the_reorder(rng, fresh_cache):
@@ -134,7 +109,7 @@ def test_dense_a_reshaped_in_place_takes_the_full_path(rng, fresh_cache):
     assert fresh_cache.misses == 2
 
 
-def test_replan_updates_what_hits_read(rng, fresh_cache, copy_kernel):
+def test_replan_updates_what_hits_read(rng, fresh_cache, prepcost_kernel):
     """A re-plan gives the entry a new plan, and hits read its reuse and kernel from then on."""
     A = random_csr(rng, 200, 200, 0.05)
     x = rng.standard_normal(200)
@@ -145,7 +120,7 @@ def test_replan_updates_what_hits_read(rng, fresh_cache, copy_kernel):
     check(matplan.matmul(A, x, reuse=10_000), A, x)
     (_, bound), = entries(fresh_cache)
     assert fresh_cache.replans == 1 and bound.plan.reuse == 10_000
-    assert entry.planned == 10_000 and entry.kernel.name == bound.plan.kernel == copy_kernel
+    assert entry.planned == 10_000 and entry.kernel.name == bound.plan.kernel == prepcost_kernel.name
     assert entry.prepared is bound.prepared and entry.limit is None
     for _ in range(3):
         check(matplan.matmul(A, x, reuse=10_000), A, x)

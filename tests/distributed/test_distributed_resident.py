@@ -9,6 +9,7 @@ distributed = pytest.importorskip("dask.distributed")
 import matplan  # noqa: E402
 import matplan.distributed as md  # noqa: E402
 from matplan.distributed import blocks as blocks_mod, tasks as tasks_mod  # noqa: E402
+from dist_checks import same as _same  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
 
 
@@ -16,12 +17,6 @@ from conftest import messy_csr, random_csr  # noqa: E402
 def client():
     with md.local_cluster(2, gpu=False, processes=False) as lc:
         yield lc.client()
-
-
-def _same(C, ref, rtol=1e-12):
-    C, ref = sp.csr_matrix(C), sp.csr_matrix(ref)
-    assert C.shape == ref.shape
-    assert abs(C - ref).max() <= rtol * max(abs(ref).max(), 1.0)
 
 
 def test_assign_blocks_balances_work_not_counts():

@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from matplan.distributed import block_tasks as worker_mod, fastpath  # noqa: E402
 from matplan.distributed.runner import HeldBlockLost, held_block  # noqa: E402
+from dist_checks import same as _same  # noqa: E402
 from conftest import lossy_plans, messy_csr, random_csr  # noqa: E402
 from worker_kill import SlowRunner, crash  # noqa: E402
 
@@ -21,12 +21,6 @@ from worker_kill import SlowRunner, crash  # noqa: E402
 def client():
     with md.local_cluster(2, gpu=False, processes=False) as lc:
         yield lc.client()
-
-
-def _same(C, ref, rtol=1e-12):
-    C, ref = sp.csr_matrix(C), sp.csr_matrix(ref)
-    assert C.shape == ref.shape
-    assert abs(C - ref).max() <= rtol * max(abs(ref).max(), 1.0)
 
 
 def _runner_state(client) -> dict:
