@@ -110,6 +110,23 @@ def forget(client, worker) -> None:
         f.release()
 
 
+#: Values that travel in a message as they are (msgpack); anything else is pickled (``to_serialize``).
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(a) -> bool:
+    if isinstance(a, (list, tuple)):
+        return all(_plain(x) for x in a)
+    return isinstance(a, _PLAIN)
+
+
+def wire(a):
+    """``a`` as a runner call's argument: plain values (strings, numbers, lists of them: the
+    blocks' references) go as msgpack, which is cheaper than pickling each (tuples arrive as
+    lists); arrays and objects are pickled."""
+    return a if _plain(a) else to_serialize(a)
+
+
 def call_all(client, calls) -> list:
     """Run ``(worker, runner, method, args)`` calls at once; per call ("ok", result), ("lost",
     exception: the worker or its runner unreachable) or ("error", exception raised by the method)."""
@@ -118,7 +135,7 @@ def call_all(client, calls) -> list:
             return "lost", HeldBlockLost(f"no runner {runner} on {worker} (the worker left, or it was replaced)")
         try:
             reply = await _rpc(client, worker)(actor=runner, function=method,
-                                               args=[to_serialize(a) for a in args], kwargs={})
+                                               args=[wire(a) for a in args], kwargs={})
         except Exception as e:   # a closed comm, a refused connection, no such actor: unreachable
             return "lost", e
         if reply.get("status") == "OK":

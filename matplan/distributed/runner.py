@@ -36,6 +36,11 @@ def _kind(ref) -> str:
     return ref[0]
 
 
+def _key(key):
+    """A Dask key as the worker stores it: a tuple key arrives as a list (messages are msgpack)."""
+    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+
+
 class Runner:
     """What one worker runs for the fast path, and the output blocks it holds (``held``: token -> Block).
 
@@ -59,13 +64,14 @@ class Runner:
             with self._lock:
                 obj = self.held.get(ref[1])
         else:
+            key = _key(ref[1])
             try:
-                obj = self.worker.data[ref[1]]
+                obj = self.worker.data[key]
             except KeyError:
-                obj = self.pinned.get(ref[1])
+                obj = self.pinned.get(key)
             if isinstance(obj, Operand):
                 with self._lock:
-                    self.pinned[ref[1]] = obj
+                    self.pinned[key] = obj
         return obj if isinstance(obj, kind) else None
 
     def _find(self, refs, kind=Block):
@@ -182,7 +188,7 @@ class Runner:
     async def unpin(self, keys) -> int:
         """Let go of the replicated operands ``keys`` (their client released them)."""
         with self._lock:
-            return sum(self.pinned.pop(k, None) is not None for k in keys)
+            return sum(self.pinned.pop(_key(k), None) is not None for k in keys)
 
     def apply(self, tokens, fn) -> list:
         """``fn(block)`` for each held block (a block's rows to the host, its location, its plans);

@@ -270,3 +270,15 @@ def test_worker_killed_during_a_runner_call(cluster, rng):
     _same(C.to_scipy(), A @ B)
     assert all(i["check_worst"] <= 1.0 and i["worker"] != victim for i in C.blocks_info())
 
+
+
+def test_runner_arguments_go_plain_where_they_can():
+    """References and options travel as msgpack (cheaper than pickling each); arrays are pickled;
+    a tuple Dask key arriving as a list is found under the tuple."""
+    from distributed.protocol.serialize import Serialize
+    from matplan.distributed.runner import _key
+    refs = [("data", "csr-block-0-1"), ("held", "matplan-spmm-ab-0")]
+    assert fastpath.wire(refs) is refs and fastpath.wire("auto") == "auto" and fastpath.wire(None) is None
+    assert isinstance(fastpath.wire(("value", np.ones(3))), Serialize)
+    assert isinstance(fastpath.wire(object()), Serialize)
+    assert _key(["x", ["y", 0]]) == ("x", ("y", 0)) and _key("k") == "k"
