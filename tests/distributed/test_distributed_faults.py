@@ -11,21 +11,7 @@ import scipy.sparse as sp
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
-from conftest import random_csr  # noqa: E402
-from worker_kill import KillOnFirstBlock, crash as _crash  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        with distributed.Client(c) as client:
-            client.wait_for_workers(4)
-            yield c, client
-
-
-def _problem(rng):
-    A = random_csr(rng, 600, 400, 0.02)
-    return A, random_csr(rng, 400, 300, 0.02)
+from worker_kill import KillOnFirstBlock, cluster, crash_worker, fault_problem  # noqa: E402,F401 (fixture)
 
 
 def _plugin(c):
@@ -38,21 +24,15 @@ def _remove(c, plugin):
     c.scheduler.remove_plugin(name=f"kill-{id(plugin)}")
 
 
-def _crash_worker(c, victim):
-    for nanny in list(c.workers.values()):
-        if nanny.worker_address == victim:
-            _crash(nanny)
-
-
 def test_block_lost_after_the_call_is_recomputed(cluster, rng):
     """A worker that dies after the product returned: reading its blocks computes them again."""
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     C = md.spgemm(A, B, client=client, nblocks=6, path="tasks")
     assert C.timings["path"] == "tasks" and C.path == "tasks"
     futures = C.handles()
     holders = client.who_has(futures)
-    _crash_worker(c, next(iter(holders[futures[0].key])))
+    crash_worker(c, next(iter(holders[futures[0].key])))
     got = C.to_scipy()
     np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
     Z = sp.csr_matrix((5, 300))
@@ -62,17 +42,17 @@ def test_block_lost_after_the_call_is_recomputed(cluster, rng):
 def test_held_block_lost_after_a_runner_call_is_recomputed(cluster, rng):
     """The runner path's C: a held block whose worker died is computed again (through tasks) when read."""
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     C = md.spgemm(A, B, client=client, nblocks=6)
     assert C.timings["path"] == "runner" and C.path == "runner"
-    _crash_worker(c, C.handles()[0].worker)
+    crash_worker(c, C.handles()[0].worker)
     np.testing.assert_allclose(C.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
     assert not isinstance(C.handles()[0], md.Held) and C.blocks_info()[0]["path"] == "tasks"
 
 
 def test_worker_lost_mid_product_blocks_recomputed(cluster, rng):
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     plugin = _plugin(c)
     try:
         C = md.spgemm(A, B, client=client, nblocks=12, retries=3, path="tasks")
@@ -88,7 +68,7 @@ def test_worker_lost_mid_product_blocks_recomputed(cluster, rng):
 
 def test_worker_lost_without_retries_fails_clearly(cluster, rng):
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     plugin = _plugin(c)
     try:
         with pytest.raises(md.DistributedProductError, match="lost with its worker.*no partial result"):

@@ -3,7 +3,6 @@ are threads of this process sharing its GPU, and on one worker process per GPU (
 a worker among them killed mid-product. Skipped without CuPy and a GPU, except the first test,
 which starts the Nanny-per-GPU cluster on the CPU with made-up device ids."""
 import os
-import signal
 import time
 
 import numpy as np
@@ -13,7 +12,7 @@ distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
 from matplan.core.xp import cupy_module  # noqa: E402
 from conftest import messy_csr, random_csr  # noqa: E402
-from worker_kill import KillOnFirstBlock  # noqa: E402
+from worker_kill import KillOnFirstBlock, crash_worker  # noqa: E402
 
 
 def _assert_same(C, A, B):
@@ -205,9 +204,7 @@ def test_gpu_resident_operands_survive_a_lost_worker(gpu_cluster, rng):
     _assert_same(C, A, B)
     f = Ad.future(0)
     victim = next(iter(client.who_has([f])[f.key]))
-    for nanny in list(c.workers.values()):
-        if nanny.worker_address == victim:
-            os.kill(nanny.process.pid, signal.SIGKILL)
+    crash_worker(c, victim, restart=True)   # SIGKILL only: the nanny may start another
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and f.status == "finished":
         time.sleep(0.1)

@@ -9,28 +9,13 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
-from conftest import random_csr  # noqa: E402
-from worker_kill import KillOnFirstBlock, crash as _crash  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        with distributed.Client(c) as client:
-            client.wait_for_workers(4)
-            yield c, client
-
-
-def _problem(rng):
-    return random_csr(rng, 600, 400, 0.02), random_csr(rng, 400, 300, 0.02)
+from worker_kill import KillOnFirstBlock, cluster, crash_worker, fault_problem  # noqa: E402,F401 (fixture)
 
 
 def _kill_holder(c, client, future):
     """Crash the worker holding ``future``'s data and wait until the client knows it is gone."""
     victim = next(iter(client.who_has([future])[future.key]))
-    for nanny in list(c.workers.values()):
-        if nanny.worker_address == victim:
-            _crash(nanny)
+    crash_worker(c, victim)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (victim in client.nthreads() or future.status == "finished"):
         time.sleep(0.05)
@@ -40,7 +25,7 @@ def _kill_holder(c, client, future):
 
 def test_worker_lost_mid_product_on_resident_operands(cluster, rng):
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     Br = md.replicate(B, client=client)
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=8)
     plugin = KillOnFirstBlock(c)
@@ -58,7 +43,7 @@ def test_worker_lost_mid_product_on_resident_operands(cluster, rng):
 
 def test_resident_block_lost_is_rebuilt_from_its_source(cluster, rng):
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     Br = md.replicate(B, client=client)
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4)
     C1 = md.spgemm(Ad, Br)
@@ -73,7 +58,7 @@ def test_resident_block_lost_is_rebuilt_from_its_source(cluster, rng):
 
 def test_resident_block_lost_without_its_source_is_a_clear_error(cluster, rng):
     c, client = cluster
-    A, B = _problem(rng)
+    A, B = fault_problem(rng)
     Br = md.replicate(B, client=client)
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4, keep_source=False)
     C = md.spgemm(Ad, Br)

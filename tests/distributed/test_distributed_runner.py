@@ -14,7 +14,7 @@ from matplan.distributed import block_tasks as worker_mod, fastpath  # noqa: E40
 from matplan.distributed.runner import HeldBlockLost, held_block  # noqa: E402
 from dist_checks import same as _same  # noqa: E402
 from conftest import lossy_plans, messy_csr, random_csr  # noqa: E402
-from worker_kill import SlowRunner, crash  # noqa: E402
+from worker_kill import SlowRunner, cluster, crash_worker  # noqa: E402,F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -198,18 +198,8 @@ def test_a_block_error_on_the_runners_is_a_clear_error(client, rng):
 
 
 # -- workers killed between steady calls (a process cluster) -----------------------------------
-@pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        with distributed.Client(c) as cl:
-            cl.wait_for_workers(4)
-            yield c, cl
-
-
 def _kill(c, client, worker):
-    for nanny in list(c.workers.values()):
-        if nanny.worker_address == worker:
-            crash(nanny)
+    crash_worker(c, worker)
     assert _wait_for(lambda: worker not in client.nthreads(), 20)
 
 

@@ -4,7 +4,26 @@ import os
 import re
 import signal
 
+import pytest
+from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+from conftest import random_csr
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(LocalCluster, Client) of four single-threaded worker processes, shared by a module's tests
+    (each kills at most one worker)."""
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        with Client(c) as client:
+            client.wait_for_workers(4)
+            yield c, client
+
+
+def fault_problem(rng):
+    """(A, B) of the fault tests: 600 x 400 times 400 x 300, 2% dense."""
+    return random_csr(rng, 600, 400, 0.02), random_csr(rng, 400, 300, 0.02)
 
 
 def crash(nanny, restart: bool = False):
@@ -13,6 +32,13 @@ def crash(nanny, restart: bool = False):
     if not restart:
         nanny.close_gracefully()
     os.kill(nanny.process.pid, signal.SIGKILL)
+
+
+def crash_worker(cluster, address: str, restart: bool = False) -> None:
+    """:func:`crash` the worker of ``cluster`` (a LocalCluster) at ``address``."""
+    for nanny in list(cluster.workers.values()):
+        if nanny.worker_address == address:
+            crash(nanny, restart)
 
 
 class KillOnFirstBlock(SchedulerPlugin):
