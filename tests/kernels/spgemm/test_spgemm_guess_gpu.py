@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from conftest import messy_csr, random_csr
 import matplan.kernels.spgemm as spgemm
 from matplan.kernels.spgemm import global_rows as glob_rows, guesses, rules
+from spgemm_gpu_helpers import _dev
 
 pytestmark = pytest.mark.gpu
 
@@ -18,12 +19,6 @@ def hs(cp):
     spgemm.forget_guesses()
     yield spgemm
     spgemm.forget_guesses()
-
-
-def _dev(cp, M, dtype=np.float64):
-    import cupyx.scipy.sparse as csp
-    return csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices), cp.asarray(M.indptr)),
-                          shape=M.shape)
 
 
 def _call(cp, hs, A, B, **kw):

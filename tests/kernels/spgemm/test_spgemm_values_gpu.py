@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from conftest import int64_indices, messy_csr, random_csr
 import matplan.kernels.spgemm as spgemm
 from matplan.kernels.spgemm import guesses, rules, values
+from spgemm_gpu_helpers import _dev
 
 pytestmark = pytest.mark.gpu
 
@@ -18,14 +19,6 @@ def hs(cp):
     spgemm.forget_guesses()
     yield spgemm
     spgemm.forget_guesses()
-
-
-def _dev(cp, M, dtype=np.float64):
-    """M on the GPU as it is (duplicates and order kept)."""
-    import cupyx.scipy.sparse as csp
-    M = sp.csr_matrix(M)
-    return csp.csr_matrix((cp.asarray(M.data.astype(dtype)), cp.asarray(M.indices), cp.asarray(M.indptr)),
-                          shape=M.shape)
 
 
 def _poison(cp):
