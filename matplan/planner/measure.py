@@ -209,10 +209,10 @@ def measure(problem, feats, dev, groups, reuse: int, extra_s=lambda name: 0.0, f
         results, whole = [], group
         if len(group) > SCREEN_KEEP and _bucket(get(group[0].kernel), feats) is None:
             screened = session.group(group, feats, dev, reuse, extra_s, store, fresh, screen=True)
-            ok = sorted((r for r in screened if isinstance(r, Candidate)), key=lambda c: c.total_s)
-            keep = [next(c for c in group if c.params == r.params) for r in ok[:SCREEN_KEEP]]
+            ok = sorted(((c, r) for c, r in zip(group, screened) if isinstance(r, Candidate)),
+                        key=lambda pair: pair[1].total_s)
             results = [r for r in screened if not isinstance(r, Candidate)]
-            group = keep
+            group = [c for c, _ in ok[:SCREEN_KEEP]]
         results += session.group(group, feats, dev, reuse, extra_s, store, fresh) if group else []
         out.append(_fastest(whole, results, screened=len(whole) if group is not whole else 0))
     store.put(fresh)
