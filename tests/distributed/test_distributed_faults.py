@@ -45,7 +45,7 @@ def test_held_block_lost_after_a_runner_call_is_recomputed(cluster, rng):
     A, B = fault_problem(rng)
     C = md.spgemm(A, B, client=client, nblocks=6)
     assert C.timings["path"] == "runner" and C.path == "runner"
-    crash_worker(c, C.handles()[0].worker)
+    crash_worker(c, C.handles()[0].worker, client=client)
     np.testing.assert_allclose(C.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
     assert not isinstance(C.handles()[0], md.Held) and C.blocks_info()[0]["path"] == "tasks"
 

@@ -198,9 +198,6 @@ def test_a_block_error_on_the_runners_is_a_clear_error(client, rng):
 
 
 # -- workers killed between steady calls (a process cluster) -----------------------------------
-def _kill(c, client, worker):
-    crash_worker(c, worker)
-    assert _wait_for(lambda: worker not in client.nthreads(), 20)
 
 
 def test_worker_killed_between_steady_calls(cluster, rng):
@@ -215,7 +212,7 @@ def test_worker_killed_between_steady_calls(cluster, rng):
     Sd = md.DistributedCSR.from_matrix(S, client=client, nblocks=4)
     C1, Y1 = md.spgemm(Ad, Br), md.spmm(Sd, Xr)
     assert C1.timings["path"] == Y1.timings["path"] == "runner", (C1.timings["fallback"], Y1.timings["fallback"])
-    _kill(c, client, C1.handles()[0].worker)
+    crash_worker(c, C1.handles()[0].worker, client=client)
     C2 = md.spgemm(Ad, Br)
     assert C2.timings["path"] == "tasks" and C2.timings["fallback"]   # A's block 0 is gone: why is said
     _same(C2.to_scipy(), A @ B)
@@ -237,7 +234,7 @@ def test_worker_killed_without_a_source_is_a_clear_error(cluster, rng):
     Br = md.replicate(B, client=client)
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4, keep_source=False)
     assert md.spgemm(Ad, Br).timings["path"] == "runner"
-    _kill(c, client, Ad.blocks_info()[0]["worker"])
+    crash_worker(c, Ad.blocks_info()[0]["worker"], client=client)
     with pytest.raises(md.DistributedProductError, match="lost with its worker.*keep_source=False"):
         md.spgemm(Ad, Br)
 
@@ -252,7 +249,7 @@ def test_worker_killed_during_a_runner_call(cluster, rng):
     Ad = md.DistributedCSR.from_matrix(A, client=client, balance=Br, nblocks=4)
     client.register_plugin(SlowRunner(1.5), name="slow-runner")
     victim = Ad.blocks_info()[0]["worker"]
-    killer = threading.Timer(0.5, _kill, (c, client, victim))
+    killer = threading.Timer(0.5, crash_worker, (c, victim), dict(client=client))
     killer.start()
     C = md.spgemm(Ad, Br)
     killer.join()

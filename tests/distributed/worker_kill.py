@@ -3,6 +3,7 @@ import it after ``pytest.importorskip("dask.distributed")``."""
 import os
 import re
 import signal
+import time
 
 import pytest
 from distributed import Client, LocalCluster
@@ -34,11 +35,17 @@ def crash(nanny, restart: bool = False):
     os.kill(nanny.process.pid, signal.SIGKILL)
 
 
-def crash_worker(cluster, address: str, restart: bool = False) -> None:
-    """:func:`crash` the worker of ``cluster`` (a LocalCluster) at ``address``."""
+def crash_worker(cluster, address: str, restart: bool = False, client=None, timeout: float = 20.0) -> None:
+    """:func:`crash` the worker of ``cluster`` (a LocalCluster) at ``address``; with ``client``,
+    wait until that client knows the worker is gone (a read sooner races the scheduler's news)."""
     for nanny in list(cluster.workers.values()):
         if nanny.worker_address == address:
             crash(nanny, restart)
+    if client is not None:
+        deadline = time.monotonic() + timeout
+        while address in client.nthreads() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert address not in client.nthreads(), f"worker {address} still in the cluster after {timeout} s"
 
 
 class KillOnFirstBlock(SchedulerPlugin):
