@@ -316,13 +316,17 @@ class TuneSummary:
     seconds: float = 0.0
     restarts: int = 0
     workers: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    #: Seconds each worker spent in its problems (building, checking, timing): against ``seconds``,
+    #: what the run's wall time spent elsewhere (starting a cluster, waiting, recording).
+    busy: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def __str__(self):
         s = (f"tuned {self.units} problems in {self.seconds:.1f} s on {', '.join(sorted(self.device_classes)) or '-'}: "
              f"{self.timed} candidates timed ({self.failed} failed, {self.mismatched} did not match the "
              f"reference), {self.skipped} already recorded; database {self.db}")
         if len(self.workers) > 1:
-            s += "\nproblems per worker: " + ", ".join(f"{w}: {n}" for w, n in sorted(self.workers.items()))
+            s += "\nproblems per worker: " + ", ".join(f"{w}: {n} ({self.busy[w]:.1f} s busy)"
+                                                       for w, n in sorted(self.workers.items()))
         if self.restarts:
             s += f"\n{self.restarts} worker processes were replaced after a device was left unusable"
         if self.unit_errors:
@@ -437,6 +441,7 @@ def _record(store, res, summary, bar):
     store.put(res.device, res.problem, res.timings, res.calibrations)
     summary.units += not res.context_lost
     summary.workers[res.worker] += 1
+    summary.busy[res.worker] += res.seconds
     summary.timed += len(res.timings)
     summary.failed += sum(t.status == "failed" for t in res.timings)
     summary.mismatched += sum(t.matched is False for t in res.timings)
