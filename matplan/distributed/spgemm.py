@@ -23,7 +23,7 @@ from .csr import DistributedCSR
 from .fastpath import Fallback, Held, call_token, check_path, run_calls
 from .panels import ColumnPanels, Whole, assemble_block, column_panels, default_panel_bytes, slice_cols
 from .replicated import Replicated, sparse_operand
-from .tasks import RETRIES, DistributedProductError, Live, Timer, collect_blocks, resolve_client, split_times, task_key
+from .tasks import RETRIES, DistributedProductError, Live, Timer, backoff, collect_blocks, resolve_client, split_times, task_key
 from .worker import Operand, check_placement
 
 
@@ -149,6 +149,7 @@ class SpgemmCall:
                 raise DistributedProductError(f"spgemm: {self.describe(lost[0])} and {len(lost) - 1} other(s) were "
                                               "lost with their workers after they were computed; no partial result "
                                               "is returned")
+            backoff(round_)
             self.resubmitted += len(lost)
             infos.update(self._collect(lost))
         return infos

@@ -29,6 +29,14 @@ from .worker import block_infos
 
 #: Default number of times a block whose worker was lost is submitted again.
 RETRIES = 2
+#: Seconds before the first resubmission, doubled for each later one: a block resubmitted within
+#: milliseconds of its worker's death can depend on inputs the scheduler still believes alive.
+RETRY_BACKOFF_S = 0.25
+
+
+def backoff(attempt: int) -> None:
+    """Wait before resubmission number ``attempt`` (0 first), so the scheduler hears of the loss."""
+    time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
 
 
 class DistributedProductError(RuntimeError):
@@ -111,6 +119,7 @@ def collect(submit, indices, *, retries: int, what: str, describe) -> tuple:
                 if attempts[i] >= retries:
                     raise DistributedProductError(f"{what}: {describe(i)} was lost with its worker on each of "
                                                   f"{attempts[i] + 1} attempt(s); no partial result is returned") from e
+            backoff(attempts[i])
             attempts[i] += 1
             g = submit(i)
             futures[g] = i
