@@ -127,12 +127,12 @@ def _select(cls: str) -> CostModel | None:
         return None
 
 
-def _stamp(path: Path) -> tuple:
+def _stamp(path: str) -> tuple:
     try:
-        st = path.stat()
-        return str(path), st.st_mtime_ns, st.st_size
+        st = os.stat(path)
+        return path, st.st_mtime_ns, st.st_size
     except OSError:
-        return str(path), None
+        return path, None
 
 
 def _signature(cls: str) -> tuple:
@@ -144,9 +144,9 @@ def _signature(cls: str) -> tuple:
 @functools.lru_cache(maxsize=64)
 def _candidate_files(cls: str, named: str, home: str) -> tuple:
     """The model files _signature stats for ``cls`` under $MATPLAN_MODEL = ``named`` (and $HOME,
-    which ``~`` in it expands to): paths only, kept so a plan does not build them again."""
+    which ``~`` in it expands to): their paths as text, kept so a plan does not build them again."""
     files = [f for p in named_models() for f in model_paths(p)]
-    return tuple(files + list(model_paths(PACKAGE_DIR / cls.lower())))
+    return tuple(str(f) for f in files + list(model_paths(PACKAGE_DIR / cls.lower())))
 
 
 def model_for(backend: str, dev) -> CostModel | None:
@@ -161,12 +161,11 @@ def model_for(backend: str, dev) -> CostModel | None:
     return None if getattr(model, "unusable_", None) else model
 
 
-def _predict(model, queries):
-    """(rows, outside) of ``queries``; None after one warning if the model cannot predict them."""
+def _predict(model, feats, dev, cells, analytic):
+    """(outside, seconds) of one problem's candidates (:meth:`CostModel.predict_problem`: past the
+    training range no tree is asked); None after one warning if the model cannot predict them."""
     try:
-        Z = model.schema_.transform(queries)
-        outside = model.schema_.outside(Z[0])   # past the training range the trees are not asked
-        return Z, outside, None if outside else model.predict_z(Z)
+        return model.predict_problem(feats, dev, cells, analytic)
     except (ValueError, IndexError, KeyError, TypeError, FloatingPointError) as e:
         model.unusable_ = f"prediction failed: {type(e).__name__}: {e}"
         _warn(model.metadata_.get("name", "?"), model.unusable_)
@@ -181,22 +180,22 @@ def rescore(feats, dev, pending) -> list:
     if model is None:
         return out
     # costs calibrated by an online timing on this device (TSM2 and cuBLAS for tsgemm) stay
+    known = model.known_kernels()
     idx = [i for i, (name, _, cost) in enumerate(pending)
-           if model.knows(name) and not getattr(cost, "calibrated", False)]
+           if name in known and not getattr(cost, "calibrated", False)]
     if not idx:
         return out
-    got = _predict(model, [Query(feats, pending[i][0], pending[i][1], dev, pending[i][2]) for i in idx])
+    got = _predict(model, feats, dev, [pending[i][:2] for i in idx], [pending[i][2] for i in idx])
     if got is None:
         return out
-    _, outside, pred = got
+    outside, pred = got
     if outside:  # trees do not extrapolate: past the training range the analytic models decide
         return [(Cost(cost.prepare_s, cost.run_s,
                       f"{cost.why} (analytic: {', '.join(outside)} outside the training range of "
                       f"{model.describe()})"), "analytic") for _, _, cost in pending]
     about = model.describe()
-    for row, i in enumerate(idx):
+    for i, (run_s, prep_s) in zip(idx, pred.tolist()):
         analytic = pending[i][2]
-        run_s, prep_s = float(pred[row, 0]), float(pred[row, 1])
         why = (f"{about}: predicts run {run_s * 1e3:.4f} ms, prepare {prep_s * 1e3:.4f} ms "
                f"(analytic model: run {analytic.run_s * 1e3:.4f} ms; {analytic.why})")
         out[i] = (Cost(prep_s, run_s, why), "learned")

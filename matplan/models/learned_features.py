@@ -46,15 +46,37 @@ def _l2(x) -> float:
     return math.log2(float(x) + 1.0)
 
 
+_OP_COLUMNS = tuple((f"op_{op}", op) for op in OPS)
+_RBS_COLUMNS = tuple(f"rbs_group{i}_frac" for i in range(6))
+
+
+#: (device, dtype, index dtype) -> what base_features reads of them, by the device's id (checked).
+_DEVICE_PARTS: dict = {}
+
+
+def _device_part(dev, dtype: str, index_dtype: str) -> tuple:
+    """(itemsize, index size, t2threshold, log2 bandwidth, log2 peak FLOP/s): the part of the base
+    features a plan's device and dtypes fix, worked out once for each."""
+    key = (id(dev), dtype, index_dtype)
+    got = _DEVICE_PARTS.get(key)
+    if got is None or got[0] is not dev:
+        part = (np.dtype(dtype).itemsize, np.dtype(index_dtype).itemsize if index_dtype else 0, dev.t2threshold(dtype),
+                # quantised: a per-process bandwidth measurement must not move a model's input
+                round(math.log2(dev.mem_bandwidth) * 4) / 4, math.log2(dev.peak_flops(dtype)))
+        if len(_DEVICE_PARTS) >= 64:
+            _DEVICE_PARTS.clear()
+        got = _DEVICE_PARTS[key] = (dev, part)
+    return got[1]
+
+
 def base_features(f, dev) -> dict:
     """Numeric features of the problem and the device (the same for every candidate)."""
-    itemsize = np.dtype(f.dtype).itemsize
-    t2 = dev.t2threshold(f.dtype)
+    itemsize, index_size, t2, log2_bandwidth, log2_peak_flops = _device_part(dev, f.dtype, f.index_dtype)
     groups = list(f.rbs_groups) + [0] * (6 - len(f.rbs_groups))
     m = max(f.m, 1)
-    out = {f"op_{op}": float(f.op == op) for op in OPS}
+    out = {name: float(f.op == op) for name, op in _OP_COLUMNS}
     out.update(
-        itemsize=itemsize, index_size=np.dtype(f.index_dtype).itemsize if f.index_dtype else 0,
+        itemsize=itemsize, index_size=index_size,
         log2_m=_l2(f.m), log2_n=_l2(f.n), log2_k=_l2(f.k), log2_nnz=_l2(f.nnz),
         log10_density=math.log10(f.density + 1e-12),
         row_mean=f.row_mean, row_std=f.row_std, row_cv=f.row_std / f.row_mean if f.row_mean else 0.0,
@@ -65,11 +87,9 @@ def base_features(f, dev) -> dict:
         log_rowct_var_over_mean=math.log1p(f.rowct_var_over_mean), log2_compression=_l2(f.compression),
         col_spread=f.col_spread,
         layout_F=float(f.layout == "F"), k_over_t2=f.k / t2 if t2 > 0 else 0.0,
-        # quantised: a per-process bandwidth measurement must not move a model's input
-        log2_bandwidth=round(math.log2(dev.mem_bandwidth) * 4) / 4, sms=dev.sms,
-        log2_peak_flops=math.log2(dev.peak_flops(f.dtype)),
+        log2_bandwidth=log2_bandwidth, sms=dev.sms, log2_peak_flops=log2_peak_flops,
     )
-    out.update({f"rbs_group{i}_frac": g / m for i, g in enumerate(groups[:6])})
+    out.update({name: g / m for name, g in zip(_RBS_COLUMNS, groups[:6])})
     return out
 
 
@@ -155,6 +175,32 @@ class FeatureSchema:
             if key is not None and len(self._kept) < _KEPT:
                 self._kept[key] = got
         return got
+
+    def base_row(self, features, device) -> tuple:
+        """(positions, values, {name: value}) of one problem's base features: what
+        :meth:`transform` writes in each of its candidates' rows."""
+        base = base_features(features, device)
+        return self._base_cols(tuple(base)), np.fromiter(base.values(), np.float64, len(base)), base
+
+    def outside_base(self, base: dict) -> list:
+        """:meth:`outside` of a row whose base features are ``base`` (the range-checked features
+        are base features: the same test on the same values, without the row)."""
+        out = []
+        for c, (lo, hi) in self.ranges.items():
+            v = float(base[c])
+            if v < lo - 1e-9 or v > hi + 1e-9:
+                out.append(c)
+        return out
+
+    def candidate_rows(self, cells) -> np.ndarray:
+        """(len(cells), columns) of [(kernel, params)]: each candidate's own cells as :meth:`transform`
+        writes them (every kernel's one-hot, its params), NaN where the problem's features go."""
+        X = np.full((len(cells), len(self.columns)), np.nan)
+        X[:, self._base_cols(tuple(f"kernel:{k}" for k in self.kernels))] = 0.0
+        for r, (kernel, params) in enumerate(cells):
+            cols, values = self._candidate_cells(kernel, params)
+            X[r, cols] = values
+        return X
 
     def transform(self, queries) -> np.ndarray:
         index = self._index

@@ -169,12 +169,10 @@ def _rows(X, need: int) -> np.ndarray:
 
 
 def _sum_trees(leaves) -> np.ndarray:
-    """(forests, rows) from leaves (forests x (baseline + trees) x rows, at least 2 rows): added
-    one tree after another from the baseline, as scikit-learn does, so with the same rounding.
-    NumPy adds along axis 1 one tree at a time when the rows' axis is the inner, contiguous loop
-    (C order, at least 2 rows); along the inner axis it would add pairwise, which is why the
-    layout is forced here and one row is predicted as two."""
-    return np.add.reduce(np.ascontiguousarray(leaves), axis=1)
+    """(rows, forests) from leaves (rows x forests x (baseline + trees)): added one tree after
+    another from the baseline, as scikit-learn does, so with the same rounding. An accumulation
+    is sequential along its axis, where a reduction along the contiguous axis would add pairwise."""
+    return np.add.accumulate(leaves, axis=2)[:, :, -1]
 
 
 class Stack:
@@ -231,7 +229,7 @@ class Stack:
         values[p["ltree"], p["lrank"]] = p["lvalue"]
         self.values = values.ravel()
         # each tree's first leaf in ``values``, less the exponent bias of a float64 (see predict)
-        self.tree_base = (np.arange(self.n_trees, dtype=np.intp) * width - 1023)[:, None]
+        self.tree_base = np.arange(self.n_trees, dtype=np.intp) * width - 1023
         self._tables(p)
 
     def _tables(self, p) -> None:
@@ -272,18 +270,44 @@ class Stack:
             return np.empty((0, len(self.forests)))
         if self.mask is None:
             return np.stack([f.predict_levels(X) for f in self.forests], axis=1)
-        if R == 1:
-            return self.predict(np.repeat(X, 2, axis=0))[:1]
-        masks = self._masks(X)
+        return self.from_masks(self._masks(X))
+
+    def from_masks(self, masks) -> np.ndarray:
+        """(rows, forests) from the (rows, trees) AND of each row's failed nodes' masks."""
+        R = len(masks)
         low = masks & -masks      # the lowest bit: the leaf reached; as a float64, its exponent is its rank
         exponent = low.astype(np.float64).view(np.int64) >> 52
-        leaves = self.values[np.add(self.tree_base, exponent.T, order="C")]   # (trees, rows), C order
+        exponent += self.tree_base
+        leaves = self.values[exponent]   # (rows, trees)
         if self.groups[0][1] is None:
-            return _sum_trees(leaves.reshape(len(self.forests), -1, R)).T
+            return _sum_trees(leaves.reshape(R, len(self.forests), -1))
         out = np.empty((R, len(self.forests)))
         for ks, slots in self.groups:
-            out[:, ks] = _sum_trees(leaves[slots].reshape(len(ks), -1, R)).T
+            out[:, ks] = _sum_trees(leaves[:, slots].reshape(R, len(ks), -1))
         return out
+
+    def slots(self, columns) -> np.ndarray:
+        """Each of ``columns`` (positions in X) as its position in ``cols``, -1 where no node tests it."""
+        pos = np.full(self.need, -1, dtype=np.intp)
+        pos[self.cols] = np.arange(len(self.cols))
+        columns = np.asarray(columns, dtype=np.intp)
+        return np.where(columns < self.need, pos[np.minimum(columns, self.need - 1)], -1)
+
+    def lookup(self, slots) -> tuple:
+        """What :meth:`rows_of` reads of the columns at ``slots`` (positions in ``cols``, any shape):
+        their column numbers, shifts and NaN rows."""
+        slots = np.asarray(slots, dtype=np.intp)
+        return self.cols[slots].astype(np.float64), self.shift[slots], self.nan_row[slots]
+
+    def rows_of(self, lookup, values) -> np.ndarray:
+        """The rows of ``table`` for ``values`` of the columns of ``lookup`` (:meth:`lookup`; shapes
+        that broadcast): what :meth:`_masks` looks up, for columns looked up apart."""
+        cols, shift, nan_row = lookup
+        values = np.asarray(values, dtype=np.float64)
+        shape = values.shape if values.shape == cols.shape else np.broadcast_shapes(cols.shape, values.shape)
+        queries = np.empty(shape, dtype=np.complex128)
+        queries.real, queries.imag = cols, values   # set apart: 1j * inf would be NaN
+        return np.where(np.isnan(values), nan_row, np.searchsorted(self.keys, queries) + shift)
 
     def _masks(self, X) -> np.ndarray:
         """(rows, trees) AND of the masks of each tree's failed nodes."""

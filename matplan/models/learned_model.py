@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.cache import BoundedCache
 from .learned_features import OPS, FeatureSchema, log_floor
 from .learned_forest import Stack
 
@@ -17,6 +18,10 @@ KINDS = ("combined", "learned")
 TARGETS = ("run", "prepare")
 #: The key of the forests fitted on every op.
 ALL_OPS = "*"
+#: What :meth:`CostModel.predict_problem` keeps of a candidate list (its rows' own cells and the
+#: leaf masks they select), by model and candidates: a plan's candidates depend on few statistics.
+_TEMPLATES = BoundedCache("learned scoring templates", maxsize=256, maxbytes=32 << 20,
+                          sizeof=lambda t: t.nbytes)
 
 
 class CostModel:
@@ -105,6 +110,14 @@ class CostModel:
         self._check_fitted()
         return kernel in self.schema_.kernels
 
+    def known_kernels(self) -> frozenset:
+        """The kernels :meth:`knows`, as a set (made once per schema: the planner asks at every plan)."""
+        self._check_fitted()
+        got = self.__dict__.get("_known_")
+        if got is None or got[0] is not self.schema_:
+            got = self.__dict__["_known_"] = (self.schema_, frozenset(self.schema_.kernels))
+        return got[1]
+
     def predict(self, X) -> np.ndarray:
         """(n, 2) seconds (run, prepare) of a sequence of :class:`~.learned_features.Query`."""
         self._check_fitted()
@@ -139,6 +152,54 @@ class CostModel:
             out[rows, 1] = fixed_s[which]
         return out
 
+    def predict_problem(self, features, device, cells, analytic) -> tuple:
+        """(range-checked features outside the training range, (n, 2) seconds or None when there are
+        any) of one problem's candidates: ``cells`` [(kernel, params)], ``analytic`` their analytic
+        Costs. :meth:`predict_z` of what :meth:`FeatureSchema.transform` makes of their Queries, to
+        the last bit, cheaper: what depends on the candidates alone (their cells, the leaf masks
+        those cells select, the fixed prepare times) is kept per candidate list
+        (:class:`_Template`), so a plan looks up the problem's base features once and each
+        candidate's two analytic times."""
+        self._check_fitted()
+        if any(a is None for a in analytic):
+            raise ValueError(f"no analytic Cost for {cells[[a is None for a in analytic].index(True)]}, which "
+                             "the combined model reads; pass analytic=kernel.cost(features, params, device)")
+        compiled = self._compiled()
+        schema = self.schema_
+        base_cols, values, base = schema.base_row(features, device)
+        outside = schema.outside_base(base)
+        if outside or not cells:
+            return outside, None if outside else np.zeros((0, 2))
+        tpl = _template(self, compiled, base_cols, cells)
+        n = len(cells)
+        logs = None
+        if tpl.analytic is not None:   # run times, then prepare times: the columns transform fills, in one call
+            logs = log_floor([a.run_s for a in analytic] + [a.prepare_s for a in analytic])
+        if tpl.tmask is None:      # no leaf masks (trees past 64 leaves): the rows as transform makes them
+            Z = tpl.X.copy()
+            Z[:, base_cols] = values
+            if logs is not None:
+                Z[:, tpl.analytic] = logs.reshape(2, n).T
+            return outside, self.predict_z(Z)
+        stack, nb = compiled[1], len(tpl.take)
+        timed = [logs] if len(tpl.timed) == 2 else [logs[t * n:(t + 1) * n] for t in tpl.timed]
+        looked = stack.table[stack.rows_of(tpl.lookup, np.concatenate([values[tpl.take], *timed]))]
+        masks = tpl.tmask & np.bitwise_and.reduce(looked[:nb], axis=0) if nb else tpl.tmask.copy()
+        for i in range(len(tpl.timed)):   # each candidate's own analytic times
+            masks &= looked[nb + i * n: nb + (i + 1) * n]
+        P = stack.from_masks(masks)
+        if P.shape[1] == 2:
+            T = P
+        else:     # every row is the problem's op: its pair where it has one (as predict_z routes)
+            onehot = [float(base[f"op_{op}"]) for op in OPS]
+            key = int(compiled[2][onehot.index(max(onehot))]) if max(onehot) == 1.0 else 0
+            T = P[:, 2 * key: 2 * key + 2]
+        if compiled[4] is not None:
+            T = T + logs.reshape(2, n).T
+        out = np.exp(T)
+        out[tpl.fixed_rows, 1] = tpl.fixed_s
+        return outside, out
+
     def _targets(self, Z, y):
         """What the forests fit: log time, less the analytic prediction's log for 'combined'."""
         t = log_floor(y)
@@ -153,6 +214,65 @@ class CostModel:
                 f"90% within x{v['run_p90_factor']:.2f}" if v else "no validation error recorded")
         return (f"learned model '{meta.get('name', 'unsaved')}' ({self.kind}, {meta.get('device_class', '?')}, "
                 f"{self.n_samples_} timings; {conf})")
+
+
+class _Template:
+    """What :meth:`CostModel.predict_problem` reads of one candidate list: its rows' own cells
+    (``X``, NaN where the problem's features go), the fixed prepare times' rows, and for the leaf
+    masks: the base features the trees test (``take``: their places among the base values), the
+    analytic times' columns (``analytic``, None for a model that reads none) and those the trees
+    test (``timed``: 0 run, 1 prepare), what :meth:`Stack.rows_of` needs to look those up
+    (``lookup``) and the AND of the masks the candidates' own cells select (``tmask``; None where
+    the stack has no leaf masks)."""
+
+    def __init__(self, model, compiled, base_cols, cells):
+        _, stack, _, _, _, fixed_cols, fixed_s = compiled
+        self.stack = stack   # the key holds its id: kept so that the id is not reused
+        index = model.schema_._index   # the analytic times' columns, which transform fills where present
+        analytic = self.analytic = ([index["log_analytic_run"], index["log_analytic_prepare"]]
+                                    if "log_analytic_run" in index else None)
+        self.X = model.schema_.candidate_rows(cells)
+        self.fixed_rows, which = np.nonzero(self.X[:, fixed_cols] == 1.0)
+        self.fixed_s = fixed_s[which]
+        self.timed = []
+        self.tmask = None
+        self.nbytes = self.X.nbytes
+        if stack.mask is None or not len(stack.cols):
+            return
+        n = len(cells)
+        tested = np.zeros(len(model.schema_.columns), dtype=bool)
+        tested[stack.cols] = True
+        base_slots = stack.slots(base_cols)
+        self.take = np.flatnonzero(base_slots >= 0)
+        an_slots = stack.slots(analytic) if analytic is not None else np.zeros(0, dtype=np.intp)
+        self.timed = [t for t in range(len(an_slots)) if an_slots[t] >= 0]
+        self.lookup = stack.lookup(np.concatenate([base_slots[self.take]]
+                                                  + [np.full(n, an_slots[t]) for t in self.timed]))
+        tested[base_cols] = False
+        if analytic is not None:
+            tested[analytic] = False
+        cols = np.flatnonzero(tested)     # the tested columns the candidates' cells fill (or leave NaN)
+        if len(cols):
+            rows = stack.rows_of(stack.lookup(stack.slots(cols)), self.X[:, cols])
+            self.tmask = np.bitwise_and.reduce(stack.table[rows], axis=1)
+        else:
+            self.tmask = np.full((n, stack.n_trees), stack.full, dtype=stack.mask)
+        self.nbytes += self.tmask.nbytes
+
+
+def _template(model, compiled, base_cols, cells) -> _Template:
+    """The kept :class:`_Template` of ``cells`` for ``model``'s compiled stack, made on a miss
+    (and not kept where a parameter is unhashable)."""
+    # params in the order given: a list that orders them otherwise only misses, never mismatches
+    key = (id(compiled[1]), base_cols.tobytes(), tuple([(k, tuple(p.items())) for k, p in cells]))
+    try:
+        got = _TEMPLATES.get(key)
+    except TypeError:
+        return _Template(model, compiled, base_cols, cells)
+    if got is None or got.stack is not compiled[1]:
+        got = _Template(model, compiled, base_cols, cells)
+        _TEMPLATES.put(key, got)
+    return got
 
 
 __all__ = ["CostModel", "KINDS", "TARGETS", "ALL_OPS"]

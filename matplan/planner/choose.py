@@ -54,8 +54,23 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
             cost = dataclasses.replace(cost, run_s=cost.run_s + extra_s,
                                        why=f"{cost.why}; +{extra_s * 1e6:.0f} us per call: {extra_why}")
         scored.append(Candidate(name, params, cost.prepare_s, cost.run_s, cost.total(reuse), source, cost.why))
-    scored.sort(key=lambda c: (c.total_s, c.kernel, _param_key(c.params)))
-    return scored, rejected
+    return _ranked(scored), rejected
+
+
+def _ranked(scored) -> list:
+    """``scored`` by (total_s, kernel, _param_key(params)): sorted by the first two, then the rare
+    runs equal in both by their params (a stable sort: the same order, without a params key for
+    every candidate of every plan)."""
+    scored.sort(key=lambda c: (c.total_s, c.kernel))
+    i = 0
+    while i < len(scored) - 1:
+        j = i + 1
+        while j < len(scored) and scored[j].total_s == scored[i].total_s and scored[j].kernel == scored[i].kernel:
+            j += 1
+        if j - i > 1:
+            scored[i:j] = sorted(scored[i:j], key=lambda c: _param_key(c.params))
+        i = j
+    return scored
 
 
 def pick(scored):

@@ -100,7 +100,7 @@ def test_exported_forest_predicts_as_scikit_learn():
     want = hgb.predict(Xt)
     np.testing.assert_array_equal(forest.predict(Xt), want)          # to the last bit
     np.testing.assert_array_equal(forest.predict_levels(Xt), want)
-    for r in (1, 2, 3):   # one row (predicted as two: see _sum_trees) and a few
+    for r in (1, 2, 3):   # one row and a few
         np.testing.assert_array_equal(forest.predict(Xt[:r]), want[:r])
     buf = io.BytesIO()
     np.savez(buf, **forest.to_arrays())
@@ -333,9 +333,10 @@ def test_cli_plan_and_demo_survive_a_broken_model(mine, tmp_path, capsys):
 
 def test_a_model_that_cannot_predict_warns_once(kernels, mine, monkeypatch):
     """Should prediction itself fail, the model is dropped with one warning (no crash)."""
-    def boom(self, Z):
+    def boom(self, *args):
         raise ValueError("simulated")
     monkeypatch.setattr(learned.CostModel, "predict_z", boom)
+    monkeypatch.setattr(learned.CostModel, "predict_problem", boom)   # the planner's way in
     plans, caught = _plan_twice()
     assert len(caught) == 1 and "prediction failed: ValueError: simulated" in str(caught[0].message)
     assert all(_sources(p) == {"analytic"} for p in plans)

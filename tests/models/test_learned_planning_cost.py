@@ -12,6 +12,7 @@ from matplan.core.validation import normalize
 from matplan.kernels import kernels_for
 from matplan.models import learned
 from matplan.models.learned_model import ALL_OPS
+from matplan.models.learned_forest import Stack
 from matplan.models.learned_features import _analytic, _param_items, base_features, log_floor
 
 
@@ -67,13 +68,15 @@ def test_outside_the_training_range_asks_no_tree(h100, monkeypatch):
     far = [dataclasses.replace(q, features=f) for q in queries]
     assert h100.schema_.outside(h100.schema_.transform(far)[0])
 
-    def no_walk(Z):
+    def no_walk(*args):
         raise AssertionError("the forests were walked for a problem outside the training range")
     monkeypatch.setattr(h100, "predict_z", no_walk)
-    Z, outside, pred = learned._predict(h100, far)
+    monkeypatch.setattr(Stack, "from_masks", no_walk)
+    cells, analytic = [(q.kernel, q.params) for q in queries], [q.analytic for q in queries]
+    outside, pred = learned._predict(h100, f, queries[0].device, cells, analytic)
     assert outside and pred is None and not getattr(h100, "unusable_", None)
     monkeypatch.undo()
-    Z, outside, pred = learned._predict(h100, queries)   # inside: predicted as before
+    outside, pred = learned._predict(h100, queries[0].features, queries[0].device, cells, analytic)   # inside
     assert not outside and pred.shape == (len(queries), 2) and np.all(np.isfinite(pred))
     assert np.array_equal(pred, h100.predict_z(h100.schema_.transform(queries)))
 
@@ -159,11 +162,17 @@ def test_plans_of_fresh_problems_are_the_reference_walks(h100, op, monkeypatch):
         assert np.array_equal(Z, reference_transform(h100.schema_, queries), equal_nan=True)
         assert np.array_equal(h100.predict_z(Z), reference_predict_z(h100, Z))
         got = learned.rescore(f, dev, pending)
-        h100.predict_z = lambda Z: reference_predict_z(h100, Z)   # shadows the method on this instance
+
+        def reference(features, device, cells, analytic):   # the Queries transformed, walked level by level
+            rows = h100.schema_.transform([learned.Query(features, k, p, device, a)
+                                           for (k, p), a in zip(cells, analytic)])
+            outside = h100.schema_.outside(rows[0])
+            return outside, None if outside else reference_predict_z(h100, rows)
+        h100.predict_problem = reference   # shadows the method on this instance
         try:
             want = learned.rescore(f, dev, pending)
         finally:
-            del h100.predict_z
+            del h100.predict_problem
         assert got == want
         learned_rows += sum(source == "learned" for _, source in got)
     assert learned_rows > 0   # some problems lie inside the training range
