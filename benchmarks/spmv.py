@@ -63,6 +63,7 @@ from matplan.corpus import generators  # noqa: E402
 from matplan.corpus.io import matrices_dir, matrix_name, read_matrix  # noqa: E402
 from matplan.core.timing import cuda_median_s  # noqa: E402
 from matplan.kernels import get  # noqa: E402
+from matplan.kernels.spmv.cusparse_prepared import configs as vendor_configs  # noqa: E402
 from matplan.core import device as device_mod  # noqa: E402
 from matplan.models import traffic  # noqa: E402
 
@@ -106,7 +107,8 @@ def is_vendor(kernel_label) -> bool:
 
 def candidates_to_time(pl, dev=None):
     """The planner's scored candidates, plus the ELL-R variant the sorting rule did not pick and
-    every config of the vendor's search space (the vendor figure is the best of them)."""
+    every config of the prepared vendor call, also those the planner's search leaves out (the
+    vendor figure is the best of them)."""
     out = [(c.kernel, dict(c.params), c.total_s) for c in pl.candidates if c.source != "rejected"]
     for kernel, params, _ in list(out):
         if kernel == "spmv.ellr":
@@ -115,7 +117,8 @@ def candidates_to_time(pl, dev=None):
         vendor = get(VENDOR)
         dev = dev or device_mod.current()
         have = [params for kernel, params, _ in out if kernel == VENDOR]
-        for params in vendor.search_space(pl.features, dev):
+        f = pl.features
+        for params in vendor_configs("spmv" if f.op == "spmv" else "spmm", f.dtype, f.index_dtype or None):
             if params not in have:
                 out.append((VENDOR, dict(params), vendor.cost(pl.features, params, dev).total(REUSE)))
     return out

@@ -33,6 +33,11 @@ def _drop(key, ref) -> None:
         _KEPT.pop(key)
 
 
+#: SpMM column-major configs are searched only below this k: their copies of B and C grow with k
+#: (no column-major config was the fastest at k = 16 on any of the H100 benchmark's 24 rows).
+SEARCH_COL_MAJOR_BELOW_K = 16
+
+
 class CusparseSpMV(KeepsA):
     name = "spmv.cusparse"
     ops = ("spmv", "spmm")
@@ -47,9 +52,13 @@ class CusparseSpMV(KeepsA):
         yield {}
 
     def search_space(self, f, device):
-        """Every config the planner's measurement (and the benchmarks' vendor figure) times: the
-        SpMV algorithms, or each SpMM order with each algorithm (``cusparse_prepared.configs``)."""
-        return configs("spmv" if f.op == "spmv" else "spmm", f.dtype, f.index_dtype or None)
+        """The configs the planner's measurement times: the SpMV algorithms, or each SpMM order with
+        each algorithm (``cusparse_prepared.configs``; the benchmarks' vendor figure times all of
+        them), column-major ones only below SEARCH_COL_MAJOR_BELOW_K columns of B."""
+        if f.op == "spmv":
+            return configs("spmv")
+        every = configs("spmm", f.dtype, f.index_dtype or None)
+        return every if f.k < SEARCH_COL_MAJOR_BELOW_K else [p for p in every if p.get("order") != "col"]
 
     def cost(self, f, params, device):
         _, order = check_params(params)

@@ -113,6 +113,19 @@ def test_search_space_is_the_ops_configs_and_holds_the_candidate():
     assert k.search_space(_features("spmm", 4, index_dtype=""), dev) == cpr.configs("spmm")
 
 
+def test_search_space_leaves_column_major_out_from_k_16():
+    """Column-major SpMM pays B's and C's copies, which grow with k: searched only below k = 16."""
+    from matplan.core import device
+    from matplan.kernels.spmv.vendor import SEARCH_COL_MAJOR_BELOW_K
+    k, dev = get("spmv.cusparse"), device.known("H100")
+    every = cpr.configs("spmm", "float64", "int32")
+    assert any(p.get("order") == "col" for p in every)
+    for kk in (SEARCH_COL_MAJOR_BELOW_K, 64):
+        space = k.search_space(_features("spmm", kk), dev)
+        assert space == [p for p in every if p.get("order") != "col"] and {} in space
+    assert k.search_space(_features("spmm", SEARCH_COL_MAJOR_BELOW_K - 1), dev) == every
+
+
 class FakeLib:
     def __init__(self, fail=False):
         self.destroyed, self.fail = [], fail
