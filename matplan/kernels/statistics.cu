@@ -85,37 +85,27 @@ __device__ __forceinline__ ull ld_unsigned(const void* p, ll i, int wide) {
 
 __device__ __forceinline__ ll clampll(ll v, ll lo, ll hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-__device__ __forceinline__ ull warp_sum(ull v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(ST_FULL, v, o);
+struct SumOp { __device__ __forceinline__ static ull apply(ull a, ull b) { return a + b; } };
+struct MaxOp { __device__ __forceinline__ static ull apply(ull a, ull b) { return b > a ? b : a; } };
+
+template <class Op> __device__ __forceinline__ ull warp_reduce(ull v) {
+    for (int o = 16; o; o >>= 1) v = Op::apply(v, __shfl_xor_sync(ST_FULL, v, o));
     return v;
 }
 
-__device__ __forceinline__ ull warp_max(ull v) {
-    for (int o = 16; o; o >>= 1) {
-        const ull w = __shfl_xor_sync(ST_FULL, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-
-// block-wide sum / max of v, valid in thread 0; every thread of the block calls it
-__device__ ull block_sum(ull v, ull* sh) {
-    v = warp_sum(v);
+// block-wide reduction of v (0 is the identity of both ops), valid in thread 0; every thread calls it
+template <class Op> __device__ ull block_reduce(ull v, ull* sh) {
+    v = warp_reduce<Op>(v);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
     v = threadIdx.x < ST_BLOCK / 32 ? sh[threadIdx.x] : 0ull;
-    return threadIdx.x < 32 ? warp_sum(v) : v;
+    return threadIdx.x < 32 ? warp_reduce<Op>(v) : v;
 }
 
-__device__ ull block_max(ull v, ull* sh) {
-    v = warp_max(v);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = threadIdx.x < ST_BLOCK / 32 ? sh[threadIdx.x] : 0ull;
-    return threadIdx.x < 32 ? warp_max(v) : v;
-}
+__device__ __forceinline__ ull warp_max(ull v) { return warp_reduce<MaxOp>(v); }
+__device__ ull block_sum(ull v, ull* sh) { return block_reduce<SumOp>(v, sh); }
+__device__ ull block_max(ull v, ull* sh) { return block_reduce<MaxOp>(v, sh); }
 
 // block-wide exclusive sum of v (sh: 33 words), *total its total; every thread calls it
 __device__ ll block_scan(ll v, ll* sh, ll* total) {
