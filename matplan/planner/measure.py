@@ -159,6 +159,27 @@ def to_search(mode: str, chosen, reuse: int, configs=lambda c: 1) -> list:
     return out
 
 
+def room_for_search(mode: str, chosen, reuse: int, configs=lambda c: 1) -> tuple:
+    """(finalists, searched) for ``mode``: :func:`to_search`'s, except that for "auto", where a
+    searchable finalist's search does not fit beside every chosen finalist, the unsearched ones
+    predicted farthest behind (never the model's best) give way, last first, until every search
+    fits. A searched kernel's configs differ by more than the model's finalists are predicted to
+    (cuSPARSE's SpMM algorithms by up to 1.8x, finalists within MARGIN)."""
+    search = to_search(mode, chosen, reuse, configs)
+    searchable = [c for c in chosen if configs(c) > 1]
+    if mode != "auto" or len(search) == len(searchable):
+        return chosen, search
+    kept = list(chosen)
+    for c in reversed(chosen[1:]):
+        if configs(c) > 1:
+            continue
+        kept = [x for x in kept if x is not c]
+        got = to_search(mode, kept, reuse, configs)
+        if len(got) == len(searchable):
+            return kept, got
+    return chosen, search
+
+
 def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewhere: bool,
            extra_s=lambda name: 0.0) -> tuple:
     """(candidates, cheapest first, measured ones before the rest; one sentence for the plan's
@@ -170,7 +191,7 @@ def refine(problem, feats, dev, scored, mode: str, reuse: int, planning_elsewher
         return scored, None
     count = functools.partial(_searched, feats=feats, dev=dev)
     general = to_measure(mode, problem.backend, planning_elsewhere, finalists(scored), reuse, count)
-    search = to_search(mode, general, reuse, count)
+    general, search = room_for_search(mode, general, reuse, count)
     by_bucket = []
     if problem.backend == "gpu" and not planning_elsewhere:
         by_bucket = [c for c in scored if _bucket(get(c.kernel), feats) is not None
@@ -395,4 +416,4 @@ def _digest(feats) -> str:
 
 
 __all__ = ["MARGIN", "MAX_FINALISTS", "BUDGET", "MODES", "WARM_UP_S", "check_mode", "finalists", "to_measure",
-           "to_search", "refine", "measure", "tune"]
+           "to_search", "room_for_search", "refine", "measure", "tune"]

@@ -218,3 +218,20 @@ def test_a_screened_search_costs_less_than_timing_every_config_in_full():
         8 * (c.prepare_s + (1 + measure.SCREEN_CALLS) * (c.run_s + measure.CALL_OVERHEAD_S))
         + measure.SCREEN_KEEP * full)
     assert measure.predicted_cost_s([c], lambda x: 8) < 0.5 * 8 * full
+
+
+def test_unsearched_finalists_give_way_to_a_search():
+    """A search that does not fit beside every finalist: the unsearched finalists predicted
+    farthest behind are left out (never the model's best) until it fits; else nothing changes."""
+    best, plain, vendor, last = _cand(1.0e-4), _cand(1.1e-4), _cand(1.2e-4), _cand(1.25e-4)
+    chosen, four = [best, plain, vendor, last], (lambda c: 4 if c is vendor else 1)
+    need = measure.predicted_cost_s([best, plain, vendor], four)
+    reuse = int(np.ceil(need / (measure.BUDGET * 1.0e-4)))
+    assert measure.to_search("auto", chosen, reuse, four) == []                # all four: no room
+    assert measure.room_for_search("auto", chosen, reuse, four) == ([best, plain, vendor], [vendor])
+    alone = int(np.ceil(measure.predicted_cost_s([best, vendor], four) / (measure.BUDGET * 1.0e-4)))
+    assert measure.room_for_search("auto", chosen, alone, four) == ([best, vendor], [vendor])
+    assert measure.room_for_search("auto", chosen, alone - 1, four) == (chosen, [])  # never fits: unchanged
+    assert measure.room_for_search("always", chosen, 1, four) == (chosen, [vendor])
+    roomy = 10 * reuse
+    assert measure.room_for_search("auto", chosen, roomy, four) == (chosen, [vendor])
