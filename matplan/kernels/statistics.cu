@@ -437,8 +437,12 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
         const ll K = __ldcg(out + O_LONG);   // rows of length >= ST_HIST
         if (blockIdx.x == 0) {
             // sum over t >= 1 of ceil(C(t) / 32), C(t) the rows of length >= t: each rank 32 g of the
-            // lengths sorted (longest first, zeros padding) counts its value once per t <= it
-            const ll b0 = (ll)threadIdx.x * (ST_HIST / ST_BLOCK), b1 = b0 + ST_HIST / ST_BLOCK;
+            // lengths sorted (longest first, zeros padding) counts its value once per t <= it. Bins
+            // past the longest row are empty and, with no listed rows (K = 0), add nothing: skipped
+            const ull top = __ldcg((const ull*)out + O_MAX);
+            const ll bins = K > 0 ? ST_HIST : (top ? clampll((ll)top - ST_BIAS + 1, 0, ST_HIST) : 0);
+            const ll per = (bins + ST_BLOCK - 1) / ST_BLOCK;
+            const ll b0 = min(bins, (ll)threadIdx.x * per), b1 = min(bins, b0 + per);
             ll chunk = 0;
             for (ll b = b0; b < b1; ++b) chunk += (ll)__ldcg(hist + b);
             ll total;
