@@ -46,10 +46,18 @@ def csr_bytes(M) -> int:
     return int(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes)
 
 
-def default_panel_bytes(client) -> int | None:
-    """PANEL_FRACTION of the smallest ``memory_limit`` among the client's workers (None: unlimited)."""
-    limits = [int(w.get("memory_limit") or 0) for w in client.scheduler_info().get("workers", {}).values()]
-    limits = [x for x in limits if x > 0]
+def default_panel_bytes(client, on: str = "auto") -> int | None:
+    """PANEL_FRACTION of the smallest memory among the client's workers (None: none known): each
+    worker's host ``memory_limit`` and, unless ``on`` is "host", its GPU's total memory where the
+    worker reports one (Dask's NVML metrics, ``gpu-memory-total``), a GPU worker computing there."""
+    limits = []
+    for w in client.scheduler_info(n_workers=-1).get("workers", {}).values():
+        mine = [int(w.get("memory_limit") or 0)]
+        if on != "host":
+            mine.append(int((w.get("metrics") or {}).get("gpu-memory-total") or 0))
+        mine = [x for x in mine if x > 0]
+        if mine:
+            limits.append(min(mine))
     return int(PANEL_FRACTION * min(limits)) if limits else None
 
 

@@ -178,8 +178,8 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
     blocks a worker keeps before moving the oldest to host memory (default: half its GPU);
     panel_bytes: the most bytes of a host B (CSR) one worker is sent: a larger B goes in column
     panels balanced by nonzeros, each scattered once, each (block, panel) product its own task
-    (default: PANEL_FRACTION of the smallest worker memory limit Dask reports; none known: B
-    whole); panels: a number of column panels or column boundaries [0, ..., n] instead; path:
+    (default: PANEL_FRACTION of the smallest worker memory Dask reports, host limit or GPU; none
+    known: B whole); panels: a number of column panels or column boundaries [0, ..., n] instead; path:
     "auto" runs the blocks on each worker's runner in one message per worker where A's blocks are
     in memory on known workers and B is replicated (else, or for "tasks", one task per block;
     ``timings["path"]`` says which ran, ``timings["fallback"]`` why not the runners)."""
@@ -211,7 +211,7 @@ def spgemm(A, B, *, client=None, blocks=None, nblocks: int | None = None, on: st
             raise ValueError("panels, panel_bytes: give column panels or a byte budget for them, not both")
         panel_bytes = check_int(panel_bytes, "panel_bytes", "None or a positive budget of B's bytes per worker")
     elif panels is None and B_h is not None:
-        panel_bytes = default_panel_bytes(client)
+        panel_bytes = default_panel_bytes(client, on)
     if B_h is not None:
         cp = column_panels(B_h, panels=panels, panel_bytes=panel_bytes)
     else:

@@ -76,6 +76,22 @@ def test_spgemm_blocks_on_the_gpu(cp, client, rng):
 
 
 @pytest.mark.gpu
+def test_spgemm_column_panels_on_the_gpu(cp, client, rng):
+    """B sent in column panels (a budget a third of B, and explicit boundaries with an empty
+    panel): every (block, panel) product on the GPU, C assembled equal to SciPy's."""
+    from matplan.distributed import panels as panels_mod
+    A, B = messy_csr(rng, 2000, 1500), random_csr(rng, 1500, 1200, 0.01)
+    ref = (A @ B).toarray()
+    budget = B.indptr.nbytes + (panels_mod.csr_bytes(B) - B.indptr.nbytes) // 3
+    C = md.spgemm(A, B, client=client, on="gpu", nblocks=3, panel_bytes=budget)
+    assert len(C.panels) >= 3 and all(p["backend"] == "gpu" for p in C.plans)
+    np.testing.assert_allclose(C.to_scipy().toarray(), ref, rtol=1e-12, atol=1e-12)
+    D = md.spgemm(A, B, client=client, on="gpu", nblocks=2, panels=[0, 400, 400, 1200])
+    assert len(D.panels) == 3
+    np.testing.assert_allclose(D.to_cupy().get().toarray(), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
 def test_spmm_on_the_gpu_returns_cupy(cp, client, rng):
     A = messy_csr(rng, 3000, 2000)
     X = rng.random((2000, 4))

@@ -86,6 +86,20 @@ def test_tiny_budget_splits_b_and_default_budget_keeps_it_whole(client, rng):
     assert (D.to_scipy() != C.to_scipy()).nnz == 0
 
 
+def test_default_budget_counts_each_workers_gpu_memory():
+    """A GPU worker's budget is the smaller of its host limit and its GPU's memory (NVML metrics),
+    unless the product runs on the hosts; workers reporting nothing are left out."""
+    class FakeClient:
+        def scheduler_info(self, n_workers=0):
+            return {"workers": {"a": {"memory_limit": 64 << 30, "metrics": {"gpu-memory-total": 80 << 30}},
+                                "b": {"memory_limit": 32 << 30, "metrics": {"gpu-memory-total": 16 << 30}},
+                                "c": {"memory_limit": 0, "metrics": {}}}}
+    f = panels_mod.PANEL_FRACTION
+    assert panels_mod.default_panel_bytes(FakeClient()) == int(f * (16 << 30))
+    assert panels_mod.default_panel_bytes(FakeClient(), "gpu") == int(f * (16 << 30))
+    assert panels_mod.default_panel_bytes(FakeClient(), "host") == int(f * (32 << 30))
+
+
 def test_empty_panels_and_empty_blocks(client, rng):
     A, B = messy_csr(rng, 60, 40, np.float32), random_csr(rng, 40, 30, 0.15, np.float64)
     B = B.tolil()
