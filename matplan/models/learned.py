@@ -138,7 +138,8 @@ def _stamp(path: str) -> tuple:
 def _signature(cls: str) -> tuple:
     """What the chosen model depends on: the named paths and each candidate file's state."""
     named = os.environ.get(MODEL_ENV, "")
-    return (cls, named) + tuple(_stamp(f) for f in _candidate_files(cls, named, os.environ.get("HOME", "")))
+    home = os.environ.get("HOME", "") if "~" in named else ""   # only a "~" in the paths reads $HOME
+    return (cls, named) + tuple(_stamp(f) for f in _candidate_files(cls, named, home))
 
 
 @functools.lru_cache(maxsize=64)
@@ -175,34 +176,37 @@ def _predict(model, feats, dev, cells, analytic):
 def rescore(feats, dev, pending) -> list:
     """Costs for the planner: ``pending`` is [(kernel name, params, analytic Cost)];
     returns [(Cost, source)] in the same order, learned where the model knows the kernel."""
+    return [(cost if why is None else Cost(prepare_s, run_s, why), source)
+            for (_, _, cost), (prepare_s, run_s, why, source) in zip(pending, rescored(feats, dev, pending))]
+
+
+def rescored(feats, dev, pending) -> list:
+    """:func:`rescore` as the planner reads it: [(prepare seconds, run seconds, why, source)], why
+    None where the analytic Cost stands as it is (no Cost made for a candidate: a plan builds its
+    Candidates from these)."""
     model = model_for(feats.backend, dev)
-    out = [(cost, "analytic") for _, _, cost in pending]
-    if model is None:
-        return out
     # costs calibrated by an online timing on this device (TSM2 and cuBLAS for tsgemm) stay
-    known = model.known_kernels()
+    known = model.known_kernels() if model is not None else ()
     idx = [i for i, (name, _, cost) in enumerate(pending)
            if name in known and not getattr(cost, "calibrated", False)]
-    if not idx:
-        return out
-    got = _predict(model, feats, dev, [pending[i][:2] for i in idx], [pending[i][2] for i in idx])
+    got = _predict(model, feats, dev, [pending[i][:2] for i in idx], [pending[i][2] for i in idx]) if idx else None
     if got is None:
-        return out
+        return [(cost.prepare_s, cost.run_s, None, "analytic") for _, _, cost in pending]
     outside, pred = got
     if outside:  # trees do not extrapolate: past the training range the analytic models decide
-        return [(Cost(cost.prepare_s, cost.run_s,
-                      f"{cost.why} (analytic: {', '.join(outside)} outside the training range of "
-                      f"{model.describe()})"), "analytic") for _, _, cost in pending]
-    about = model.describe()
-    for i, (run_s, prep_s) in zip(idx, pred.tolist()):
-        analytic = pending[i][2]
-        why = (f"{about}: predicts run {run_s * 1e3:.4f} ms, prepare {prep_s * 1e3:.4f} ms "
-               f"(analytic model: run {analytic.run_s * 1e3:.4f} ms; {analytic.why})")
-        out[i] = (Cost(prep_s, run_s, why), "learned")
-    for i, (name, _, cost) in enumerate(pending):
-        if out[i][1] == "analytic" and not getattr(cost, "calibrated", False):
-            out[i] = (Cost(cost.prepare_s, cost.run_s,
-                           f"{cost.why} (analytic: {name} is not in {model.describe()})"), "analytic")
+        return [(cost.prepare_s, cost.run_s,
+                 f"{cost.why} (analytic: {', '.join(outside)} outside the training range of "
+                 f"{model.describe()})", "analytic") for _, _, cost in pending]
+    about, rows, out = model.describe(), iter(pred.tolist()), []
+    for name, _, cost in pending:   # the rows of pred are idx's candidates, in order
+        if getattr(cost, "calibrated", False):
+            out.append((cost.prepare_s, cost.run_s, None, "analytic"))
+        elif name in known:
+            run_s, prep_s = next(rows)
+            out.append((prep_s, run_s, f"{about}: predicts run {run_s * 1e3:.4f} ms, prepare {prep_s * 1e3:.4f} ms "
+                                       f"(analytic model: run {cost.run_s * 1e3:.4f} ms; {cost.why})", "learned"))
+        else:
+            out.append((cost.prepare_s, cost.run_s, f"{cost.why} (analytic: {name} is not in {about})", "analytic"))
     return out
 
 
@@ -212,7 +216,7 @@ def clear_cache() -> None:
     learned_fingerprint.clear()
 
 
-__all__ = ["CostModel", "Query", "FeatureSchema", "save", "load_file", "find", "model_for", "rescore",
+__all__ = ["CostModel", "Query", "FeatureSchema", "save", "load_file", "find", "model_for", "rescore", "rescored",
            "device_class", "named_models", "user_model_dir", "clear_cache", "ModelLoadError", "ModelWarning",
            "StaleModelWarning", "FEATURE_SCHEMA_VERSION", "PACKAGE_DIR", "MODEL_ENV", "MODEL_DIR_ENV",
            "COST_MODEL_ENV"]

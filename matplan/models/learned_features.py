@@ -69,28 +69,41 @@ def _device_part(dev, dtype: str, index_dtype: str) -> tuple:
     return got[1]
 
 
-def base_features(f, dev) -> dict:
-    """Numeric features of the problem and the device (the same for every candidate)."""
+#: The base features' names, in the order of :func:`base_values` (and of a fitted schema's columns).
+BASE_COLUMNS = tuple(name for name, _ in _OP_COLUMNS) + (
+    "itemsize", "index_size", "log2_m", "log2_n", "log2_k", "log2_nnz", "log10_density",
+    "row_mean", "row_std", "row_cv", "log2_row_max", "row_min", "empty_frac",
+    "T", "log2_warp_before", "log2_warp_after", "warp_ratio", "log2_nnz_b", "log2_products",
+    "log2_rowct_mean", "log2_rowct_max", "log_rowct_var_over_mean", "log2_compression", "col_spread",
+    "layout_F", "k_over_t2", "log2_bandwidth", "sms", "log2_peak_flops") + _RBS_COLUMNS
+
+
+def base_values(f, dev) -> list:
+    """The values of :data:`BASE_COLUMNS` for the problem and the device, in that order (a plan
+    reads them as a list: no dict to build)."""
     itemsize, index_size, t2, log2_bandwidth, log2_peak_flops = _device_part(dev, f.dtype, f.index_dtype)
     groups = list(f.rbs_groups) + [0] * (6 - len(f.rbs_groups))
     m = max(f.m, 1)
-    out = {name: float(f.op == op) for name, op in _OP_COLUMNS}
-    out.update(
-        itemsize=itemsize, index_size=index_size,
-        log2_m=_l2(f.m), log2_n=_l2(f.n), log2_k=_l2(f.k), log2_nnz=_l2(f.nnz),
-        log10_density=math.log10(f.density + 1e-12),
-        row_mean=f.row_mean, row_std=f.row_std, row_cv=f.row_std / f.row_mean if f.row_mean else 0.0,
-        log2_row_max=_l2(f.row_max), row_min=f.row_min, empty_frac=f.empty_rows / m,
-        T=f.T, log2_warp_before=_l2(f.warp_len_before), log2_warp_after=_l2(f.warp_len_after),
-        warp_ratio=f.warp_ratio, log2_nnz_b=_l2(f.nnz_b), log2_products=_l2(f.products),
-        log2_rowct_mean=_l2(f.rowct_mean), log2_rowct_max=_l2(f.rowct_max),
-        log_rowct_var_over_mean=math.log1p(f.rowct_var_over_mean), log2_compression=_l2(f.compression),
-        col_spread=f.col_spread,
-        layout_F=float(f.layout == "F"), k_over_t2=f.k / t2 if t2 > 0 else 0.0,
-        log2_bandwidth=log2_bandwidth, sms=dev.sms, log2_peak_flops=log2_peak_flops,
-    )
-    out.update({name: g / m for name, g in zip(_RBS_COLUMNS, groups[:6])})
-    return out
+    op, l2 = f.op, math.log2   # _l2 inline: l2(float(x) + 1.0), one call fewer a feature
+    return [*[float(op == o) for o in OPS],
+            itemsize, index_size, l2(float(f.m) + 1.0), l2(float(f.n) + 1.0), l2(float(f.k) + 1.0),
+            l2(float(f.nnz) + 1.0), math.log10(f.density + 1e-12),
+            f.row_mean, f.row_std, f.row_std / f.row_mean if f.row_mean else 0.0,
+            l2(float(f.row_max) + 1.0), f.row_min, f.empty_rows / m,
+            f.T, l2(float(f.warp_len_before) + 1.0), l2(float(f.warp_len_after) + 1.0), f.warp_ratio,
+            l2(float(f.nnz_b) + 1.0), l2(float(f.products) + 1.0), l2(float(f.rowct_mean) + 1.0),
+            l2(float(f.rowct_max) + 1.0), math.log1p(f.rowct_var_over_mean), l2(float(f.compression) + 1.0),
+            f.col_spread, float(f.layout == "F"), f.k / t2 if t2 > 0 else 0.0,
+            log2_bandwidth, dev.sms, log2_peak_flops] + [g / m for g in groups[:6]]
+
+
+#: Each base feature's place in :data:`BASE_COLUMNS`.
+_BASE_AT = {name: i for i, name in enumerate(BASE_COLUMNS)}
+
+
+def base_features(f, dev) -> dict:
+    """Numeric features of the problem and the device (the same for every candidate), by name."""
+    return dict(zip(BASE_COLUMNS, base_values(f, dev)))
 
 
 def _param_items(kernel: str, params: dict):
@@ -113,8 +126,11 @@ def _analytic(q: Query) -> Cost:
 
 
 def log_floor(x) -> np.ndarray:
-    """log of seconds, floored at TIME_FLOOR_S."""
-    return np.log(np.maximum(np.asarray(x, dtype=np.float64), TIME_FLOOR_S))
+    """log of seconds, floored at TIME_FLOOR_S (a new array: ``x`` is copied, then worked in place)."""
+    out = np.array(x, dtype=np.float64)
+    np.maximum(out, TIME_FLOOR_S, out=out)
+    np.log(out, out=out)
+    return out if out.ndim else out[()]   # a scalar for a scalar, as the ufuncs give
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +166,11 @@ class FeatureSchema:
         positions of the base features' names and each (kernel, params)'s (positions, values)."""
         return {}
 
+    @functools.cached_property
+    def _base_positions(self) -> np.ndarray:
+        """The positions of :data:`BASE_COLUMNS` (KeyError naming one the schema lacks)."""
+        return self._base_cols(BASE_COLUMNS)
+
     def _base_cols(self, names: tuple) -> np.ndarray:
         kept = self._kept
         got = kept.get(names)
@@ -177,17 +198,17 @@ class FeatureSchema:
         return got
 
     def base_row(self, features, device) -> tuple:
-        """(positions, values, {name: value}) of one problem's base features: what
-        :meth:`transform` writes in each of its candidates' rows."""
-        base = base_features(features, device)
-        return self._base_cols(tuple(base)), np.fromiter(base.values(), np.float64, len(base)), base
+        """(positions, values as an array, values as a list) of one problem's base features, in
+        :data:`BASE_COLUMNS` order: what :meth:`transform` writes in each of its candidates' rows."""
+        values = base_values(features, device)
+        return self._base_positions, np.fromiter(values, np.float64, len(values)), values
 
-    def outside_base(self, base: dict) -> list:
-        """:meth:`outside` of a row whose base features are ``base`` (the range-checked features
-        are base features: the same test on the same values, without the row)."""
+    def outside_base(self, values: list) -> list:
+        """:meth:`outside` of a row whose base features are ``values`` (:meth:`base_row`'s list;
+        the range-checked features are base features: the same test on the same values)."""
         out = []
         for c, (lo, hi) in self.ranges.items():
-            v = float(base[c])
+            v = float(values[_BASE_AT[c]])
             if v < lo - 1e-9 or v > hi + 1e-9:
                 out.append(c)
         return out
@@ -260,5 +281,5 @@ class FeatureSchema:
         return cls(tuple(columns), tuple(kernels), {c: (float(lo), float(hi)) for c, (lo, hi) in ranges.items()})
 
 
-__all__ = ["Query", "FeatureSchema", "base_features", "log_floor", "FEATURE_SCHEMA_VERSION", "TIME_FLOOR_S",
-           "OPS", "RANGE_CHECKED"]
+__all__ = ["Query", "FeatureSchema", "base_features", "base_values", "BASE_COLUMNS", "log_floor",
+           "FEATURE_SCHEMA_VERSION", "TIME_FLOOR_S", "OPS", "RANGE_CHECKED"]

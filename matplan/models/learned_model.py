@@ -172,9 +172,10 @@ class CostModel:
             return outside, None if outside else np.zeros((0, 2))
         tpl = _template(self, compiled, base_cols, cells)
         n = len(cells)
-        logs = None
+        logs = times = None
         if tpl.analytic is not None:   # run times, then prepare times: the columns transform fills, in one call
-            logs = log_floor([a.run_s for a in analytic] + [a.prepare_s for a in analytic])
+            times = [a.run_s for a in analytic] + [a.prepare_s for a in analytic]
+            logs = log_floor(times)
         if tpl.tmask is None:      # no leaf masks (trees past 64 leaves): the rows as transform makes them
             Z = tpl.X.copy()
             Z[:, base_cols] = values
@@ -183,21 +184,32 @@ class CostModel:
             return outside, self.predict_z(Z)
         stack, nb = compiled[1], len(tpl.take)
         timed = [logs] if len(tpl.timed) == 2 else [logs[t * n:(t + 1) * n] for t in tpl.timed]
-        looked = stack.table[stack.rows_of(tpl.lookup, np.concatenate([values[tpl.take], *timed]))]
-        masks = tpl.tmask & np.bitwise_and.reduce(looked[:nb], axis=0) if nb else tpl.tmask.copy()
-        for i in range(len(tpl.timed)):   # each candidate's own analytic times
-            masks &= looked[nb + i * n: nb + (i + 1) * n]
+        # a NaN (missing value) among the base features or analytic times makes their sum NaN (as do
+        # infinities of both signs, which only costs the NaN test): only then are NaN rows looked for
+        total = sum(base) + (sum(times) if times is not None else 0.0)
+        missing = total != total
+        rows = stack.rows_of(tpl.lookup, np.concatenate([values[tpl.take], *timed]), missing)
+        shared = rows[:nb]
+        shared = shared[stack.partial[shared]]   # the base features' rows that rule out a leaf
+        masks = tpl.tmask & np.bitwise_and.reduce(stack.table[shared], axis=0) if len(shared) else tpl.tmask.copy()
+        if tpl.timed:   # each candidate's own analytic times
+            looked = stack.table[rows[nb:]]
+            for i in range(len(tpl.timed)):
+                masks &= looked[i * n: (i + 1) * n]
         P = stack.from_masks(masks)
         if P.shape[1] == 2:
             T = P
         else:     # every row is the problem's op: its pair where it has one (as predict_z routes)
-            onehot = [float(base[f"op_{op}"]) for op in OPS]
+            onehot = base[:len(OPS)]   # BASE_COLUMNS opens with the op_* columns, in OPS order
             key = int(compiled[2][onehot.index(max(onehot))]) if max(onehot) == 1.0 else 0
             T = P[:, 2 * key: 2 * key + 2]
         if compiled[4] is not None:
             T = T + logs.reshape(2, n).T
-        out = np.exp(T)
-        out[tpl.fixed_rows, 1] = tpl.fixed_s
+            out = np.exp(T, out=T)    # T is new here: the same numbers, no second array
+        else:
+            out = np.exp(T)
+        if len(tpl.fixed_rows):
+            out[tpl.fixed_rows, 1] = tpl.fixed_s
         return outside, out
 
     def _targets(self, Z, y):

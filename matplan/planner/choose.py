@@ -3,8 +3,6 @@ where one is installed for the device class), the cheapest picked with stable ti
 the reasons a plan gives, the papers' rules among them."""
 from __future__ import annotations
 
-import dataclasses
-
 from ..core.types import Candidate
 from ..kernels import kernels_for
 from ..models import learned
@@ -48,12 +46,15 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
         for params in kernel.candidates(feats, dev):
             pending.append((kernel.name, dict(params), kernel.cost(feats, params, dev)))
     # The learned model for this device class, where one is installed, replaces the analytic costs.
-    for (name, params, _), (cost, source) in zip(pending, learned.rescore(feats, dev, pending)):
-        extra_s, extra_why = extras.get(name, (0.0, ""))
-        if extra_s:
-            cost = dataclasses.replace(cost, run_s=cost.run_s + extra_s,
-                                       why=f"{cost.why}; +{extra_s * 1e6:.0f} us per call: {extra_why}")
-        scored.append(Candidate(name, params, cost.prepare_s, cost.run_s, cost.total(reuse), source, cost.why))
+    per = max(reuse, 1)   # the prepare cost's share of an application, as Cost.total takes it
+    for (name, params, cost), (prepare_s, run_s, why, source) in zip(pending, learned.rescored(feats, dev, pending)):
+        if why is None:
+            why = cost.why
+        if extras:
+            extra_s, extra_why = extras.get(name, (0.0, ""))
+            if extra_s:
+                run_s, why = run_s + extra_s, f"{why}; +{extra_s * 1e6:.0f} us per call: {extra_why}"
+        scored.append(Candidate(name, params, prepare_s, run_s, prepare_s / per + run_s, source, why))
     return _ranked(scored), rejected
 
 
@@ -77,19 +78,21 @@ def pick(scored):
     """The cheapest candidate, ties (within TIE_MARGIN) broken by name for stable plans."""
     limit = scored[0].total_s * (1 + TIE_MARGIN)
     tied = [c for c in scored if c.total_s <= limit]
-    return min(tied, key=lambda c: (c.kernel, _param_key(c.params)))
+    first = min([c.kernel for c in tied])   # by name, then params: a params key only where names tie
+    same = [c for c in tied if c.kernel == first]
+    return same[0] if len(same) == 1 else min(same, key=lambda c: _param_key(c.params))
 
 
 def explain(f, best, scored, reuse, deterministic):
-    reasons = [_describe(f), *_rules(f), f"{best.label()}: {best.why}" if best.why else best.label()]
-    others = [c for c in scored if c is not best]
-    if others:
-        nxt = others[0]
+    label = best.label()
+    reasons = [_describe(f), *_rules(f), f"{label}: {best.why}" if best.why else label]
+    nxt = next((c for c in scored if c is not best), None)
+    if nxt is not None:
         reasons.append(f"next best {nxt.label()} is {_how(nxt)} {nxt.total_s / best.total_s:.2f}x "
                        f"the chosen cost ({nxt.total_s * 1e3:.4f} vs {best.total_s * 1e3:.4f} ms)")
-    vendor = [c for c in scored if c.kernel.endswith((".cusparse", ".cublas")) and c is not best]
-    if vendor:
-        reasons.append(f"vendor path {vendor[0].label()} {_how(vendor[0])} {vendor[0].total_s / best.total_s:.2f}x "
+    vendor = next((c for c in scored if c.kernel.endswith((".cusparse", ".cublas")) and c is not best), None)
+    if vendor is not None:
+        reasons.append(f"vendor path {vendor.label()} {_how(vendor)} {vendor.total_s / best.total_s:.2f}x "
                        "the chosen cost")
     if reuse > 1 and best.prepare_s > 0:
         reasons.append(f"format conversion ({best.prepare_s * 1e3:.3f} ms) amortised over reuse={reuse}")
