@@ -27,11 +27,28 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
     (``source='learned'``, its name and validation error in ``why``), else from
     the kernels' analytic models; ``per_call`` (see ``plan``) adds to their run cost.
     """
-    scored, rejected, pending, extras = [], [], [], {}
+    pending, rejected, extras = admissible(feats, dev, deterministic, only, per_call)
+    scored = []
+    # The learned model for this device class, where one is installed, replaces the analytic costs.
+    per = max(reuse, 1)   # the prepare cost's share of an application, as Cost.total takes it
+    for (name, params, cost), (prepare_s, run_s, why, source) in zip(pending, learned.rescored(feats, dev, pending)):
+        if why is None:
+            why = cost.why
+        if extras:
+            extra_s, extra_why = extras.get(name, (0.0, ""))
+            if extra_s:
+                run_s, why = run_s + extra_s, f"{why}; +{extra_s * 1e6:.0f} us per call: {extra_why}"
+        scored.append(Candidate(name, params, prepare_s, run_s, prepare_s / per + run_s, source, why))
+    return _ranked(scored), rejected
+
+
+def admissible(feats, dev, deterministic, only=None, per_call=None) -> tuple:
+    """([(kernel name, params, analytic Cost)] of every admissible candidate, [rejected
+    Candidates with their reason], {kernel name: per_call's (seconds, why)})."""
+    rejected, pending, extras = [], [], {}
     for kernel in kernels_for(feats.op, feats.backend):
         if only is not None and kernel.name not in only:
             continue
-        reason = None
         if not kernel.available():
             reason = "not available in this process (CuPy/GPU missing)"
         elif deterministic and not kernel.deterministic:
@@ -45,17 +62,7 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
             extras[kernel.name] = per_call(kernel, feats, dev)
         for params in kernel.candidates(feats, dev):
             pending.append((kernel.name, dict(params), kernel.cost(feats, params, dev)))
-    # The learned model for this device class, where one is installed, replaces the analytic costs.
-    per = max(reuse, 1)   # the prepare cost's share of an application, as Cost.total takes it
-    for (name, params, cost), (prepare_s, run_s, why, source) in zip(pending, learned.rescored(feats, dev, pending)):
-        if why is None:
-            why = cost.why
-        if extras:
-            extra_s, extra_why = extras.get(name, (0.0, ""))
-            if extra_s:
-                run_s, why = run_s + extra_s, f"{why}; +{extra_s * 1e6:.0f} us per call: {extra_why}"
-        scored.append(Candidate(name, params, prepare_s, run_s, prepare_s / per + run_s, source, why))
-    return _ranked(scored), rejected
+    return pending, rejected, extras
 
 
 def _ranked(scored) -> list:

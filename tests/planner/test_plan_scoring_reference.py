@@ -87,20 +87,8 @@ def reference_rescore(feats, dev, pending):
 def reference_score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None):
     """choose.score_candidates as it was: the rescored Costs (per_call's through dataclasses.replace)
     made Candidates by Cost.total."""
-    scored, rejected, pending, extras = [], [], [], {}
-    for kernel in kernels_for(feats.op, feats.backend):
-        if only is not None and kernel.name not in only:
-            continue
-        reason = ("not available in this process (CuPy/GPU missing)" if not kernel.available() else
-                  "not bitwise reproducible (deterministic=True)" if deterministic and not kernel.deterministic
-                  else kernel.supports(feats))
-        if reason:
-            rejected.append(Candidate(kernel.name, {}, 0.0, 0.0, float("inf"), "rejected", reason))
-            continue
-        if per_call is not None:
-            extras[kernel.name] = per_call(kernel, feats, dev)
-        for params in kernel.candidates(feats, dev):
-            pending.append((kernel.name, dict(params), kernel.cost(feats, params, dev)))
+    pending, rejected, extras = choose.admissible(feats, dev, deterministic, only, per_call)   # unchanged part
+    scored = []
     for (name, params, _), (cost, source) in zip(pending, reference_rescore(feats, dev, pending)):
         extra_s, extra_why = extras.get(name, (0.0, ""))
         if extra_s:
