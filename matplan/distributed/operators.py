@@ -105,6 +105,7 @@ class DistributedOperator:
                 self.matrix.refresh_workers()
         if fallback is not None:
             out = self._tasks_host(X_h, timer)
+            self.matrix.refresh_workers()   # where the tasks left its blocks, for the next call
         timer.lap("run_s")
         results = [out[i] for i in range(len(self.matrix))]
         shape = (self.shape[0],) + X_h.shape[1:]
@@ -278,6 +279,7 @@ class SpmmCall:
                 self.op.matrix.refresh_workers()
         if fallback is not None:
             futures, infos = self.run(range(n))
+            self.op.matrix.refresh_workers()   # where the tasks left its blocks, for the next call
         timer.lap("run_s")
         for live in self._gathered.values():   # X assembled on the workers is not needed after the call
             live.release()

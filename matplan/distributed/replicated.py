@@ -69,10 +69,9 @@ class Replicated:
         self.token = self._operand.token
         self.nbytes = self._operand.nbytes
         self._keys = []   # every key it was scattered under: runners that pinned it let go on release
+        self._pin = pin_copies   # for the runners' calls; a call through tasks only has Dask move it where needed
         self._live = Live(self._scatter)
-        future = self._live.get()
-        if pin_copies:   # for the runners' calls; a call through tasks only has Dask move it where needed
-            pin(self.client, future.key)
+        self._live.get()
         self._finalizer = weakref.finalize(self, unpin, self.client, self._keys)
         self._finalizer.atexit = False
         if not keep_source:
@@ -84,6 +83,8 @@ class Replicated:
                                           "worker that held it; replicate it again")
         f = self.client.scatter(self._operand, broadcast=True, hash=False)
         self._keys.append(f.key)
+        if self._pin:   # every scatter, a lost operand's new key too: else the memory manager drops its copies
+            pin(self.client, f.key)
         return f
 
     def future(self):

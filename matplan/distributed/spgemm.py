@@ -248,5 +248,7 @@ def run_blocks(call: SpgemmCall, path: str) -> tuple:
     try:
         return call.run_runners(), None
     except Fallback as e:
-        call.A.refresh_workers()   # a block Dask moved is found there by the next call
-        return call.run(range(len(call.A))), str(e)
+        call.A.refresh_workers()   # a block Dask moved is found there by the tasks
+        done = call.run(range(len(call.A)))
+        call.A.refresh_workers()   # and where the tasks left it by the next call
+        return done, str(e)

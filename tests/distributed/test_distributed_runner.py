@@ -64,7 +64,7 @@ def test_spgemm_on_the_runners(client, rng, dtype):
     D = random_csr(rng, 150, 90, 0.05)
     Dr = md.replicate(D, client=client)
     C3 = md.spgemm(C2, Dr)                                    # held blocks as A: found in the runners
-    assert C3.timings["path"] == "runner"
+    assert C3.timings["path"] == "runner", C3.timings["fallback"]
     _same(C3.to_scipy(), ref @ D, 1e-4 if dtype == np.float32 else 1e-12)
     C4 = md.spgemm(C2, Dr, path="tasks")                      # held blocks as a task's input
     assert C4.timings["path"] == "tasks" and C4.timings["fallback"] == "path='tasks'"
@@ -218,8 +218,12 @@ def test_worker_killed_between_steady_calls(cluster, rng):
     _same(C2.to_scipy(), A @ B)
     Y2 = md.spmm(Sd, Y1)                                      # X's blocks on the dead worker: recomputed
     np.testing.assert_allclose(Y2.gather(), S @ (S @ X), rtol=1e-12)
-    C3 = md.spgemm(Ad, Br)                                    # runners again, on the workers left
-    assert C3.timings["path"] == "runner"
+    C3 = md.spgemm(Ad, Br)                                    # runners again, on the workers left ...
+    if C3.timings["path"] == "tasks":   # ... unless Dask's memory manager dropped the copy of a block
+        assert "is not on" in C3.timings["fallback"], C3.timings["fallback"]   # the tasks left: said
+        _same(C3.to_scipy(), A @ B)
+        C3 = md.spgemm(Ad, Br)                                # found where the last call left it
+    assert C3.timings["path"] == "runner", C3.timings["fallback"]
     _same(C3.to_scipy(), A @ B)
     _same(C1.to_scipy(), A @ B)                               # made before: its lost held block recomputed
     np.testing.assert_allclose(Y1.gather(), S @ X, rtol=1e-12)
