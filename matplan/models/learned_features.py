@@ -206,12 +206,7 @@ class FeatureSchema:
     def outside_base(self, values: list) -> list:
         """:meth:`outside` of a row whose base features are ``values`` (:meth:`base_row`'s list;
         the range-checked features are base features: the same test on the same values)."""
-        out = []
-        for c, (lo, hi) in self.ranges.items():
-            v = float(values[_BASE_AT[c]])
-            if v < lo - 1e-9 or v > hi + 1e-9:
-                out.append(c)
-        return out
+        return self._outside(lambda c: float(values[_BASE_AT[c]]))
 
     def candidate_rows(self, cells) -> np.ndarray:
         """(len(cells), columns) of [(kernel, params)]: each candidate's own cells as :meth:`transform`
@@ -245,9 +240,13 @@ class FeatureSchema:
 
     def outside(self, row: np.ndarray) -> list:
         """Range-checked features of one transformed row that lie outside the training range."""
+        return self._outside(lambda c: row[self._index[c]])
+
+    def _outside(self, value_of) -> list:
+        """Range-checked features whose value (``value_of(name)``) lies outside the training range."""
         out = []
         for c, (lo, hi) in self.ranges.items():
-            v = row[self._index[c]]
+            v = value_of(c)
             if v < lo - 1e-9 or v > hi + 1e-9:
                 out.append(c)
         return out

@@ -127,22 +127,8 @@ def _ceil(x: float) -> float:
     return float(math.ceil(x)) if math.isfinite(x) else x
 
 
-_SIZES: dict = {}
-
-
 def _sizes(f):
-    """(value bytes, index bytes) of f's dtypes, looked up once per pair (every cost asks)."""
-    got = _SIZES.get((f.dtype, f.index_dtype))
-    if got is None:
-        if len(_SIZES) >= 64:
-            _SIZES.clear()
-        got = _SIZES[(f.dtype, f.index_dtype)] = (traffic.itemsize(f), traffic.index_size(f))
-    return got
-
-
-def _dense_bytes(f, v) -> int:
-    """traffic.dense_bytes(f) for value bytes ``v`` (the same product, without looking v up again)."""
-    return (f.n + f.m) * f.k * v
+    return traffic.itemsize(f), traffic.index_size(f)
 
 
 def run_s(kernel: str, nbytes, device, launches=1, straggler_iters=0.0, threads=0.0) -> float:
@@ -162,7 +148,7 @@ def csr_scalar(f, device) -> Cost:
     """A thread per row: a warp runs as long as its longest row, loads do not coalesce."""
     v, i = _sizes(f)
     slots = f.warp_len_before * f.m
-    nbytes = slots * (v + i) * f.k + (f.m + 1) * i + _dense_bytes(f, v)
+    nbytes = slots * (v + i) * f.k + (f.m + 1) * i + traffic.dense_bytes(f)
     trips = _ceil(f.row_max / UNROLL)
     return Cost(0.0, np.float64(run_s("spmv.csr_scalar", nbytes, device, 1, trips, f.m * f.k)),
                 f"thread per row: warps run {f.warp_len_before:.2f} iterations on average "
@@ -174,7 +160,7 @@ def csr_vector(f, w: int, device) -> Cost:
     """``w`` lanes a row, launched once for each of the k columns."""
     v, i = _sizes(f)
     lane_slots = f.m * w * max(1.0, _ceil(f.row_mean / w))
-    nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + _dense_bytes(f, v)
+    nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + traffic.dense_bytes(f)
     trips = _ceil(f.row_max / (UNROLL * w))
     return Cost(0.0, np.float64(run_s("spmv.csr_vector", nbytes, device, 1, trips, f.m * w * f.k)),
                 f"{w} lanes per row (mean row {f.row_mean:.1f}) for each of {f.k} column(s): lanes busy "
@@ -187,7 +173,7 @@ def csr_spmm(f, kk: int, s: int, device) -> Cost:
     v, i = _sizes(f)
     chunks = -(-f.k // kk)
     trips = int(_ceil(f.row_max / (SPMM_PER_TRIP * s))) * chunks   # the longest row's lone group
-    nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + _dense_bytes(f, v)
+    nbytes = f.nnz * (v + i) * chunks + (f.m + 1) * i + traffic.dense_bytes(f)
     return Cost(0.0, run_s("spmv.csr_spmm", nbytes, device, 1, trips, f.m * kk * s),
                 f"{kk} column lanes x {s} slots per row: A read {chunks}x for k={f.k} (once per "
                 f"column in the row kernels), X rows read {min(kk, f.k) * v} B at a time; longest row "
@@ -198,7 +184,7 @@ def csr_split(f, w: int, limit: int, chunk: int, device) -> Cost:
     """CSR vector of ``w`` lanes up to ``limit`` nonzeros a row; longer rows in blocks of ``chunk``."""
     v, i = _sizes(f)
     trips = _ceil(min(f.row_max, limit) / (UNROLL * w))
-    nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + _dense_bytes(f, v)
+    nbytes = f.nnz * (v + i) * f.k + 2 * f.m * i + traffic.dense_bytes(f)
     return Cost(convert_s(f.m * 8, 6, device),
                 np.float64(run_s("spmv.csr_split", nbytes, device, 1, trips, f.m * w * f.k)),
                 f"{w} lanes per row up to {limit} nonzeros, longer rows in blocks of "
@@ -212,7 +198,7 @@ def csr_merge(f, tiles: float, passes: int, tile_shape: str, device) -> Cost:
     nbytes = (f.nnz * (v + i) * passes + (f.m + 1) * i
               + 2 * tiles * (v * f.k + 24))                 # carries and their fix-up records
     run = (MERGE_FIXED_S + run_s("spmv.csr_merge", nbytes, device, 0) + tiles * f.k * MERGE_TILE_S
-           + _dense_bytes(f, v) / (device.mem_bandwidth * MERGE_DENSE_EFFICIENCY))
+           + traffic.dense_bytes(f) / (device.mem_bandwidth * MERGE_DENSE_EFFICIENCY))
     return Cost(convert_s(f.m * 16 + tiles * 40, 8, device), run,
                 f"merge path: {f.m + f.nnz:,} row ends + nonzeros in {int(_ceil(tiles)):,} tiles of "
                 f"{tile_shape} items, no straggler (longest row {f.row_max}), "
@@ -233,7 +219,7 @@ def ellr(f, sort: bool, padded_slots: int, device) -> Cost:
     """ELL-R (rows sorted by length when ``sort``), ``padded_slots`` stored."""
     v, i = _sizes(f)
     wl = f.warp_len_after if sort else f.warp_len_before
-    nbytes = wl * f.m * (v + i) * f.k + f.m * (4 + (i if sort else 0)) + _dense_bytes(f, v)
+    nbytes = wl * f.m * (v + i) * f.k + f.m * (4 + (i if sort else 0)) + traffic.dense_bytes(f)
     conv = convert_s(padded_slots * (v + i) + f.nnz * (2 * (v + i) + 32), 25 if sort else 15, device)
     return Cost(conv, run_s("spmv.ellr", nbytes, device, 1, f.row_max, f.m),
                 f"{ellr_rule_text(f, sort)}; {wl * f.m / max(f.nnz, 1):.2f}x the nonzeros as "
@@ -254,7 +240,7 @@ def blocked_layout(f, T: int, long_factor: int) -> tuple:
 def _blocked(kernel, f, T, long_factor, device, per_row_bytes, launches, extra_why) -> Cost:
     v, i = _sizes(f)
     slots, rows, longest = blocked_layout(f, T, long_factor)
-    nbytes = slots * (v + i) * f.k + rows * per_row_bytes + _dense_bytes(f, v)
+    nbytes = slots * (v + i) * f.k + rows * per_row_bytes + traffic.dense_bytes(f)
     conv = convert_s(slots * (v + i) + f.nnz * (2 * (v + i) + 64), 60, device)
     width = (f"T=round(mu+sigma)={f.T}" if T == f.T
              else f"width capped at {T} (T=round(mu+sigma)={f.T})")
