@@ -284,7 +284,9 @@ class Launcher:
         ptrs = (ctypes.c_void_p * len(self._offsets))(*[base + off for off in self._offsets])
         return params, ctypes.addressof(ptrs), ptrs
 
-    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+    def __call__(self, grid, block, args, shared_mem: int = 0, cooperative: bool = False) -> None:
+        """Launch on the current stream; ``cooperative``: every block resident at once
+        (cuLaunchCooperativeKernel, for kernels with grid barriers; never recorded for a graph)."""
         if len(args) != len(self.signature):
             raise TypeError(f"kernel of signature {self.signature!r}: {len(self.signature)} arguments, got {len(args)}")
         launch, current_stream, nd = _launch_api()
@@ -298,6 +300,12 @@ class Launcher:
         ptrs = self.pack(values)
         grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
         log = getattr(_RECORD, "log", None)
+        if cooperative:
+            if log is not None:
+                raise RuntimeError("a cooperative launch cannot be recorded for a CUDA graph")
+            cupy_module().cuda.driver.launchCooperativeKernel(self.ptr, *grid, *block, int(shared_mem),
+                                                             current_stream().ptr, ptrs)
+            return
         if log is not None:   # recording (:func:`recording`): kept for a graph, not launched
             log.append(("launch", self, grid, block, int(shared_mem), values))
             return

@@ -13,12 +13,13 @@
 // Phases (mode bits, ST_*), with grid barriers between them (the launch is cooperative when mode
 // has ST_ROWS or ST_GEMM):
 //  0  A's rows: indptr's first and last entries, rows falling, length min / max / empty rows,
-//     the warp lengths in row order, a histogram of lengths (longer rows listed), the squared
-//     deviations' sum; A's columns: any outside [0, n) (unsigned, as check_csr views them),
-//     SpTRANS's longest column; the column-spread samples; SpGEMM: B's rows and columns checked,
-//     the products of each row of A (warp tiles of nonzeros, int64 atomics: exact in any order).
-//  1  the column spread's sum; the warp lengths after sorting (the histogram's suffix counts and
-//     the listed rows' ranks); SpGEMM: products' total, min, max, RBSparse groups, segment sums.
+//     the warp lengths in row order, a histogram of lengths (longer rows listed); A's columns:
+//     any outside [0, n) (unsigned, as check_csr views them), SpTRANS's longest column; the
+//     column-spread samples; SpGEMM: B's rows and columns checked, the products of each row of A
+//     (warp tiles of nonzeros, int64 atomics: exact in any order).
+//  1  the row lengths' squared deviations' sum; the column spread's sum; the warp lengths after
+//     sorting (the histogram's suffix counts and the listed rows' ranks); SpGEMM: products'
+//     total, min, max, RBSparse groups, segment sums.
 //  2  SpGEMM: the products' squared deviations' sum; the drawn rows (quantiles of the products'
 //     running sum, compared as float64 as numpy.searchsorted does).
 //  3  SpGEMM: each drawn row's distinct columns among its examined products (a hash set a block).
@@ -167,44 +168,44 @@ struct Stored {
     __device__ double operator()(ll i) const { return __ldcg(v + i); }
 };
 
-// numpy's pairwise_sum of one leaf (n <= 128 values from lo)
+// numpy's pairwise_sum of one leaf (n <= 128 values from lo) by the 8 lanes of a group (j: this
+// lane's rank in it, mask: the group's lanes): lane j keeps numpy's accumulator r[j], so its loads
+// are independent and the chain one add a step; the result is valid in lane 0.
 template <class F>
-__device__ double leaf_sum(const F& f, ll lo, ll n) {
+__device__ double leaf_sum(const F& f, ll lo, ll n, int j, unsigned mask) {
     if (n < 8) {
         double r = -0.0;
-        for (ll i = 0; i < n; ++i) r = __dadd_rn(r, f(lo + i));
+        if (j == 0)
+            for (ll i = 0; i < n; ++i) r = __dadd_rn(r, f(lo + i));
         return r;
     }
-    double r0 = f(lo), r1 = f(lo + 1), r2 = f(lo + 2), r3 = f(lo + 3);
-    double r4 = f(lo + 4), r5 = f(lo + 5), r6 = f(lo + 6), r7 = f(lo + 7);
-    ll i = 8;
-    for (; i < n - (n % 8); i += 8) {
-        r0 = __dadd_rn(r0, f(lo + i));
-        r1 = __dadd_rn(r1, f(lo + i + 1));
-        r2 = __dadd_rn(r2, f(lo + i + 2));
-        r3 = __dadd_rn(r3, f(lo + i + 3));
-        r4 = __dadd_rn(r4, f(lo + i + 4));
-        r5 = __dadd_rn(r5, f(lo + i + 5));
-        r6 = __dadd_rn(r6, f(lo + i + 6));
-        r7 = __dadd_rn(r7, f(lo + i + 7));
-    }
-    double res = __dadd_rn(__dadd_rn(__dadd_rn(r0, r1), __dadd_rn(r2, r3)),
-                           __dadd_rn(__dadd_rn(r4, r5), __dadd_rn(r6, r7)));
-    for (; i < n; ++i) res = __dadd_rn(res, f(lo + i));
-    return res;
+    const ll body = n - (n % 8);
+    double r = f(lo + j);
+#pragma unroll 4
+    for (ll i = 8 + j; i < body; i += 8) r = __dadd_rn(r, f(lo + i));
+    // ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), as numpy combines them
+    r = __dadd_rn(r, __shfl_down_sync(mask, r, 1, 8));
+    r = __dadd_rn(r, __shfl_down_sync(mask, r, 2, 8));
+    r = __dadd_rn(r, __shfl_down_sync(mask, r, 4, 8));
+    if (j == 0)
+        for (ll i = body; i < n; ++i) r = __dadd_rn(r, f(lo + i));
+    return r;
 }
 
 #define ST_DEPTH 64
 
 // 0 + numpy's pairwise sum of f(0 .. N-1) into *result. A node of n > 128 values splits at
 // n2 = n / 2 rounded down to a multiple of 8, so leaves hold 64..128 values (N > 128) and at most
-// one starts in each window of 64 positions: the thread of window w descends to the leaf holding
-// the window's last position and owns it where it starts in the window. A node's value is kept in
-// slot[start / 64], its count of finished children in count[split / 64] (split points differ).
+// one starts in each window of 64 positions: the 8-lane group of window w descends to the leaf
+// holding the window's last position and owns it where it starts in the window. A node's value is
+// kept in slot[start / 64], its count of finished children in count[split / 64] (split points
+// differ). gstride is a multiple of 32, so a warp's groups are whole.
 template <class F>
 __device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double* result, ll gtid, ll gstride) {
     const ll windows = (N + 63) / 64;
-    for (ll w = gtid; w < windows; w += gstride) {
+    const int j = (int)(gtid & 7);
+    const unsigned mask = 0xffu << (threadIdx.x & 24);
+    for (ll w = gtid >> 3; w < windows; w += gstride >> 3) {   // the group's lanes share w
         const ll q = min(64 * w + 63, N - 1);
         ll lo = 0, len = N, plo[ST_DEPTH], psplit[ST_DEPTH];
         int depth = 0;
@@ -222,7 +223,8 @@ __device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double*
             }
         }
         if (lo < 64 * w) continue;   // the leaf started in an earlier window
-        double v = leaf_sum(f, lo, len);
+        double v = leaf_sum(f, lo, len, j, mask);
+        if (j != 0) continue;
         __stcg(slot + (lo >> 6), v);
         bool root = true;
         for (int d = depth - 1; d >= 0; --d) {
@@ -422,14 +424,16 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
                                      __ddiv_rn(__dadd_rn((double)r, 0.5), (double)m)));
         }
     }
-    if (rows && m > 0) {   // the row lengths' squared deviations from their mean
-        const RowDev f{a_ptr, a_wide_ptr, __ddiv_rn((double)(ptrm - ptr0), (double)m)};
-        pairwise_sum(f, m, slot_row, cnt_row, (double*)(out + O_ROW_SS), gtid, gstride);
-    }
     if (!(rows || gemm)) return;
     grid_sync(bar);
 
     // ---- phase 1 ---------------------------------------------------------------------------------
+    // both sums here (the row lengths' squared deviations need nothing of phase 0): their last
+    // leaves' climbs to the root, a chain of fenced atomics each, overlap
+    if (rows && m > 0) {
+        const RowDev f{a_ptr, a_wide_ptr, __ddiv_rn((double)(ptrm - ptr0), (double)m)};
+        pairwise_sum(f, m, slot_row, cnt_row, (double*)(out + O_ROW_SS), gtid, gstride);
+    }
     if (rows && nnz > 0 && n > 0)
         pairwise_sum(Stored{vals}, min(nnz, (ll)ST_SAMPLES), slot_spread, cnt_spread, (double*)(out + O_SPREAD),
                      gtid, gstride);

@@ -12,6 +12,7 @@ contiguous, malformed shapes), :func:`figures` returns None and those general pa
 """
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -75,26 +76,24 @@ def table_size(b_cols: int, b_nnz: int) -> int:
     return max(64, 1 << (2 * bound - 1).bit_length())
 
 
-def _takes(M, rows: int) -> bool:
-    """Whether the kernel reads CSR ``M`` as it is: CuPy int32 / int64 index arrays, 1-D and
-    C-contiguous, indptr of rows + 1 entries (anything else goes to the general paths, which
-    raise the structure check's errors)."""
-    cp = cupy_module()
+def _takes(M, rows: int, nd) -> bool:
+    """Whether the kernel reads CSR ``M`` as it is: CuPy (``nd``) int32 / int64 index arrays, 1-D
+    and C-contiguous, indptr of rows + 1 entries, both on one device (anything else goes to the
+    general paths, which raise the structure check's errors)."""
     ptr, idx = getattr(M, "indptr", None), getattr(M, "indices", None)
-    return (isinstance(ptr, cp.ndarray) and isinstance(idx, cp.ndarray) and ptr.ndim == 1 and idx.ndim == 1
+    return (isinstance(ptr, nd) and isinstance(idx, nd) and ptr.ndim == 1 and idx.ndim == 1
             and ptr.dtype in _WIDE and idx.dtype in _WIDE and ptr.shape[0] == rows + 1
-            and ptr.flags.c_contiguous and idx.flags.c_contiguous and ptr.device.id == idx.device.id)
+            and ptr.flags.c_contiguous and idx.flags.c_contiguous and ptr.data.device_id == idx.data.device_id)
 
 
 _WIDE = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
 
 
 class _Kernel:
-    """The compiled kernel of one device: its function, packed launcher and cooperative grid cap."""
+    """The compiled kernel of one device: its packed launcher and cooperative grid cap."""
 
     def __init__(self, device_id: int):
         fn = _cuda.function(SOURCE, NAMES[0], NAMES)
-        self.function = _cuda.driver_function(fn)
         self.launch = _cuda.packed(fn, SOURCE, NAMES[0])
         self.sms = _cuda.device_attribute("MultiProcessorCount", device_id)
         self.cap = self.sms * _cuda.resident_blocks(fn, BLOCK)
@@ -128,10 +127,10 @@ def figures(op: str, A, B=None) -> KernelFigures | None:
     cp = cupy_module()
     mode = MODES[op]
     m, n = (int(v) for v in A.shape)
-    if cp is None or not _takes(A, m) or (mode & GEMM and not (_takes(B, n) and B.indptr.device.id
-                                                               == A.indptr.device.id)):
+    if cp is None or not _takes(A, m, cp.ndarray) or (mode & GEMM and not (
+            _takes(B, n, cp.ndarray) and B.indptr.data.device_id == A.indptr.data.device_id)):
         return None
-    device_id = A.indptr.device.id
+    device_id = A.indptr.data.device_id
     if device_id != cp.cuda.runtime.getDevice():
         with cp.cuda.Device(device_id):
             return figures(op, A, B)
@@ -148,23 +147,25 @@ def figures(op: str, A, B=None) -> KernelFigures | None:
     else:
         grid = max(1, min(16 * kern.sms, -(-max(m, a_len) // BLOCK)))
     table = table_size(b_cols, b_len) if mode & GEMM else 0
-    cleared, regions, words = layout(mode, m, n, grid, table)
+    cleared, offsets, words = _layout(mode, m, n, grid, table)
     ws = cp.empty(words, dtype=cp.int64)
     base = ws.data.ptr
     _cuda.zero(base, 8 * cleared)
-    ptr = {name: np.uintp(base + 8 * off if size else 0) for name, (off, size) in regions.items()}
     b_ptr, b_idx = (B.indptr, B.indices) if mode & GEMM else (None, None)
     b_wide = (_WIDE[b_ptr.dtype], _WIDE[b_idx.dtype]) if mode & GEMM else (0, 0)
-    args = (A.indptr, A.indices, np.int64(m), np.int64(n), np.int64(a_len), np.int32(_WIDE[A.indptr.dtype]),
-            np.int32(_WIDE[A.indices.dtype]), b_ptr, b_idx, np.int64(b_cols), np.int64(b_len), np.int32(b_wide[0]),
-            np.int32(b_wide[1]), np.int32(mode), np.int64(table), *(ptr[name] for name in _POINTERS))
-    if cooperative:   # grid barriers between its phases: every block resident
-        kern.function((grid,), (BLOCK,), tuple(np.uintp(0) if a is None else a for a in args),
-                      enable_cooperative_groups=True)
-    else:
-        kern.launch((grid,), (BLOCK,), args)
+    args = (A.indptr, A.indices, m, n, a_len, _WIDE[A.indptr.dtype], _WIDE[A.indices.dtype], b_ptr, b_idx,
+            b_cols, b_len, b_wide[0], b_wide[1], mode, table, *(base + off if off >= 0 else 0 for off in offsets))
+    kern.launch((grid,), (BLOCK,), args, cooperative=cooperative)   # cooperative: grid barriers between phases
     raw = _cuda.read_at(base, WORDS, np.int64)   # the one copy (it waits for the kernel)
     return decode(raw, mode, b_cols)
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(mode: int, m: int, n: int, grid: int, table: int) -> tuple:
+    """(words zeroed, byte offset of each region of :data:`_POINTERS` or -1 where it is empty,
+    words) of :func:`layout`: the same sizes recur plan after plan."""
+    cleared, regions, words = layout(mode, m, n, grid, table)
+    return cleared, tuple(8 * regions[name][0] if regions[name][1] else -1 for name in _POINTERS), words
 
 
 #: The workspace regions in the kernel's parameter order.
@@ -173,41 +174,40 @@ _POINTERS = ("out", "hist", "cnt_row", "cnt_spread", "cnt_rct", "rowct", "colcnt
 
 
 def _flags(word, ptr0, ptrm) -> CsrFlags:
-    word = int(word)
-    return CsrFlags(bool(word & 1), bool(word & 2), bool(word & 4), bool(word & 8), int(ptr0), int(ptrm))
+    return CsrFlags(bool(word & 1), bool(word & 2), bool(word & 4), bool(word & 8), ptr0, ptrm)
 
 
 def _biased(word, sign: int) -> int:
     """A minimum (sign -1: kept as the maximum of BIAS - v) or maximum (+1: of BIAS + v); 0 where
     no row was seen (the word is still zero)."""
-    word = int(word)
     return 0 if word == 0 else sign * (word - BIAS)
 
 
 def decode(raw: np.ndarray, mode: int, b_cols: int = 0) -> KernelFigures:
-    """The :class:`KernelFigures` of the kernel's ``WORDS`` int64 words (``raw``)."""
+    """The :class:`KernelFigures` of the kernel's ``WORDS`` int64 words (``raw``), turned into
+    Python numbers by one ``tolist`` (not a NumPy scalar a word: SpGEMM reads about 280)."""
     raw = np.asarray(raw, dtype=np.int64)
-    f = raw.view(np.float64)
-    a = _flags(raw[O_FLAGS_A], raw[O_PTR0_A], raw[O_PTRM_A])
+    w = raw.tolist()
+    a = _flags(w[O_FLAGS_A], w[O_PTR0_A], w[O_PTRM_A])
     kw = {}
     if mode & (ROWS | TRANS):
-        kw.update(row_min=_biased(raw[O_MIN], -1), row_max=_biased(raw[O_MAX], 1))
+        kw.update(row_min=_biased(w[O_MIN], -1), row_max=_biased(w[O_MAX], 1))
     if mode & TRANS:
-        kw.update(col_max=int(raw[O_COL_MAX]))
+        kw.update(col_max=w[O_COL_MAX])
+    if mode & (ROWS | GEMM):
+        f = raw[O_ROW_SS:O_RCT_SS + 1].view(np.float64).tolist()   # the float64 sums
     if mode & ROWS:
-        long_rows = int(raw[O_LONG])
-        kw.update(empty_rows=int(raw[O_EMPTY]), warp_before=int(raw[O_WARP_BEFORE]),
-                  warp_after=int(raw[O_WARP_AFTER]) if long_rows <= LONG_CAP else None,
-                  row_ss=float(f[O_ROW_SS]), spread_sum=float(f[O_SPREAD]))
+        long_rows = w[O_LONG]
+        kw.update(empty_rows=w[O_EMPTY], warp_before=w[O_WARP_BEFORE],
+                  warp_after=w[O_WARP_AFTER] if long_rows <= LONG_CAP else None,
+                  row_ss=f[0], spread_sum=f[O_SPREAD - O_ROW_SS])
     if mode & GEMM:
-        kw.update(b=_flags(raw[O_FLAGS_B], raw[O_PTR0_B], raw[O_PTRM_B]), products=int(raw[O_PRODUCTS]),
-                  rowct_min=_biased(raw[O_RCT_MIN], -1), rowct_max=_biased(raw[O_RCT_MAX], 1),
-                  rowct_ss=float(f[O_RCT_SS]), rbs_groups=tuple(int(v) for v in raw[O_RBS:O_RBS + 6]),
-                  drawn=tuple(int(v) for v in raw[O_DRAWN:O_DRAWN + DRAWS]),
-                  drawn_products=tuple(int(v) for v in raw[O_DRAWN_P:O_DRAWN_P + DRAWS]),
-                  distinct=tuple(int(v) for v in raw[O_DISTINCT:O_DISTINCT + DRAWS]),
-                  examined=tuple(int(v) for v in raw[O_EXAMINED:O_EXAMINED + DRAWS]),
-                  compression_ok=b_cols <= MAX_HASHED_COLS)
+        kw.update(b=_flags(w[O_FLAGS_B], w[O_PTR0_B], w[O_PTRM_B]), products=w[O_PRODUCTS],
+                  rowct_min=_biased(w[O_RCT_MIN], -1), rowct_max=_biased(w[O_RCT_MAX], 1),
+                  rowct_ss=f[O_RCT_SS - O_ROW_SS], rbs_groups=tuple(w[O_RBS:O_RBS + 6]),
+                  drawn=tuple(w[O_DRAWN:O_DRAWN + DRAWS]), drawn_products=tuple(w[O_DRAWN_P:O_DRAWN_P + DRAWS]),
+                  distinct=tuple(w[O_DISTINCT:O_DISTINCT + DRAWS]),
+                  examined=tuple(w[O_EXAMINED:O_EXAMINED + DRAWS]), compression_ok=b_cols <= MAX_HASHED_COLS)
     return KernelFigures(a=a, **kw)
 
 
