@@ -296,14 +296,14 @@ def plan_cost(op, nnz, xp, to_dev, sync, device, profile=None):
     apply = (lambda: bound()) if op == "sptrans" else (lambda: bound(B))
     big = entries >= 5_000_000
     kernel_s = per_call(apply, sync, 5 if big else 20, warmup=2)
-    plan_s = per_call(make, sync, 9 if big else 30, warmup=2)
+    plan_s = per_call(make, sync, 15 if big else 200, warmup=3 if big else 20)   # host-bound: many runs
     dev = device_mod.current()
 
     def stats():   # what plan() does before scoring, on a new Problem (its figures are not reused)
         problem = normalize_transpose(A) if op == "sptrans" else normalize(A, B)
         validation.check_structure(problem)
         return features.compute(problem, dev)
-    stats_s = per_call(stats, sync, 9 if big else 30, warmup=2)
+    stats_s = per_call(stats, sync, 15 if big else 200, warmup=3 if big else 20)
     if profile is not None:
         prof = cProfile.Profile()
         prof.enable()
