@@ -39,6 +39,26 @@ def test_malformed_figures_go_to_the_general_formulas():
     assert F.from_figures("spmv", figs, A) is None
 
 
+def test_drawn_rows_in_any_order_give_the_same_compression():
+    """The drawn rows rise (quantiles of a running sum); rows drawn in another order (figures a
+    caller vouched for) take numpy.unique's path to the same estimate. The kernel fills in a row's
+    first draw only, so here every draw of a row carries its figures."""
+    A = matrices()["skewed, unsorted, duplicates"]
+    figs = reference_figures("spgemm", A, A)
+    assert len(set(figs.drawn)) < len(figs.drawn)   # some rows drawn more than once
+    names = ("distinct", "examined", "drawn_products")
+    first = {row: i for i, row in reversed(list(enumerate(figs.drawn)))}
+    filled = dataclasses.replace(figs, **{name: tuple(getattr(figs, name)[first[row]] for row in figs.drawn)
+                                          for name in names})
+    order = np.random.default_rng(3).permutation(len(figs.drawn)).tolist()
+    mixed = dataclasses.replace(filled, **{name: tuple(getattr(filled, name)[i] for i in order)
+                                           for name in ("drawn",) + names})
+    assert list(mixed.drawn) != sorted(mixed.drawn)
+    want = F.sampled_compression(A, A, F.products_per_row(A, A))
+    assert F._drawn_compression(figs, A.shape[1]) == want
+    assert F._drawn_compression(mixed, A.shape[1]) == want
+
+
 @pytest.mark.parametrize("n", list(range(1, 140)) + [255, 256, 257, 1000, 4097, 65_536, 100_003])
 def test_pairwise_mirror_is_numpys_sum(n):
     x = np.random.default_rng(n).random(n) * 10.0 ** np.random.default_rng(n + 1).integers(-6, 6, n)
