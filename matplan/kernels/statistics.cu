@@ -193,51 +193,81 @@ __device__ double leaf_sum(const F& f, ll lo, ll n, int j, unsigned mask) {
 }
 
 #define ST_DEPTH 64
+#define ST_PW_PER 4                              // windows of 64 positions an 8-lane group sums a pass
+#define ST_PW_SPAN (ST_BLOCK / 8 * ST_PW_PER)    // windows a block covers a pass
 
 // 0 + numpy's pairwise sum of f(0 .. N-1) into *result. A node of n > 128 values splits at
 // n2 = n / 2 rounded down to a multiple of 8, so leaves hold 64..128 values (N > 128) and at most
 // one starts in each window of 64 positions: the 8-lane group of window w descends to the leaf
-// holding the window's last position and owns it where it starts in the window. A node's value is
-// kept in slot[start / 64], its count of finished children in count[split / 64] (split points
-// differ). gstride is a multiple of 32, so a warp's groups are whole.
+// holding the window's last position and owns it where it starts in the window. The finished
+// child that arrives second at a node adds the two (left + right) and climbs on: a node's value
+// is kept at its start / 64, its count of finished children at its split / 64 (split points
+// differ), in shared memory where the node lies in the block's span of ST_PW_SPAN windows (one
+// pass), else in slot / count with fenced global atomics (the chain the last leaf climbs to the
+// root: shorter by the span's levels). rot: the block that takes the first span (sums run one
+// after another start on different blocks). Every thread of the block calls it.
 template <class F>
-__device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double* result, ll gtid, ll gstride) {
+__device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double* result, int rot,
+                             double* s_slot, unsigned* s_count) {
     const ll windows = (N + 63) / 64;
-    const int j = (int)(gtid & 7);
+    const int j = threadIdx.x & 7, g = threadIdx.x >> 3;
     const unsigned mask = 0xffu << (threadIdx.x & 24);
-    for (ll w = gtid >> 3; w < windows; w += gstride >> 3) {   // the group's lanes share w
-        const ll q = min(64 * w + 63, N - 1);
-        ll lo = 0, len = N, plo[ST_DEPTH], psplit[ST_DEPTH];
-        int depth = 0;
-        while (len > 128 && depth < ST_DEPTH) {
-            ll n2 = len / 2;
-            n2 -= n2 % 8;
-            plo[depth] = lo;
-            psplit[depth] = lo + n2;
-            ++depth;
-            if (q < lo + n2) {
-                len = n2;
-            } else {
-                lo += n2;
-                len -= n2;
+    volatile double* vs_slot = s_slot;
+    for (ll w0 = (ll)((blockIdx.x + rot) % gridDim.x) * ST_PW_SPAN; w0 < windows;
+         w0 += (ll)gridDim.x * ST_PW_SPAN) {   // block-uniform
+        for (int i = threadIdx.x; i < ST_PW_SPAN; i += ST_BLOCK) s_count[i] = 0u;
+        __syncthreads();
+        const ll span_lo = 64 * w0, span_hi = min(64 * (w0 + ST_PW_SPAN), N);
+        for (int t = 0; t < ST_PW_PER; ++t) {
+            const ll w = w0 + (ll)g * ST_PW_PER + t;   // the group's lanes share w
+            if (w >= windows) break;
+            const ll q = min(64 * w + 63, N - 1);
+            ll lo = 0, len = N, plo[ST_DEPTH], psplit[ST_DEPTH], pend[ST_DEPTH];
+            int depth = 0;
+            while (len > 128 && depth < ST_DEPTH) {
+                ll n2 = len / 2;
+                n2 -= n2 % 8;
+                plo[depth] = lo;
+                psplit[depth] = lo + n2;
+                pend[depth] = lo + len;
+                ++depth;
+                if (q < lo + n2) {
+                    len = n2;
+                } else {
+                    lo += n2;
+                    len -= n2;
+                }
             }
-        }
-        if (lo < 64 * w) continue;   // the leaf started in an earlier window
-        double v = leaf_sum(f, lo, len, j, mask);
-        if (j != 0) continue;
-        __stcg(slot + (lo >> 6), v);
-        bool root = true;
-        for (int d = depth - 1; d >= 0; --d) {
-            __threadfence();
-            if (atomicAdd(count + (psplit[d] >> 6), 1ull) == 0ull) {   // the sibling adds this node
-                root = false;
-                break;
+            if (lo < 64 * w) continue;   // the leaf started in an earlier window
+            double v = leaf_sum(f, lo, len, j, mask);
+            if (j != 0) continue;
+            bool root = true;
+            ll at = lo;   // the finished node's start
+            for (int d = depth - 1; d >= 0; --d) {
+                if (plo[d] >= span_lo && pend[d] <= span_hi) {   // the parent lies in the span
+                    vs_slot[(at >> 6) - w0] = v;
+                    __threadfence_block();
+                    if (atomicAdd(s_count + ((psplit[d] >> 6) - w0), 1u) == 0u) {
+                        root = false;
+                        break;
+                    }
+                    __threadfence_block();
+                    v = __dadd_rn(vs_slot[(plo[d] >> 6) - w0], vs_slot[(psplit[d] >> 6) - w0]);
+                } else {
+                    __stcg(slot + (at >> 6), v);
+                    __threadfence();
+                    if (atomicAdd(count + (psplit[d] >> 6), 1ull) == 0ull) {   // the sibling adds this node
+                        root = false;
+                        break;
+                    }
+                    __threadfence();
+                    v = __dadd_rn(__ldcg(slot + (plo[d] >> 6)), __ldcg(slot + (psplit[d] >> 6)));
+                }
+                at = plo[d];
             }
-            __threadfence();
-            v = __dadd_rn(__ldcg(slot + (plo[d] >> 6)), __ldcg(slot + (psplit[d] >> 6)));
-            __stcg(slot + (plo[d] >> 6), v);
+            if (root) *result = __dadd_rn(0.0, v);
         }
-        if (root) *result = __dadd_rn(0.0, v);
+        __syncthreads();
     }
 }
 
@@ -265,6 +295,8 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
     __shared__ ll s_scan[33];
     __shared__ ll s_a[ST_BLOCK + 1], s_b[ST_BLOCK + 1];
     __shared__ unsigned long long s_rbs[6];
+    __shared__ double s_pw_slot[ST_PW_SPAN];
+    __shared__ unsigned s_pw_count[ST_PW_SPAN];
 
     const int lane = threadIdx.x & 31;
     const ll gtid = (ll)blockIdx.x * ST_BLOCK + threadIdx.x, gstride = (ll)gridDim.x * ST_BLOCK;
@@ -428,15 +460,15 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
     grid_sync(bar);
 
     // ---- phase 1 ---------------------------------------------------------------------------------
-    // both sums here (the row lengths' squared deviations need nothing of phase 0): their last
-    // leaves' climbs to the root, a chain of fenced atomics each, overlap
+    // both sums here (the row lengths' squared deviations need nothing of phase 0), starting on
+    // different blocks: their last leaves' climbs to the root overlap
     if (rows && m > 0) {
         const RowDev f{a_ptr, a_wide_ptr, __ddiv_rn((double)(ptrm - ptr0), (double)m)};
-        pairwise_sum(f, m, slot_row, cnt_row, (double*)(out + O_ROW_SS), gtid, gstride);
+        pairwise_sum(f, m, slot_row, cnt_row, (double*)(out + O_ROW_SS), 0, s_pw_slot, s_pw_count);
     }
     if (rows && nnz > 0 && n > 0)
         pairwise_sum(Stored{vals}, min(nnz, (ll)ST_SAMPLES), slot_spread, cnt_spread, (double*)(out + O_SPREAD),
-                     gtid, gstride);
+                     (int)(gridDim.x / 2), s_pw_slot, s_pw_count);
     if (rows) {
         const ll K = __ldcg(out + O_LONG);   // rows of length >= ST_HIST
         if (blockIdx.x == 0) {
@@ -506,7 +538,7 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
     const ll total = __ldcg(out + O_PRODUCTS);
     if (m > 0) {
         const CountDev f{rowct, __ddiv_rn((double)total, (double)m)};
-        pairwise_sum(f, m, slot_rct, cnt_rct, (double*)(out + O_RCT_SS), gtid, gstride);
+        pairwise_sum(f, m, slot_rct, cnt_rct, (double*)(out + O_RCT_SS), 0, s_pw_slot, s_pw_count);
     }
     if (total > 0 && seg_lo < seg_hi) {
         // csum before this segment; each thread's chunk of it and its running sum
