@@ -193,8 +193,32 @@ __device__ double leaf_sum(const F& f, ll lo, ll n, int j, unsigned mask) {
 }
 
 #define ST_DEPTH 64
-#define ST_PW_PER 4                              // windows of 64 positions an 8-lane group sums a pass
-#define ST_PW_SPAN (ST_BLOCK / 8 * ST_PW_PER)    // windows a block covers a pass
+#define ST_PW_SPAN (ST_BLOCK / 8)   // windows of 64 positions a block sums a pass: one an 8-lane group
+
+// From a finished node (value v, start at, under `depth` ancestors): the second child to finish
+// at each ancestor adds the two (left + right) and climbs on; the root's climber writes *result.
+// Ancestors inside the block's span (windows [w0, w0 + ST_PW_SPAN)) count in shared memory.
+__device__ void climb(double v, ll at, int depth, const ll* plo, const ll* psplit, const ll* pend, ll w0,
+                      double* slot, ull* count, double* result, volatile double* vs_slot, unsigned* s_count) {
+    const ll span_lo = 64 * w0, span_hi = 64 * (w0 + ST_PW_SPAN);
+    for (int d = depth - 1; d >= 0; --d) {
+        if (plo[d] >= span_lo && pend[d] <= span_hi) {   // the parent lies in the span
+            vs_slot[(at >> 6) - w0] = v;
+            __threadfence_block();
+            if (atomicAdd(s_count + ((psplit[d] >> 6) - w0), 1u) == 0u) return;   // the sibling adds it
+            __threadfence_block();
+            v = __dadd_rn(vs_slot[(plo[d] >> 6) - w0], vs_slot[(psplit[d] >> 6) - w0]);
+        } else {
+            __stcg(slot + (at >> 6), v);
+            __threadfence();
+            if (atomicAdd(count + (psplit[d] >> 6), 1ull) == 0ull) return;
+            __threadfence();
+            v = __dadd_rn(__ldcg(slot + (plo[d] >> 6)), __ldcg(slot + (psplit[d] >> 6)));
+        }
+        at = plo[d];
+    }
+    *result = __dadd_rn(0.0, v);
+}
 
 // 0 + numpy's pairwise sum of f(0 .. N-1) into *result. A node of n > 128 values splits at
 // n2 = n / 2 rounded down to a multiple of 8, so leaves hold 64..128 values (N > 128) and at most
@@ -217,10 +241,8 @@ __device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double*
          w0 += (ll)gridDim.x * ST_PW_SPAN) {   // block-uniform
         for (int i = threadIdx.x; i < ST_PW_SPAN; i += ST_BLOCK) s_count[i] = 0u;
         __syncthreads();
-        const ll span_lo = 64 * w0, span_hi = min(64 * (w0 + ST_PW_SPAN), N);
-        for (int t = 0; t < ST_PW_PER; ++t) {
-            const ll w = w0 + (ll)g * ST_PW_PER + t;   // the group's lanes share w
-            if (w >= windows) break;
+        const ll w = w0 + g;   // the group's lanes share w
+        if (w < windows) {
             const ll q = min(64 * w + 63, N - 1);
             ll lo = 0, len = N, plo[ST_DEPTH], psplit[ST_DEPTH], pend[ST_DEPTH];
             int depth = 0;
@@ -238,34 +260,10 @@ __device__ void pairwise_sum(const F& f, ll N, double* slot, ull* count, double*
                     len -= n2;
                 }
             }
-            if (lo < 64 * w) continue;   // the leaf started in an earlier window
-            double v = leaf_sum(f, lo, len, j, mask);
-            if (j != 0) continue;
-            bool root = true;
-            ll at = lo;   // the finished node's start
-            for (int d = depth - 1; d >= 0; --d) {
-                if (plo[d] >= span_lo && pend[d] <= span_hi) {   // the parent lies in the span
-                    vs_slot[(at >> 6) - w0] = v;
-                    __threadfence_block();
-                    if (atomicAdd(s_count + ((psplit[d] >> 6) - w0), 1u) == 0u) {
-                        root = false;
-                        break;
-                    }
-                    __threadfence_block();
-                    v = __dadd_rn(vs_slot[(plo[d] >> 6) - w0], vs_slot[(psplit[d] >> 6) - w0]);
-                } else {
-                    __stcg(slot + (at >> 6), v);
-                    __threadfence();
-                    if (atomicAdd(count + (psplit[d] >> 6), 1ull) == 0ull) {   // the sibling adds this node
-                        root = false;
-                        break;
-                    }
-                    __threadfence();
-                    v = __dadd_rn(__ldcg(slot + (plo[d] >> 6)), __ldcg(slot + (psplit[d] >> 6)));
-                }
-                at = plo[d];
-            }
-            if (root) *result = __dadd_rn(0.0, v);
+            // the group owns the leaf where it starts in window w; lane 0 climbs from it
+            const double v0 = lo >= 64 * w ? leaf_sum(f, lo, len, j, mask) : 0.0;
+            if (lo >= 64 * w && j == 0)
+                climb(v0, lo, depth, plo, psplit, pend, w0, slot, count, result, vs_slot, s_count);
         }
         __syncthreads();
     }
