@@ -408,8 +408,8 @@ def read_back(a) -> np.ndarray:
 
 def read_at(ptr: int, n: int, dtype) -> np.ndarray:
     """``n`` values of ``dtype`` at device address ``ptr`` on the host, a copy: one
-    cudaMemcpyAsync into a pinned buffer kept per thread, then the current stream's
-    synchronisation. ``ndarray.get()`` into pageable memory took ~15 us of host time for a few
+    cudaMemcpyAsync into a pinned buffer kept per thread, then :func:`wait` on the current
+    stream. ``ndarray.get()`` into pageable memory took ~15 us of host time for a few
     words on an H100 host; the launch paths wait on two such reads a call (spgemm's analysis and
     C's nnz), and an address needs no CuPy slice (~2 us of host time each) to name the words."""
     cp = cupy_module()
@@ -419,8 +419,35 @@ def read_at(ptr: int, n: int, dtype) -> np.ndarray:
     stream = cp.cuda.get_current_stream()
     if nbytes:
         cp.cuda.runtime.memcpyAsync(held.ctypes.data, ptr, nbytes, cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-        stream.synchronize()
+        wait(stream)
     return held[:nbytes].view(dtype).copy()
+
+
+#: How long :func:`wait` polls before it blocks: the kernels a plan or a launch path reads back
+#: from take tens to hundreds of microseconds.
+SPIN_S = 5e-4
+
+
+def wait(stream) -> None:
+    """Wait for the work queued on ``stream`` (a stream of the current device): an event recorded on it is polled for up to
+    :data:`SPIN_S`, then synchronised (which releases the GIL). A blocking
+    ``stream.synchronize()`` returned 30-80 us after a short kernel had finished where the GPU had
+    idled a few hundred microseconds (a plan's host work between its statistics calls), an H100
+    host's figures."""
+    events = getattr(_HOST, "events", None)
+    if events is None:
+        events = _HOST.events = {}
+    cp = cupy_module()
+    device = cp.cuda.runtime.getDevice()   # the current device's stream (the launch paths' only kind)
+    ev = events.get(device)
+    if ev is None:
+        ev = events[device] = cp.cuda.Event(block=False, disable_timing=True)
+    ev.record(stream)
+    deadline = time.perf_counter() + SPIN_S
+    while not ev.done:
+        if time.perf_counter() > deadline:
+            ev.synchronize()
+            return
 
 
 def _pinned(nbytes: int) -> np.ndarray:
@@ -433,7 +460,7 @@ def _pinned(nbytes: int) -> np.ndarray:
 
 def read_words(ptrs, dtype) -> np.ndarray:
     """One value of ``dtype`` at each device address of ``ptrs`` on the host, a copy: a
-    cudaMemcpyAsync each into the pinned buffer of :func:`read_at`, one synchronisation."""
+    cudaMemcpyAsync each into the pinned buffer of :func:`read_at`, one :func:`wait`."""
     cp = cupy_module()
     dtype = np.dtype(dtype)
     nbytes = len(ptrs) * dtype.itemsize
@@ -442,7 +469,7 @@ def read_words(ptrs, dtype) -> np.ndarray:
     for i, ptr in enumerate(ptrs):
         cp.cuda.runtime.memcpyAsync(held.ctypes.data + i * dtype.itemsize, int(ptr), dtype.itemsize,
                                     cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-    stream.synchronize()
+    wait(stream)
     return held[:nbytes].view(dtype).copy()
 
 
