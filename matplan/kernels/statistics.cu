@@ -394,11 +394,13 @@ __global__ void __launch_bounds__(ST_BLOCK) csr_statistics(
         const int fb = __syncthreads_or(falls), ob = __syncthreads_or(outside);
         if (threadIdx.x == 0 && (fb || ob)) atomicOr((ull*)out + O_FLAGS_B, (fb ? 4ull : 0ull) | (ob ? 8ull : 0ull));
 
-        // rowct[i] = sum of nnz(B[j, :]) over A's nonzeros (i, j): warp tiles of 32 x 8 nonzeros;
+        // rowct[i] = sum of nnz(B[j, :]) over A's nonzeros (i, j): warp tiles of 32 x steps nonzeros;
         // the lanes' rows rise with their positions, so a segmented sum per step, and the last row's
-        // sum carried to the next step, leave one atomic a row a tile
+        // sum carried to the next step, leave one atomic a row a tile. Each step searches its rows
+        // (dependent loads): up to 8 steps a tile, fewer where the warps have a tile or two each
         const ll e_lo = clampll(ptr0, 0, a_len), e_hi = clampll(nnz, e_lo, a_len);
-        const ll tile = 32 * 8, warps = gstride / 32;
+        const ll warps = gstride / 32;
+        const ll tile = 32 * clampll((e_hi - e_lo + 32 * warps - 1) / (32 * warps), 1, 8);
         for (ll t0 = e_lo + (gtid / 32) * tile; t0 < e_hi; t0 += warps * tile) {   // warp-uniform
             const ll t1 = min(t0 + tile, e_hi);
             ll r_lo = 0, r_hi = 0;
