@@ -29,7 +29,7 @@ extern "C" __global__ void slow_write(long long* out, long long n, long long val
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def slow_write(cp):
     return cp.RawKernel(SLOW_WRITE, "slow_write")
 
