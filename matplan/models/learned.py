@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 
@@ -63,6 +64,10 @@ def device_class(device_name: str, backend: str) -> str:
         if key.upper() in upper:
             return key
     return re.sub(r"[^A-Za-z0-9]+", "-", str(device_name)).strip("-") or "gpu"
+
+
+#: device_class of a (name, backend), worked out once: a plan asks for its device's at every plan.
+_class_of = functools.lru_cache(maxsize=64)(device_class)
 
 
 def named_models() -> list:
@@ -136,26 +141,47 @@ def _stamp(path: str) -> tuple:
 
 
 def _signature(cls: str) -> tuple:
-    """What the chosen model depends on: the named paths and each candidate file's state."""
+    """What the chosen model depends on: the named paths and each candidate file's state (the
+    named files' taken now, the shipped files' at most SHIPPED_RECHECK_S ago)."""
     named = os.environ.get(MODEL_ENV, "")
     home = os.environ.get("HOME", "") if "~" in named else ""   # only a "~" in the paths reads $HOME
-    return (cls, named) + tuple(_stamp(f) for f in _candidate_files(cls, named, home))
+    mine, shipped = _candidate_files(cls, named, home)
+    return (cls, named, *[_stamp(f) for f in mine], *_shipped_stamps(shipped))
+
+
+#: The shipped model files' stamps are taken again at most this often (seconds): they change only
+#: when matplan is installed anew, while a named model may be retrained between two plans.
+SHIPPED_RECHECK_S = 1.0
+_shipped: dict = {}   # the shipped files -> (_clock() when stamped, their stamps)
+_clock = time.monotonic
+
+
+def _shipped_stamps(files: tuple) -> tuple:
+    """The stamps of the package's model ``files``, taken again once SHIPPED_RECHECK_S have passed
+    (or after :func:`clear_cache`): two ``stat`` calls fewer in most plans."""
+    now = _clock()
+    got = _shipped.get(files)
+    if got is None or not 0.0 <= now - got[0] < SHIPPED_RECHECK_S:
+        got = _shipped[files] = (now, tuple([_stamp(f) for f in files]))
+    return got[1]
 
 
 @functools.lru_cache(maxsize=64)
 def _candidate_files(cls: str, named: str, home: str) -> tuple:
     """The model files _signature stats for ``cls`` under $MATPLAN_MODEL = ``named`` (and $HOME,
-    which ``~`` in it expands to): their paths as text, kept so a plan does not build them again."""
+    which ``~`` in it expands to), as (named files, shipped files): their paths as text, kept so a
+    plan does not build them again."""
     files = [f for p in named_models() for f in model_paths(p)]
-    return tuple(str(f) for f in files + list(model_paths(PACKAGE_DIR / cls.lower())))
+    return tuple(str(f) for f in files), tuple(str(f) for f in model_paths(PACKAGE_DIR / cls.lower()))
 
 
 def model_for(backend: str, dev) -> CostModel | None:
-    """The learned model the planner uses for ``dev``, or None (cached until its files change)."""
+    """The learned model the planner uses for ``dev``, or None (cached until its files change: a named
+    model's are checked at every plan, the shipped one's at most every SHIPPED_RECHECK_S)."""
     if os.environ.get(COST_MODEL_ENV, "auto").lower() == "analytic":
         return None
-    key = _signature(device_class(dev.name, backend))
-    model = _models.get(key, _NONE)
+    key = _signature(_class_of(dev.name, backend))
+    model = _models.get_fast(key, _NONE)   # no lock: a model is put whole, and few keys are ever made
     if model is _NONE:
         model = _select(key[0])
         _models.put(key, model)
@@ -187,9 +213,11 @@ def rescored(feats, dev, pending) -> list:
     model = model_for(feats.backend, dev)
     # costs calibrated by an online timing on this device (TSM2 and cuBLAS for tsgemm) stay
     known = model.known_kernels() if model is not None else ()
-    idx = [i for i, (name, _, cost) in enumerate(pending)
-           if name in known and not getattr(cost, "calibrated", False)]
-    got = _predict(model, feats, dev, [pending[i][:2] for i in idx], [pending[i][2] for i in idx]) if idx else None
+    # each candidate: True (the model prices it), False (not a kernel the model knows), None (calibrated)
+    asked = [None if getattr(cost, "calibrated", False) else name in known for name, _, cost in pending]
+    cells = [(name, params) for (name, params, _), a in zip(pending, asked) if a]
+    got = (_predict(model, feats, dev, cells, [cost for (_, _, cost), a in zip(pending, asked) if a])
+           if cells else None)
     if got is None:
         return [(cost.prepare_s, cost.run_s, None, "analytic") for _, _, cost in pending]
     outside, pred = got
@@ -198,21 +226,23 @@ def rescored(feats, dev, pending) -> list:
                  f"{cost.why} (analytic: {', '.join(outside)} outside the training range of "
                  f"{model.describe()})", "analytic") for _, _, cost in pending]
     about, rows, out = model.describe(), iter(pred.tolist()), []
-    for name, _, cost in pending:   # the rows of pred are idx's candidates, in order
-        if getattr(cost, "calibrated", False):
-            out.append((cost.prepare_s, cost.run_s, None, "analytic"))
-        elif name in known:
+    for (name, _, cost), a in zip(pending, asked):   # the rows of pred are the asked candidates, in order
+        if a:
             run_s, prep_s = next(rows)
             out.append((prep_s, run_s, f"{about}: predicts run {run_s * 1e3:.4f} ms, prepare {prep_s * 1e3:.4f} ms "
                                        f"(analytic model: run {cost.run_s * 1e3:.4f} ms; {cost.why})", "learned"))
+        elif a is None:
+            out.append((cost.prepare_s, cost.run_s, None, "analytic"))
         else:
             out.append((cost.prepare_s, cost.run_s, f"{cost.why} (analytic: {name} is not in {about})", "analytic"))
     return out
 
 
 def clear_cache() -> None:
-    """Forget loaded models and the sources' fingerprint (both are read again on the next plan)."""
+    """Forget loaded models, the shipped files' stamps and the sources' fingerprint (all are read
+    again on the next plan)."""
     _models.clear()
+    _shipped.clear()
     learned_fingerprint.clear()
 
 

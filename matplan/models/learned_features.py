@@ -69,6 +69,8 @@ def _device_part(dev, dtype: str, index_dtype: str) -> tuple:
     return got[1]
 
 
+#: The op_* columns' values of each op.
+_ONE_HOT = {op: tuple(float(op == o) for o in OPS) for op in OPS}
 #: The base features' names, in the order of :func:`base_values` (and of a fitted schema's columns).
 BASE_COLUMNS = tuple(name for name, _ in _OP_COLUMNS) + (
     "itemsize", "index_size", "log2_m", "log2_n", "log2_k", "log2_nnz", "log10_density",
@@ -85,7 +87,7 @@ def base_values(f, dev) -> list:
     groups = list(f.rbs_groups) + [0] * (6 - len(f.rbs_groups))
     m = max(f.m, 1)
     op, l2 = f.op, math.log2   # _l2 inline: l2(float(x) + 1.0), one call fewer a feature
-    return [*[float(op == o) for o in OPS],
+    return [*(_ONE_HOT.get(op) or [float(op == o) for o in OPS]),
             itemsize, index_size, l2(float(f.m) + 1.0), l2(float(f.n) + 1.0), l2(float(f.k) + 1.0),
             l2(float(f.nnz) + 1.0), math.log10(f.density + 1e-12),
             f.row_mean, f.row_std, f.row_std / f.row_mean if f.row_mean else 0.0,
@@ -206,7 +208,12 @@ class FeatureSchema:
     def outside_base(self, values: list) -> list:
         """:meth:`outside` of a row whose base features are ``values`` (:meth:`base_row`'s list;
         the range-checked features are base features: the same test on the same values)."""
-        return self._outside(lambda c: float(values[_BASE_AT[c]]))
+        return [c for c, i, lo, hi in self._base_ranges if (v := float(values[i])) < lo - 1e-9 or v > hi + 1e-9]
+
+    @functools.cached_property
+    def _base_ranges(self) -> tuple:
+        """(name, place in BASE_COLUMNS, low, high) of each range-checked feature, in ``ranges`` order."""
+        return tuple((c, _BASE_AT[c], lo, hi) for c, (lo, hi) in self.ranges.items())
 
     def candidate_rows(self, cells) -> np.ndarray:
         """(len(cells), columns) of [(kernel, params)]: each candidate's own cells as :meth:`transform`

@@ -173,9 +173,11 @@ def _sum_trees(leaves) -> np.ndarray:
     another from the baseline, as scikit-learn does, so with the same rounding. NumPy adds
     pairwise only along the innermost axis of a reduction: with the trees outermost and the
     rows x forests sums (at least two) innermost, each tree's numbers are added into the running
-    sums in tree order, in about half an accumulation's time; a single sum is accumulated."""
+    sums in tree order. That pass costs about the same for 2 sums as for 16; accumulating each sum
+    along its trees costs in proportion to the sums, so up to 6 sums (a problem of 3 candidates and
+    one pair of forests) are accumulated."""
     R, F, _ = leaves.shape
-    if R * F >= 2:
+    if R * F > 6:
         return np.add.reduce(np.ascontiguousarray(leaves.transpose(2, 0, 1)), axis=0)
     return np.add.accumulate(leaves, axis=2)[:, :, -1]
 
@@ -184,14 +186,15 @@ class Stack:
     """Forests predicted together (QuickScorer, Lucchese et al., SIGIR 2015): for every row, a
     tree's leaf is the leftmost one that no failed test rules out.
 
-    Each tree's leaves are numbered left to right, bit b for leaf b of a mask. A node whose test
-    fails (the row goes right) rules out the leaves of its left subtree; the leaf a row reaches is
-    never ruled out, and every leaf left of it is (their last common node sent the row right), so
-    it is the lowest bit left in the AND of the failed nodes' masks. Which nodes of a column fail
-    depends only on how many of the column's thresholds lie below the row's value (NaN: the nodes
-    that send NaN right), so ``table`` holds, for each column and each such count, the AND over
-    every tree's failed nodes on that column; a row's masks are the AND of one table row per
-    column. The columns with one value in all rows (the problem's features, which its candidates
+    Each tree's leaves are numbered left to right, bit b for leaf b of a mask (bit 31 - b in
+    32-bit masks). A node whose test fails (the row goes right) rules out the leaves of its left
+    subtree; the leaf a row reaches is never ruled out, and every leaf left of it is (their last
+    common node sent the row right), so it is the lowest bit left in the AND of the failed nodes'
+    masks (the highest in 32-bit masks, read off the mask's float64 exponent). Which nodes of a
+    column fail depends only on how many of the column's thresholds lie below the row's value
+    (NaN: the nodes that send NaN right), so ``table`` holds, for each column and each such count,
+    the AND over every tree's failed nodes on that column; a row's masks are the AND of one table
+    row per column. The columns with one value in all rows (the problem's features, which its candidates
     share) are looked up once. Each forest's baseline is a tree of one leaf before its first, and
     the leaves are added in scikit-learn's order: its numbers to the last bit
     (tests/models/test_learned_files.py). Forests with a tree of more than 64 leaves are
@@ -206,6 +209,9 @@ class Stack:
         self.mask = next((t for most, t in _MASKS if widest <= most), None)
         if self.mask is None:
             return
+        # 32-bit masks number leaves from the top bit down: a mask's highest bit is then the leaf
+        # reached, which its float64 (exact below 2**53) holds as its exponent with no bit to isolate
+        self.high_first = self.mask is np.uint32
         sizes = [f.n_trees + 1 for f in self.forests]     # the baseline, then the trees
         at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
         # forests of as many trees, added together (None: all of them, in order)
@@ -217,8 +223,10 @@ class Stack:
             inner = (tree >= 0) & (f.left != here)
             leaf = (tree >= 0) & (f.left == here)
             left = f.left[inner]
-            # the leaves a failed test rules out: those under its left child
-            ruled = ((np.ones(1, np.uint64) << below[left].astype(np.uint64)) - np.uint64(1)) << first[left].astype(np.uint64)
+            # the leaves a failed test rules out: those under its left child (bits first .. first + below - 1,
+            # or from the top down in 32-bit masks: 31 - first down to 32 - first - below)
+            lowest = (32 - first[left] - below[left] if self.high_first else first[left]).astype(np.uint64)
+            ruled = ((np.ones(1, np.uint64) << below[left].astype(np.uint64)) - np.uint64(1)) << lowest
             parts["col"].append(f.feature[inner])
             parts["thr"].append(f.threshold[inner])
             parts["nan_right"].append(~f.missing_left[inner])
@@ -229,9 +237,9 @@ class Stack:
             parts["lvalue"].append(np.concatenate([[0.0 + f.baseline], f.value[leaf]]))   # 0 + b: as scikit-learn starts
         p = {name: np.concatenate(v) for name, v in parts.items()}
         self.n_trees = int(at[-1])
-        width = int(p["lrank"].max()) + 1
+        width = 32 if self.high_first else int(p["lrank"].max()) + 1
         values = np.zeros((self.n_trees, width))
-        values[p["ltree"], p["lrank"]] = p["lvalue"]
+        values[p["ltree"], 31 - p["lrank"] if self.high_first else p["lrank"]] = p["lvalue"]   # at the leaf's bit
         self.values = values.ravel()
         # each tree's first leaf in ``values``, less the exponent bias of a float64 (see predict)
         self.tree_base = np.arange(self.n_trees, dtype=np.intp) * width - 1023
@@ -256,6 +264,12 @@ class Stack:
         self.shift = 2 * np.arange(len(self.cols), dtype=np.intp)
         base = seg + self.shift
         self.nan_row = base + counts + 1
+        # ``keys`` with two keys (column, inf) after each column's: a value's place among them is its
+        # row (the place among ``keys`` + shift) where it is not NaN, with no shift to add (predict_problem)
+        self.row_keys = np.empty(len(self.keys) + 2 * len(self.cols), dtype=np.complex128)
+        self.row_keys[np.arange(len(self.keys)) + np.repeat(self.shift, counts)] = self.keys
+        for end in (base + counts, base + counts + 1):
+            self.row_keys.real[end], self.row_keys.imag[end] = self.cols, np.inf
         at = pos[p["col"]]
         rank = test - seg[at]
         self.full = np.iinfo(self.mask).max
@@ -283,10 +297,12 @@ class Stack:
     def from_masks(self, masks) -> np.ndarray:
         """(rows, forests) from the (rows, trees) AND of each row's failed nodes' masks."""
         R = len(masks)
-        low = masks & -masks      # the lowest bit: the leaf reached; as a float64, its exponent is its rank
-        exponent = low.astype(np.float64).view(np.int64) >> 52
+        # the leaf reached: the highest bit of a 32-bit mask, else the lowest; as a float64 (exact), the
+        # exponent of that bit alone is its place
+        exponent = (masks if self.high_first else masks & -masks).astype(np.float64).view(np.int64)
+        exponent >>= 52
         exponent += self.tree_base
-        leaves = self.values[exponent]   # (rows, trees)
+        leaves = self.values.take(exponent)   # (rows, trees)
         if self.groups[0][1] is None:
             return _sum_trees(leaves.reshape(R, len(self.forests), -1))
         out = np.empty((R, len(self.forests)))

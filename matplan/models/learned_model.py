@@ -7,10 +7,12 @@ a model just fitted (:class:`~.learned_fit.LearnedCostModel`, a subclass) and on
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..core.cache import BoundedCache
-from .learned_features import OPS, FeatureSchema, log_floor
+from .learned_features import OPS, TIME_FLOOR_S, FeatureSchema, base_values, log_floor
 from .learned_forest import Stack
 
 KINDS = ("combined", "learned")
@@ -79,18 +81,20 @@ class CostModel:
         :class:`~.learned_forest.Stack` of every forest (ALL_OPS's pair first), each op's pair in it,
         the op and analytic columns, and the kernel columns and seconds of the fixed prepare times.
         Remade when fitting replaces ``forests_``, ``schema_`` or ``fixed_prepare_``."""
-        parts = (self.forests_, self.schema_, self.fixed_prepare_)
         got = self.__dict__.get("_compiled_")
-        if got is None or any(a is not b for a, b in zip(got[0], parts)):
-            keys = [ALL_OPS] + sorted(k for k in self.forests_ if k != ALL_OPS)
-            index = {c: i for i, c in enumerate(self.schema_.columns)}
-            fixed = [(index[f"kernel:{k}"], s) for k, s in self.fixed_prepare_.items() if f"kernel:{k}" in index]
-            got = (parts, Stack([f for key in keys for f in self.forests_[key]]),
-                   np.array([keys.index(op) if op in keys else 0 for op in OPS], dtype=np.intp),
-                   [index[f"op_{op}"] for op in OPS],
-                   [index["log_analytic_run"], index["log_analytic_prepare"]] if self.kind == "combined" else None,
-                   np.array([c for c, _ in fixed], dtype=np.intp), np.array([s for _, s in fixed]))
-            self.__dict__["_compiled_"] = got
+        if got is not None and (got[0][0] is self.forests_ and got[0][1] is self.schema_
+                                and got[0][2] is self.fixed_prepare_):
+            return got
+        parts = (self.forests_, self.schema_, self.fixed_prepare_)
+        keys = [ALL_OPS] + sorted(k for k in self.forests_ if k != ALL_OPS)
+        index = {c: i for i, c in enumerate(self.schema_.columns)}
+        fixed = [(index[f"kernel:{k}"], s) for k, s in self.fixed_prepare_.items() if f"kernel:{k}" in index]
+        got = (parts, Stack([f for key in keys for f in self.forests_[key]]),
+               np.array([keys.index(op) if op in keys else 0 for op in OPS], dtype=np.intp),
+               [index[f"op_{op}"] for op in OPS],
+               [index["log_analytic_run"], index["log_analytic_prepare"]] if self.kind == "combined" else None,
+               np.array([c for c, _ in fixed], dtype=np.intp), np.array([s for _, s in fixed]))
+        self.__dict__["_compiled_"] = got
         return got
 
     def _analytic_cols(self, Z):
@@ -157,45 +161,55 @@ class CostModel:
         any) of one problem's candidates: ``cells`` [(kernel, params)], ``analytic`` their analytic
         Costs. :meth:`predict_z` of what :meth:`FeatureSchema.transform` makes of their Queries, to
         the last bit, cheaper: what depends on the candidates alone (their cells, the leaf masks
-        those cells select, the fixed prepare times) is kept per candidate list
-        (:class:`_Template`), so a plan looks up the problem's base features once and each
-        candidate's two analytic times."""
+        those cells select, the fixed prepare times, the lookup of the tested columns) is kept per
+        candidate list (:class:`_Template`), so a plan looks up the problem's base features once
+        and each candidate's two analytic times."""
         self._check_fitted()
         if any(a is None for a in analytic):
             raise ValueError(f"no analytic Cost for {cells[[a is None for a in analytic].index(True)]}, which "
                              "the combined model reads; pass analytic=kernel.cost(features, params, device)")
         compiled = self._compiled()
         schema = self.schema_
-        base_cols, values, base = schema.base_row(features, device)
+        base = base_values(features, device)
         outside = schema.outside_base(base)
         if outside or not cells:
             return outside, None if outside else np.zeros((0, 2))
-        tpl = _template(self, compiled, base_cols, cells)
+        tpl = _template(self, compiled, schema._base_positions, cells)
         n = len(cells)
         logs = times = None
-        if tpl.analytic is not None:   # run times, then prepare times: the columns transform fills, in one call
+        if tpl.analytic is not None:   # run times, then prepare times: log_floor's numbers, one array fewer
             times = [a.run_s for a in analytic] + [a.prepare_s for a in analytic]
-            logs = log_floor(times)
-        if tpl.tmask is None:      # no leaf masks (trees past 64 leaves): the rows as transform makes them
+            logs = np.maximum(times, TIME_FLOOR_S)
+            np.log(logs, out=logs)
+        # a NaN (missing value) among the base features or analytic times makes their sum NaN (as do
+        # infinities of both signs): such rows, and stacks without leaf masks (trees past 64 leaves),
+        # take the rows as transform makes them
+        total = sum(base) + (sum(times) if times is not None else 0.0)
+        if tpl.tmask is None or total != total:
             Z = tpl.X.copy()
-            Z[:, base_cols] = values
+            Z[:, schema._base_positions] = base
             if logs is not None:
                 Z[:, tpl.analytic] = logs.reshape(2, n).T
             return outside, self.predict_z(Z)
-        stack, nb = compiled[1], len(tpl.take)
-        timed = [logs] if len(tpl.timed) == 2 else [logs[t * n:(t + 1) * n] for t in tpl.timed]
-        # a NaN (missing value) among the base features or analytic times makes their sum NaN (as do
-        # infinities of both signs, which only costs the NaN test): only then are NaN rows looked for
-        total = sum(base) + (sum(times) if times is not None else 0.0)
-        missing = total != total
-        rows = stack.rows_of(tpl.lookup, np.concatenate([values[tpl.take], *timed]), missing)
+        stack, nb = compiled[1], tpl.nb
+        query = tpl.query.copy()   # the tested columns' numbers, then their values: Stack.rows_of's search
+        part = query.imag
+        part[:nb] = tpl.pick(base)
+        if len(tpl.timed) == 2:
+            part[nb:] = logs
+        elif tpl.timed:
+            part[nb:] = logs[tpl.timed[0] * n:(tpl.timed[0] + 1) * n]
+        rows = stack.row_keys.searchsorted(query)   # no NaN here: the table's rows, as Stack.rows_of finds them
         shared = rows[:nb]
         shared = shared[stack.partial[shared]]   # the base features' rows that rule out a leaf
-        masks = tpl.tmask & np.bitwise_and.reduce(stack.table[shared], axis=0) if len(shared) else tpl.tmask.copy()
+        # take: about half the time of indexing rows by an array
+        masks = (tpl.tmask & np.bitwise_and.reduce(stack.table.take(shared, axis=0), axis=0) if len(shared)
+                 else tpl.tmask.copy())
         if tpl.timed:   # each candidate's own analytic times
-            looked = stack.table[rows[nb:]]
-            for i in range(len(tpl.timed)):
-                masks &= looked[i * n: (i + 1) * n]
+            looked = stack.table.take(rows[nb:], axis=0)
+            masks &= looked[:n]
+            if len(tpl.timed) == 2:
+                masks &= looked[n:]
         P = stack.from_masks(masks)
         if P.shape[1] == 2:
             T = P
@@ -234,8 +248,9 @@ class _Template:
     masks: the base features the trees test (``take``: their places among the base values), the
     analytic times' columns (``analytic``, None for a model that reads none) and those the trees
     test (``timed``: 0 run, 1 prepare), what :meth:`Stack.rows_of` needs to look those up
-    (``lookup``) and the AND of the masks the candidates' own cells select (``tmask``; None where
-    the stack has no leaf masks)."""
+    (``lookup``; ``query``: their column numbers as the real parts of the search keys, ``pick``: the
+    tested values off the base values' list) and the AND of the masks the candidates' own cells
+    select (``tmask``; None where the stack has no leaf masks)."""
 
     def __init__(self, model, compiled, base_cols, cells):
         _, stack, _, _, _, fixed_cols, fixed_s = compiled
@@ -260,6 +275,12 @@ class _Template:
         self.timed = [t for t in range(len(an_slots)) if an_slots[t] >= 0]
         self.lookup = stack.lookup(np.concatenate([base_slots[self.take]]
                                                   + [np.full(n, an_slots[t]) for t in self.timed]))
+        self.nb = len(self.take)
+        # the tested base features' values, off the list of all of them (a tuple even for one)
+        self.pick = (operator.itemgetter(*self.take.tolist()) if self.nb > 1
+                     else lambda values, at=self.take.tolist(): [values[i] for i in at])
+        self.query = np.zeros(len(self.lookup[0]), dtype=np.complex128)
+        self.query.real = self.lookup[0]
         tested[base_cols] = False
         if analytic is not None:
             tested[analytic] = False
@@ -275,10 +296,11 @@ class _Template:
 def _template(model, compiled, base_cols, cells) -> _Template:
     """The kept :class:`_Template` of ``cells`` for ``model``'s compiled stack, made on a miss
     (and not kept where a parameter is unhashable)."""
-    # params in the order given: a list that orders them otherwise only misses, never mismatches
-    key = (id(compiled[1]), base_cols.tobytes(), tuple([(k, tuple(p.items())) for k, p in cells]))
+    # params in the order given: a list that orders them otherwise only misses, never mismatches; the
+    # stack is made anew with the schema (CostModel._compiled), so its id stands for base_cols too
+    key = (id(compiled[1]), tuple([(k, tuple(p.items())) for k, p in cells]))
     try:
-        got = _TEMPLATES.get(key)
+        got = _TEMPLATES.get_fast(key)   # no lock: a template is put whole
     except TypeError:
         return _Template(model, compiled, base_cols, cells)
     if got is None or got.stack is not compiled[1]:

@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import learned_fingerprint
+from . import learned, learned_fingerprint
 from .learned_fingerprint import PACKAGE_DIR, metadata_path
 
 
@@ -43,7 +43,7 @@ def restamp(reason: str, paths=None) -> list:
         tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
         os.replace(tmp, path)
         done.append(path)
-    learned_fingerprint.clear()
+    learned.clear_cache()   # the fingerprint, and the stamps of the shipped files: a plan sees the new ones at once
     return done
 
 

@@ -117,7 +117,7 @@ def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0, d
 
 def hash_terms(f, path: str, direct: bool) -> str:
     """The bandwidth terms of hash_seconds, for a cost's explanation."""
-    _, per_product, per_output = fitted_bytes(f, HASH_BYTES)
+    per_product, per_output = traffic.for_dtype(HASH_BYTES, f)   # fitted_bytes' figures, without its sum
     tables = hash_table_nnz(f, path, direct)
     return (f"~{traffic.spgemm_nnz_c(f):,.0f} nonzeros of C expected ({compression_text(f)}); "
             f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C"

@@ -237,7 +237,9 @@ def blocked_layout(f, T: int, long_factor: int) -> tuple:
     return slots, rows, longest
 
 
-def _blocked(kernel, f, T, long_factor, device, per_row_bytes, launches, extra_why) -> Cost:
+def _blocked(kernel, f, T, long_factor, device, per_row_bytes, launches, extra_why, extra_run_bytes=0) -> Cost:
+    """The BRCP layout's cost; ``extra_run_bytes`` (BRC's zeroing of y) are added last at the copy
+    bandwidth, where the caller would have added them to this Cost's run time."""
     v, i = _sizes(f)
     slots, rows, longest = blocked_layout(f, T, long_factor)
     nbytes = slots * (v + i) * f.k + rows * per_row_bytes + traffic.dense_bytes(f)
@@ -248,6 +250,8 @@ def _blocked(kernel, f, T, long_factor, device, per_row_bytes, launches, extra_w
     if f.k > 1:
         run += (traffic.column_major_gathers_missed(f, device.l2_bytes) * BLOCKED_SPMM_GATHER_BYTES
                 / device.mem_bandwidth + BLOCKED_SPMM_OVERHEAD_S)
+    if extra_run_bytes:
+        run = run + extra_run_bytes / device.mem_bandwidth
     return Cost(conv, run,
                 f"{width}, rows > {long_factor}*T cut to width "
                 f"ceil(nnz/{long_factor}); ~{slots / max(f.nnz, 1):.2f}x the nonzeros "
@@ -257,8 +261,8 @@ def _blocked(kernel, f, T, long_factor, device, per_row_bytes, launches, extra_w
 def brc(f, T: int, long_factor: int, device) -> Cost:
     """BRC: the BRCP layout, every block row adding atomically into a zeroed y."""
     v, i = _sizes(f)
-    c = _blocked("spmv.brc", f, T, long_factor, device, i + v * f.k, 2, "; atomics into a zeroed y")
-    return Cost(c.prepare_s, c.run_s + f.m * f.k * v / device.mem_bandwidth, c.why)
+    return _blocked("spmv.brc", f, T, long_factor, device, i + v * f.k, 2, "; atomics into a zeroed y",
+                    f.m * f.k * v)
 
 
 def brcp(f, T: int, long_factor: int, device) -> Cost:

@@ -3,6 +3,8 @@ where one is installed for the device class), the cheapest picked with stable ti
 the reasons a plan gives, the papers' rules among them."""
 from __future__ import annotations
 
+import operator
+
 from ..core.types import Candidate
 from ..kernels import kernels_for
 from ..models import learned
@@ -28,17 +30,18 @@ def score_candidates(feats, dev, reuse, deterministic, only=None, per_call=None)
     the kernels' analytic models; ``per_call`` (see ``plan``) adds to their run cost.
     """
     pending, rejected, extras = admissible(feats, dev, deterministic, only, per_call)
-    scored = []
     # The learned model for this device class, where one is installed, replaces the analytic costs.
     per = max(reuse, 1)   # the prepare cost's share of an application, as Cost.total takes it
-    for (name, params, cost), (prepare_s, run_s, why, source) in zip(pending, learned.rescored(feats, dev, pending)):
-        if why is None:
-            why = cost.why
-        if extras:
+    costs = learned.rescored(feats, dev, pending)
+    if extras:
+        for j, ((name, _, _), (prepare_s, run_s, why, source)) in enumerate(zip(pending, costs)):
             extra_s, extra_why = extras.get(name, (0.0, ""))
             if extra_s:
-                run_s, why = run_s + extra_s, f"{why}; +{extra_s * 1e6:.0f} us per call: {extra_why}"
-        scored.append(Candidate(name, params, prepare_s, run_s, prepare_s / per + run_s, source, why))
+                why = pending[j][2].why if why is None else why
+                costs[j] = (prepare_s, run_s + extra_s, f"{why}; +{extra_s * 1e6:.0f} us per call: {extra_why}", source)
+    scored = [Candidate(name, params, prepare_s, run_s, prepare_s / per + run_s, source,
+                        cost.why if why is None else why)
+              for (name, params, cost), (prepare_s, run_s, why, source) in zip(pending, costs)]
     return _ranked(scored), rejected
 
 
@@ -65,11 +68,16 @@ def admissible(feats, dev, deterministic, only=None, per_call=None) -> tuple:
     return pending, rejected, extras
 
 
+_BY_COST = operator.attrgetter("total_s", "kernel")
+
+
 def _ranked(scored) -> list:
     """``scored`` by (total_s, kernel, _param_key(params)): sorted by the first two, then the rare
     runs equal in both by their params (a stable sort: the same order, without a params key for
     every candidate of every plan)."""
-    scored.sort(key=lambda c: (c.total_s, c.kernel))
+    scored.sort(key=_BY_COST)
+    if all(a.total_s != b.total_s or a.kernel != b.kernel for a, b in zip(scored, scored[1:])):
+        return scored   # no run equal in both: the common case
     i = 0
     while i < len(scored) - 1:
         j = i + 1

@@ -319,3 +319,22 @@ def test_rescore_keeps_calibrated_costs_and_names_unknown_kernels(gpu_kernels):
     got, want = learned.rescore(f, H100, pending), reference_rescore(f, H100, pending)
     assert got == want and got[1][0] is calibrated
     assert {s for _, s in got} == {"learned", "analytic"} and "is not in learned model" in got[-1][0].why
+
+
+def test_per_call_costs_are_the_reference_paths(gpu_kernels):
+    """score_candidates with a per_call cost on some kernels (none on others): the Candidates, their
+    figures' types and their text of the old score_candidates."""
+    A = corpus.load("skewed", "small", seed=4)
+    for B in (np.ones(A.shape[1]), np.ones((A.shape[1], 4))):
+        f = dataclasses.replace(stats.compute(validation.normalize(A, B), H100), backend="gpu")
+
+        def per_call(kernel, feats, dev):
+            return (3e-6, "a host copy") if kernel.name.endswith(("_vector", ".cusparse", ".ellr")) else (0.0, "")
+        for reuse in (1, 100):
+            got, want = (fn(f, H100, reuse, False, None, per_call) for fn in (choose.score_candidates,
+                                                                            reference_score_candidates))
+            assert got == want
+            assert [type(x) for c in got[0] for x in (c.prepare_s, c.run_s, c.total_s)] == \
+                   [type(x) for c in want[0] for x in (c.prepare_s, c.run_s, c.total_s)]
+            assert any(c.why.endswith("us per call: a host copy") for c in got[0])
+            assert {c.source for c in got[0]} >= {"learned"}
