@@ -45,13 +45,21 @@ def get(name: str) -> Kernel:
 
 
 def kernels_for(op: str, backend: str | None = None) -> list[Kernel]:
-    """Registered kernels for ``op`` (and ``backend``), sorted by name for stable plans."""
+    """Registered kernels for ``op`` (and ``backend``), sorted by name for stable plans; the sorted
+    list is kept per (op, backend) while the registry holds the same kernel objects (every plan
+    asks; tests and calibration replace entries of ``_REGISTRY`` directly)."""
     for family, ops in BUILTIN_FAMILIES.items():
         if op in ops:
             _load(family)
-    return sorted((k for k in _REGISTRY.values()
-                   if op in k.ops and (backend is None or k.backend == backend)),
-                  key=lambda k: k.name)
+    now = tuple(_REGISTRY.values())
+    kept = _SORTED.get((op, backend))
+    if kept is None or len(kept[0]) != len(now) or any(a is not b for a, b in zip(kept[0], now)):
+        serve = [k for k in now if op in k.ops and (backend is None or k.backend == backend)]
+        kept = _SORTED[(op, backend)] = (now, sorted(serve, key=lambda k: k.name))
+    return list(kept[1])
+
+
+_SORTED: dict = {}   # (op, backend) -> (the registry's kernels when sorted, the sorted list)
 
 
 def all_kernels() -> list[Kernel]:
