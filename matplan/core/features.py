@@ -478,23 +478,44 @@ def from_figures(op: str, figs, A, B=None) -> dict | None:
 
 def _drawn_compression(figs, ncols: int) -> float:
     """:func:`sampled_compression` from the kernel's drawn rows (1.0 without products): each
-    distinct row once, ascending, with its first draw's figures and its draws."""
+    distinct row once, ascending, with its first draw's figures and its draws. Where the rows rise
+    (they do: quantiles of a running sum) and each was examined whole, in Python: NumPy's arrays
+    cost more than the arithmetic on 64 draws."""
     if figs.products == 0:
         return 1.0
-    drawn = np.array((figs.drawn, figs.distinct, figs.examined, figs.drawn_products), dtype=np.int64)
-    rows = drawn[0]
-    if (rows[1:] >= rows[:-1]).all():   # the quantiles' rows rise: numpy.unique's answer without its sort
-        new = np.empty(rows.size, dtype=bool)
-        new[0] = True
-        np.not_equal(rows[1:], rows[:-1], out=new[1:])
-        first = np.flatnonzero(new)
-        draws = np.empty_like(first)
-        draws[:-1] = first[1:] - first[:-1]
-        draws[-1] = rows.size - first[-1]
-    else:
-        _, first, draws = np.unique(rows, return_index=True, return_counts=True)
+    rows, d, q, p = figs.drawn, figs.distinct, figs.examined, figs.drawn_products
+    if all(a <= b for a, b in zip(rows, rows[1:])):   # the quantiles' rows rise
+        first = [0] + [i for i in range(1, len(rows)) if rows[i] != rows[i - 1]]
+        if all(q[i] >= p[i] > 0 for i in first):   # every row examined whole: its count is exact
+            # _compression_of's float64 operations in Python, its sum NumPy's (one leaf of <= 128)
+            ends = first[1:] + [len(rows)]
+            frac = (0.0 + _leaf_sum([(e - i) * float(d[i]) / p[i] for i, e in zip(first, ends)])
+                    ) / COMPRESSION_SAMPLES
+            return 1.0 / frac if frac > 0 else 1.0
+    drawn = np.array((rows, d, q, p), dtype=np.int64)
+    _, first, draws = np.unique(drawn[0], return_index=True, return_counts=True)
     distinct, examined, products = drawn[1:, first]
     return _compression_of(distinct, examined, products, draws.astype(np.int64), ncols)
+
+
+def _leaf_sum(v: list) -> float:
+    """NumPy's pairwise sum of at most 128 float64 values (one leaf: eight accumulators, combined
+    as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the tail), without an array."""
+    n = len(v)
+    if n < 8:
+        r = -0.0
+        for x in v:
+            r += x
+        return r
+    r = v[:8]
+    body = n - n % 8
+    for i in range(8, body, 8):
+        for j in range(8):
+            r[j] += v[i + j]
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for x in v[body:]:
+        res += x
+    return res
 
 
 @functools.lru_cache(maxsize=64)
