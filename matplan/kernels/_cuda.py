@@ -429,11 +429,11 @@ SPIN_S = 5e-4
 
 
 def wait(stream) -> None:
-    """Wait for the work queued on ``stream`` (a stream of the current device): an event recorded on it is polled for up to
-    :data:`SPIN_S`, then synchronised (which releases the GIL). A blocking
-    ``stream.synchronize()`` returned 30-80 us after a short kernel had finished where the GPU had
-    idled a few hundred microseconds (a plan's host work between its statistics calls), an H100
-    host's figures."""
+    """Wait for the work queued on ``stream`` (a stream of the current device): an event recorded
+    on it is polled for up to :data:`SPIN_S`, then synchronised (which releases the GIL). A
+    blocking ``stream.synchronize()`` returned 30-80 us after a short kernel had finished where the
+    GPU had idled a few hundred microseconds first (a plan's host work before its statistics call),
+    on an H100 host."""
     events = getattr(_HOST, "events", None)
     if events is None:
         events = _HOST.events = {}
