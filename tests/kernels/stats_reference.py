@@ -158,7 +158,7 @@ def mirror_pairwise(values, order_seed=None) -> float:
         np.random.default_rng(order_seed).shuffle(leaves)
     slot, count, result = {}, {}, []
     for lo, length, path in leaves:
-        val = _leaf(v, lo, length)
+        val = F._leaf_sum(v[lo:lo + length])   # the leaf owner's NumPy-order sum
         slot[lo >> 6] = val
         for node_lo, split in reversed(path):
             count[split >> 6] = count.get(split >> 6, 0) + 1
@@ -170,24 +170,6 @@ def mirror_pairwise(values, order_seed=None) -> float:
             result.append(0.0 + val)
     assert len(result) == (1 if N else 0)
     return result[0] if result else 0.0
-
-
-def _leaf(v, lo, n):
-    if n < 8:
-        r = -0.0
-        for i in range(n):
-            r += v[lo + i]
-        return r
-    r = v[lo:lo + 8]
-    i = 8
-    while i < n - n % 8:
-        for j in range(8):
-            r[j] += v[lo + i + j]
-        i += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-    for j in range(i, n):
-        res += v[lo + j]
-    return res
 
 
 def mirror_warp_after(lengths, hist_size=S.HIST, seed=0) -> int:
