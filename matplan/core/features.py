@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import threading
 
 import numpy as np
@@ -63,6 +64,24 @@ class Features:
         d = dict(d)
         d["rbs_groups"] = tuple(d.get("rbs_groups", ()))
         return cls(**d)
+
+
+#: Every field of Features in order, at its default (the required ones at None, compute() sets them).
+_FIELD_DEFAULTS = {f.name: None if f.default is dataclasses.MISSING else f.default
+                   for f in dataclasses.fields(Features)}
+
+
+def _features(values: dict) -> Features:
+    """``Features(**values)`` for compute()'s values (the required fields among them) without the
+    frozen dataclass's __init__, which sets each of the 31 fields by object.__setattr__ (~4x the
+    time of a dict, every plan); a key that is no field goes to __init__, which names it."""
+    state = _FIELD_DEFAULTS.copy()
+    state.update(values)
+    if len(state) != len(_FIELD_DEFAULTS):
+        return Features(**values)
+    made = object.__new__(Features)
+    object.__setattr__(made, "__dict__", state)
+    return made
 
 
 def row_lengths(A):
@@ -407,12 +426,12 @@ def compute(problem, device) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
-    base = dict(op=op, dtype=str(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
+    base = dict(op=op, dtype=_dtype_name(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
     figs = kernel_figures.problem_figures(problem)   # GPU CSR operands, by the statistics kernel
     got = None if figs is None else from_figures(op, figs, A, B)
     if got is not None:
         base.update(got)
-        return Features(**base)
+        return _features(base)
     if op in ("spmv", "spmm", "sptrans", "spgemm"):   # small GPU operands: statistics on the host
         host_a, host_b = problem.host_index["A"], problem.host_index["B"]
         if op != "spgemm":
@@ -429,7 +448,7 @@ def compute(problem, device) -> Features:
         m, n = A.shape
         base.update(nnz=m * n, density=1.0, layout=dense_layout(A),
                     t2threshold=device.t2threshold(problem.dtype))
-    return Features(**base)
+    return _features(base)
 
 
 def from_figures(op: str, figs, A, B=None) -> dict | None:
@@ -438,7 +457,8 @@ def from_figures(op: str, figs, A, B=None) -> dict | None:
     (and ``B``): the same numbers bit for bit, the same float64 operations on the kernel's exact
     integers and pairwise sums. None where the operands are malformed (rows falling, sums past
     2**53: arrays a caller vouched for), which the general formulas then measure."""
-    m, n = (int(v) for v in A.shape)
+    m, n = A.shape
+    m, n = int(m), int(n)
     nnz = figs.a.ptrm if m else 0
     out = dict(m=m, n=n, nnz=nnz, density=nnz / (m * n) if m * n else 0.0,
                index_dtype=_dtype_name(A.indices.dtype))
@@ -449,9 +469,10 @@ def from_figures(op: str, figs, A, B=None) -> dict | None:
     total = figs.a.ptrm - figs.a.ptr0
     if m and (figs.row_min < 0 or not 0 <= total < 2 ** 53 or not 0 <= figs.products < 2 ** 53):
         return None
+    # Python's float operations are float64's: an int below 2**53 converts exactly, as in NumPy
     if m:
-        mean = float(np.float64(total) / m)
-        std = float(np.sqrt(float(np.float64(figs.row_ss) / m)))
+        mean = total / m
+        std = _sqrt(figs.row_ss / m)
         groups = (m + (-m) % WARP) // WARP
         before = figs.warp_before / groups
         after = (figs.warp_after / groups if figs.warp_after is not None else
@@ -460,15 +481,15 @@ def from_figures(op: str, figs, A, B=None) -> dict | None:
         out.update(row_mean=mean, row_std=std, row_min=figs.row_min, row_max=figs.row_max,
                    empty_rows=figs.empty_rows, T=brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
                    warp_ratio=after / before if before else 1.0,
-                   col_spread=float(np.float64(figs.spread_sum) / samples) if nnz > 0 and n else 0.0)
+                   col_spread=figs.spread_sum / samples if nnz > 0 and n else 0.0)
     if op != "spgemm":
         return out
     out.update(nnz_b=figs.b.ptrm if B.shape[0] else 0, k=B.shape[1])
     if m == 0:
         return out
     total = figs.products
-    mean = float(np.float64(total) / m)
-    var = float(np.float64(figs.rowct_ss) / m)
+    mean = total / m
+    var = figs.rowct_ss / m
     out.update(products=total, rowct_mean=mean, rowct_max=figs.rowct_max,
                rowct_var_over_mean=var / mean if mean > 0 else 0.0, rbs_groups=tuple(figs.rbs_groups),
                compression=_drawn_compression(figs, B.shape[1]) if figs.compression_ok else
@@ -484,38 +505,59 @@ def _drawn_compression(figs, ncols: int) -> float:
     if figs.products == 0:
         return 1.0
     rows, d, q, p = figs.drawn, figs.distinct, figs.examined, figs.drawn_products
-    if all(a <= b for a, b in zip(rows, rows[1:])):   # the quantiles' rows rise
+    terms = None   # _compression_of's float64 terms in Python, where the rows rise and were examined whole
+    if all(map(operator.lt, rows, rows[1:])):   # each row drawn once (the common case): every draw a first
+        if 0 < min(p, default=0) and max(p) < _EXACT and max(d) < _EXACT and all(map(operator.ge, q, p)):
+            terms = list(map(operator.truediv, d, p))   # 1 * float(d) / p: ints below 2**53 divide as floats
+    elif all(map(operator.le, rows, rows[1:])):   # the quantiles' rows rise, some drawn again
         first = [0] + [i for i in range(1, len(rows)) if rows[i] != rows[i - 1]]
         if all(q[i] >= p[i] > 0 for i in first):   # every row examined whole: its count is exact
-            # _compression_of's float64 operations in Python, its sum NumPy's (one leaf of <= 128)
             ends = first[1:] + [len(rows)]
-            frac = (0.0 + _leaf_sum([(e - i) * float(d[i]) / p[i] for i, e in zip(first, ends)])
-                    ) / COMPRESSION_SAMPLES
-            return 1.0 / frac if frac > 0 else 1.0
+            terms = [(e - i) * float(d[i]) / p[i] for i, e in zip(first, ends)]
+    if terms is not None:   # its sum NumPy's (one leaf of <= 128)
+        frac = (0.0 + _leaf_sum(terms)) / COMPRESSION_SAMPLES
+        return 1.0 / frac if frac > 0 else 1.0
     drawn = np.array((rows, d, q, p), dtype=np.int64)
     _, first, draws = np.unique(drawn[0], return_index=True, return_counts=True)
     distinct, examined, products = drawn[1:, first]
     return _compression_of(distinct, examined, products, draws.astype(np.int64), ncols)
 
 
-def _leaf_sum(v: list) -> float:
+#: Integers below this convert to float64 exactly (so int / int is float(a) / float(b)).
+_EXACT = 1 << 53
+
+
+def _leaf_sum(v) -> float:
     """NumPy's pairwise sum of at most 128 float64 values (one leaf: eight accumulators, combined
-    as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the tail), without an array."""
+    as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the tail), without an array; the
+    accumulators are locals (half the time of a list's items)."""
     n = len(v)
     if n < 8:
         r = -0.0
         for x in v:
             r += x
         return r
-    r = v[:8]
     body = n - n % 8
+    r0, r1, r2, r3, r4, r5, r6, r7 = v[:8]
     for i in range(8, body, 8):
-        for j in range(8):
-            r[j] += v[i + j]
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        a0, a1, a2, a3, a4, a5, a6, a7 = v[i:i + 8]
+        r0 += a0
+        r1 += a1
+        r2 += a2
+        r3 += a3
+        r4 += a4
+        r5 += a5
+        r6 += a6
+        r7 += a7
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     for x in v[body:]:
         res += x
     return res
+
+
+def _sqrt(x: float) -> float:
+    """numpy.sqrt of a float64 as a float: math.sqrt's correctly rounded root, NumPy's NaN below 0."""
+    return math.sqrt(x) if x >= 0.0 else float(np.sqrt(np.float64(x)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import operator
 import threading
 
 from .base import BACKENDS, OPS, Kernel
@@ -49,11 +50,11 @@ def kernels_for(op: str, backend: str | None = None) -> list[Kernel]:
     list is kept per (op, backend) while the registry holds the same kernel objects (every plan
     asks; tests and calibration replace entries of ``_REGISTRY`` directly)."""
     for family, ops in BUILTIN_FAMILIES.items():
-        if op in ops:
+        if op in ops and family not in _LOADED:
             _load(family)
     now = tuple(_REGISTRY.values())
     kept = _SORTED.get((op, backend))
-    if kept is None or len(kept[0]) != len(now) or any(a is not b for a, b in zip(kept[0], now)):
+    if kept is None or len(kept[0]) != len(now) or not all(map(operator.is_, kept[0], now)):
         serve = [k for k in now if op in k.ops and (backend is None or k.backend == backend)]
         kept = _SORTED[(op, backend)] = (now, sorted(serve, key=lambda k: k.name))
     return list(kept[1])

@@ -109,21 +109,40 @@ def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0, d
     HASH_ROW_BYTES at the copy bandwidth, ``slab_bytes`` (global rows on dense slabs of B.shape[1]
     columns, written and scanned) likewise, HASH_FIXED_S of the ``path`` (:func:`hash_fixed_key`)
     and LAUNCH_S a launch."""
-    nbytes, _, _ = fitted_bytes(f, HASH_BYTES)
-    nbytes += hash_table_nnz(f, path, direct) * HASH_TABLE_BYTES + f.m * HASH_ROW_BYTES
+    return _hash_seconds(f, device, hash_fixed_key(path, direct), launches, slab_bytes, traffic.spgemm_nnz_c(f))
+
+
+def _hash_seconds(f, device, key: str, launches: int, slab_bytes: float, nnz_c: float) -> float:
+    """hash_seconds for the HASH_FIXED_S ``key`` of its path and C's expected ``nnz_c``."""
+    per_product, per_output = traffic.for_dtype(HASH_BYTES, f)
+    nbytes = f.products * per_product + nnz_c * per_output   # fitted_bytes'
+    nbytes += (0.0 if key == "one pass, direct" else nnz_c) * HASH_TABLE_BYTES + f.m * HASH_ROW_BYTES
     t = (nbytes + slab_bytes) / device.mem_bandwidth
-    return t + HASH_FIXED_S[hash_fixed_key(path, direct)] + launches * LAUNCH_S
+    return t + HASH_FIXED_S[key] + launches * LAUNCH_S
 
 
 def hash_terms(f, path: str, direct: bool) -> str:
     """The bandwidth terms of hash_seconds, for a cost's explanation."""
+    return _hash_terms(f, hash_fixed_key(path, direct), traffic.spgemm_nnz_c(f))
+
+
+def _hash_terms(f, key: str, nnz_c: float) -> str:
+    """hash_terms for the HASH_FIXED_S ``key`` of its path and C's expected ``nnz_c``."""
     per_product, per_output = traffic.for_dtype(HASH_BYTES, f)   # fitted_bytes' figures, without its sum
-    tables = hash_table_nnz(f, path, direct)
-    return (f"~{traffic.spgemm_nnz_c(f):,.0f} nonzeros of C expected ({compression_text(f)}); "
+    tables = 0.0 if key == "one pass, direct" else nnz_c   # hash_table_nnz's
+    return (f"~{nnz_c:,.0f} nonzeros of C expected ({compression_text(f)}); "
             f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C"
             + (f" + {HASH_TABLE_BYTES:.0f} B per nonzero of C from hash tables" if tables else
                " (all from numeric_esc)")
             + f" + {HASH_ROW_BYTES:.0f} B per row at the copy bandwidth")
+
+
+def hash_cost_parts(f, device, path: str, launches: int, slab_bytes: float = 0.0, direct: bool = False) -> tuple:
+    """(hash_seconds, hash_terms, values_replay_seconds, C's expected nonzeros) of one spgemm.hash
+    candidate: what its Cost reads, the path's key and nnz(C) taken once (every plan scores it)."""
+    key, nnz_c = hash_fixed_key(path, direct), traffic.spgemm_nnz_c(f)
+    return (_hash_seconds(f, device, key, launches, slab_bytes, nnz_c), _hash_terms(f, key, nnz_c),
+            _values_replay_seconds(f, device, nnz_c), nnz_c)
 
 
 # --- spgemm.hash's values-only replay (kernels/spgemm/values.py) ------------------
@@ -138,9 +157,14 @@ VALUES_FIXED_S = 40e-6
 def values_replay_seconds(f, device) -> float:
     """Seconds of a values replay of spgemm.hash for the planner's features (the setup, paid once
     on a pair's second call, is not in it)."""
+    return _values_replay_seconds(f, device, traffic.spgemm_nnz_c(f))
+
+
+def _values_replay_seconds(f, device, nnz_c: float) -> float:
+    """values_replay_seconds for C's expected ``nnz_c``."""
     item = 4 if str(f.dtype) == "float32" else 8
     per_entry = 4 + item + 16
-    nbytes = f.products * (8 + item / 2) + traffic.spgemm_nnz_c(f) * per_entry
+    nbytes = f.products * (8 + item / 2) + nnz_c * per_entry
     return nbytes / device.mem_bandwidth + VALUES_FIXED_S
 
 
