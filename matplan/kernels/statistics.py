@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from ..core import features, figures as core_figures
+from ..core import compression, features, figures as core_figures
 from ..core.figures import CsrFlags, KernelFigures
 from ..core.xp import cupy_module
 from . import _cuda
@@ -32,7 +32,7 @@ MODES = {"check": CHECK, "sptrans": CHECK | TRANS, "spmv": CHECK | ROWS, "spmm":
          "spgemm": CHECK | ROWS | GEMM}
 #: statistics.cu's sizes: row lengths in the histogram, listed long rows at most, and features'.
 HIST, LONG_CAP = 65536, 16384
-SAMPLES, DRAWS, ROW_CAP = features.SPREAD_SAMPLES, features.COMPRESSION_SAMPLES, features.COMPRESSION_ROW_CAP
+SAMPLES, DRAWS, ROW_CAP = features.SPREAD_SAMPLES, compression.COMPRESSION_SAMPLES, compression.COMPRESSION_ROW_CAP
 BIAS = 1 << 62
 #: Words of the kernel's figures (statistics.cu's O_*).
 (O_FLAGS_A, O_PTR0_A, O_PTRM_A, O_FLAGS_B, O_PTR0_B, O_PTRM_B, O_MIN, O_MAX, O_EMPTY, O_WARP_BEFORE,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.core import device as device_mod, features as F, figures, validation
+from matplan.core import compression as C, device as device_mod, features as F, figures, validation
 from matplan.core.features import Features
 
 H100 = device_mod.known("H100")
@@ -23,10 +23,10 @@ def _figs(rows, p, d, q, products=None):
 
 
 def numpy_compression(rows, p, d, q, ncols):
-    """features' general path: numpy.unique of the drawn rows, then _compression_of."""
+    """the general path: numpy.unique of the drawn rows, then compression_of."""
     rows, p, d, q = (np.asarray(x, dtype=np.int64) for x in (rows, p, d, q))
     _, first, draws = np.unique(rows, return_index=True, return_counts=True)
-    return F._compression_of(d[first], q[first], p[first], draws.astype(np.int64), ncols)
+    return C.compression_of(d[first], q[first], p[first], draws.astype(np.int64), ncols)
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -35,31 +35,31 @@ def test_rows_drawn_once_give_numpys_compression(seed):
     bit for bit, for counts up to and past 2**53 (these take the general path), rows not examined
     whole, and zero products."""
     rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(10 ** 6, F.COMPRESSION_SAMPLES, replace=False))
+    rows = np.sort(rng.choice(10 ** 6, C.COMPRESSION_SAMPLES, replace=False))
     top = [10, 10 ** 6, 10 ** 12, 2 ** 53 - 1, 2 ** 60][seed % 5]
-    p = rng.integers(1, top, F.COMPRESSION_SAMPLES, dtype=np.int64)
-    d = np.minimum(p, rng.integers(1, top, F.COMPRESSION_SAMPLES, dtype=np.int64))
-    q = p + (rng.integers(0, 3, F.COMPRESSION_SAMPLES) if seed % 3 else -rng.integers(0, 2, F.COMPRESSION_SAMPLES))
+    p = rng.integers(1, top, C.COMPRESSION_SAMPLES, dtype=np.int64)
+    d = np.minimum(p, rng.integers(1, top, C.COMPRESSION_SAMPLES, dtype=np.int64))
+    q = p + (rng.integers(0, 3, C.COMPRESSION_SAMPLES) if seed % 3 else -rng.integers(0, 2, C.COMPRESSION_SAMPLES))
     if seed % 7 == 0:
-        p[rng.integers(F.COMPRESSION_SAMPLES)] = 0
+        p[rng.integers(C.COMPRESSION_SAMPLES)] = 0
     with np.errstate(divide="ignore", invalid="ignore"):   # a row of no products: 0 / 0 on the general path
         want = numpy_compression(rows, p, d, q, 10 ** 7)
-        got = F._drawn_compression(_figs(rows, p, d, q, products=1), 10 ** 7)
+        got = C.drawn_compression(_figs(rows, p, d, q, products=1), 10 ** 7)
     assert got == want and type(got) is float
 
 
 def test_the_python_paths_are_taken_where_they_apply(monkeypatch):
     """Rows drawn once and rows drawn again (rising) do not reach numpy.unique; falling rows do."""
     rng = np.random.default_rng(5)
-    once = np.sort(rng.choice(10 ** 5, F.COMPRESSION_SAMPLES, replace=False))
-    again = np.sort(rng.integers(0, 30, F.COMPRESSION_SAMPLES))
-    p = rng.integers(1, 10 ** 6, F.COMPRESSION_SAMPLES)
+    once = np.sort(rng.choice(10 ** 5, C.COMPRESSION_SAMPLES, replace=False))
+    again = np.sort(rng.integers(0, 30, C.COMPRESSION_SAMPLES))
+    p = rng.integers(1, 10 ** 6, C.COMPRESSION_SAMPLES)
     calls = []
     unique = np.unique
     monkeypatch.setattr(F.np, "unique", lambda *a, **k: calls.append(1) or unique(*a, **k))
     for rows, via_numpy in ((once, False), (again, False), (once[::-1], True)):
         calls.clear()
-        F._drawn_compression(_figs(rows, p, p // 2, p), 10 ** 6)
+        C.drawn_compression(_figs(rows, p, p // 2, p), 10 ** 6)
         assert bool(calls) == via_numpy
 
 
@@ -70,7 +70,7 @@ def test_leaf_sum_of_lists_and_arrays(n):
     v = np.random.default_rng(n).standard_normal(n) * 10.0 ** np.random.default_rng(n + 1).integers(-8, 8, n)
     want = float(np.add.reduce(v)) + 0.0
     kept = v.copy()
-    assert F._leaf_sum(v.tolist()) + 0.0 == want and F._leaf_sum(v) + 0.0 == want
+    assert C.leaf_sum(v.tolist()) + 0.0 == want and C.leaf_sum(v) + 0.0 == want
     assert np.array_equal(v, kept)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.core import features as stats
+from matplan.core import compression as C, features as stats
 
 
 def reference_sparse(A):
@@ -109,8 +109,8 @@ def test_warp_lengths_sort_fallback_and_histogram_agree():
 
 def test_occupancy_all_examined_is_exact():
     d = np.array([3.0, 10.0, 1.0])
-    assert np.array_equal(stats._occupancy_extrapolate(d, [5, 12, 1], [5, 12, 1], 100), d)
-    est = stats._occupancy_extrapolate(np.array([3.0, 50.0]), [5, 60], [5, 600], 1000)
+    assert np.array_equal(C._occupancy_extrapolate(d, [5, 12, 1], [5, 12, 1], 100), d)
+    est = C._occupancy_extrapolate(np.array([3.0, 50.0]), [5, 60], [5, 600], 1000)
     assert est[0] == 3.0 and 50.0 < est[1] <= 600.0   # a subsampled row is extrapolated
 
 
@@ -128,26 +128,26 @@ def test_unchecked_indptr_not_from_zero():
 def test_sampled_compression_bitmap_and_sort_agree(monkeypatch, cells):
     """The host's bitmap count of distinct columns and the sort give the same estimate."""
     from matplan import corpus
-    monkeypatch.setattr(stats, "BITMAP_CELLS", cells)
-    monkeypatch.setattr(stats, "BITMAP_CELLS_PER_KEY", 1 << 26)   # the cell bound alone decides
+    monkeypatch.setattr(C, "BITMAP_CELLS", cells)
+    monkeypatch.setattr(C, "BITMAP_CELLS_PER_KEY", 1 << 26)   # the cell bound alone decides
     got = []
     for fam in ("rmat", "banded", "block_dense", "skewed"):
         A = sp.csr_matrix(corpus.load(fam, "small", seed=0))
-        got.append(stats.sampled_compression(A, A, stats.products_per_row(A, A)))
-    monkeypatch.setattr(stats, "BITMAP_CELLS", 1 << 26 if cells == 0 else 0)
+        got.append(C.sampled_compression(A, A, stats.products_per_row(A, A)))
+    monkeypatch.setattr(C, "BITMAP_CELLS", 1 << 26 if cells == 0 else 0)
     for fam, g in zip(("rmat", "banded", "block_dense", "skewed"), got):
         A = sp.csr_matrix(corpus.load(fam, "small", seed=0))
-        assert stats.sampled_compression(A, A, stats.products_per_row(A, A)) == g, fam
+        assert C.sampled_compression(A, A, stats.products_per_row(A, A)) == g, fam
 
 
 def test_expand_by_repetition_matches_the_search():
     lengths = np.array([0, 3, 0, 0, 5, 1, 0], dtype=np.int64)
-    seg, off = stats._expand(lengths, np)
+    seg, off = C._expand(lengths, np)
     ends = np.cumsum(lengths)
     idx = np.arange(ends[-1])
     ref_seg = np.searchsorted(ends, idx, side="right")
     assert (seg == ref_seg).all() and (off == idx - (ends[ref_seg] - lengths[ref_seg])).all()
-    seg, off = stats._expand(np.zeros(0, dtype=np.int64), np)
+    seg, off = C._expand(np.zeros(0, dtype=np.int64), np)
     assert seg.size == 0 and off.size == 0
 
 
@@ -219,11 +219,11 @@ def reference_compute(problem, dev, monkeypatch):
     if op == "spgemm" and m:
         rowct = reference_products(A, B)
         rf = rowct.astype(np.float64)
-        monkeypatch.setattr(stats, "BITMAP_CELLS", 0)   # the sort, not the bitmap
+        monkeypatch.setattr(C, "BITMAP_CELLS", 0)   # the sort, not the bitmap
         want.update(products=int(round(float(rf.sum()))), rowct_max=int(rf.max()), rowct_mean=float(rf.mean()),
                     rowct_var_over_mean=float(rf.var()) / float(rf.mean()) if rf.mean() > 0 else 0.0,
                     rbs_groups=tuple(int(c) for c in np.bincount(rbsparse_group_ids(rowct), minlength=6)),
-                    compression=stats.sampled_compression(A, B, rowct))
+                    compression=C.sampled_compression(A, B, rowct))
         monkeypatch.undo()
     return want
 

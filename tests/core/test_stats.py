@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from matplan.models import spmv as spmv_model
 from matplan.core import device
-from matplan.core import features as stats
+from matplan.core import compression as C, features as stats
 from matplan.core.validation import normalize
 
 
@@ -80,7 +80,7 @@ def test_sampled_compression_estimates_random_and_messy(rng):
     for A, B in ((sp.random(3000, 2000, density=0.004, format="csr", random_state=rng),
                   sp.random(2000, 1500, density=0.01, format="csr", random_state=rng)),
                  (messy_csr(rng, 2000, 400), sp.random(400, 300, density=0.05, format="csr", random_state=rng))):
-        est = stats.sampled_compression(A, B, stats.products_per_row(A, B))
+        est = C.sampled_compression(A, B, stats.products_per_row(A, B))
         assert est == pytest.approx(exact_compression(A, B), rel=0.1)
 
 
@@ -90,17 +90,17 @@ def test_sampled_compression_extrapolates_rows_over_the_cap(rng, monkeypatch):
     A = sp.random(200, 1000, density=0.04, format="csr", random_state=rng)
     B = sp.random(1000, 3000, density=0.033, format="csr", random_state=rng)
     exact = exact_compression(A, B)
-    monkeypatch.setattr(stats, "COMPRESSION_ROW_CAP", 512)
-    est = stats.sampled_compression(A, B, stats.products_per_row(A, B))
+    monkeypatch.setattr(C, "COMPRESSION_ROW_CAP", 512)
+    est = C.sampled_compression(A, B, stats.products_per_row(A, B))
     assert est == pytest.approx(exact, rel=0.1)
 
 
 def test_occupancy_extrapolation():
     # all examined: exact; 1000 draws that found 500 columns -> N ~ 628, p = 10^6 -> all of N
-    d = stats._occupancy_extrapolate([10, 500, 1000], [10, 1000, 1000], [10, 10**6, 10**6], 10**9)
+    d = C._occupancy_extrapolate([10, 500, 1000], [10, 1000, 1000], [10, 10**6, 10**6], 10**9)
     assert d[0] == 10 and d[1] == pytest.approx(628, rel=0.01)
     assert d[2] == pytest.approx(10**6, rel=1e-3)    # no repeats seen: about as many columns as products
-    assert stats._occupancy_extrapolate([7], [10], [100], 7)[0] == 7   # at most the columns of B
+    assert C._occupancy_extrapolate([7], [10], [100], 7)[0] == 7   # at most the columns of B
 
 
 def test_compression_without_products():

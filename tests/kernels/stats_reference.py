@@ -6,7 +6,7 @@ the formulas and the GPU tests with the kernel."""
 import numpy as np
 import scipy.sparse as sp
 
-from matplan.core import features as F, validation
+from matplan.core import compression as C, features as F, validation
 from matplan.core.figures import CsrFlags, KernelFigures
 from matplan.kernels import statistics as S
 
@@ -68,14 +68,14 @@ def spread_values(A) -> np.ndarray:
 def drawn_rows(rowct) -> np.ndarray:
     csum = np.cumsum(rowct)
     total = int(csum[-1])
-    targets = (np.arange(F.COMPRESSION_SAMPLES, dtype=np.float64) + 0.5) * (total / F.COMPRESSION_SAMPLES)
+    targets = (np.arange(C.COMPRESSION_SAMPLES, dtype=np.float64) + 0.5) * (total / C.COMPRESSION_SAMPLES)
     return np.searchsorted(csum, targets, side="right")
 
 
 def examine_row(A, B, row, p):
     """(distinct columns, products examined) of drawn row ``row`` with ``p`` products, as
-    features.sampled_compression takes them: every stride-th entry, the first 2 x cap products."""
-    cap = F.COMPRESSION_ROW_CAP
+    compression.sampled_compression takes them: every stride-th entry, the first 2 x cap products."""
+    cap = C.COMPRESSION_ROW_CAP
     stride = (p + cap - 1) // cap
     start, end = int(A.indptr[row]), int(A.indptr[row + 1])
     cols = np.asarray(A.indices)[start:end:stride].astype(np.int64)
@@ -158,7 +158,7 @@ def mirror_pairwise(values, order_seed=None) -> float:
         np.random.default_rng(order_seed).shuffle(leaves)
     slot, count, result = {}, {}, []
     for lo, length, path in leaves:
-        val = F._leaf_sum(v[lo:lo + length])   # the leaf owner's NumPy-order sum
+        val = C.leaf_sum(v[lo:lo + length])   # the leaf owner's NumPy-order sum
         slot[lo >> 6] = val
         for node_lo, split in reversed(path):
             count[split >> 6] = count.get(split >> 6, 0) + 1
@@ -236,8 +236,8 @@ def mirror_drawn(rowct, grid: int, block: int = 256) -> np.ndarray:
     running sums as float64."""
     m = len(rowct)
     total = int(rowct.sum())
-    per_draw = total / F.COMPRESSION_SAMPLES
-    out = np.full(F.COMPRESSION_SAMPLES, -1, dtype=np.int64)
+    per_draw = total / C.COMPRESSION_SAMPLES
+    out = np.full(C.COMPRESSION_SAMPLES, -1, dtype=np.int64)
     per = -(-m // grid)
     seg = [int(rowct[min(m, b * per):min(m, b * per + per)].sum()) for b in range(grid)]
     for b in range(grid):
@@ -249,7 +249,7 @@ def mirror_drawn(rowct, grid: int, block: int = 256) -> np.ndarray:
         for t in range(block):
             c_lo, c_hi = min(hi, lo + t * cper), min(hi, lo + t * cper + cper)
             chunk = int(rowct[c_lo:c_hi].sum())
-            for k in range(F.COMPRESSION_SAMPLES):
+            for k in range(C.COMPRESSION_SAMPLES):
                 target = (k + 0.5) * per_draw
                 if c_lo < c_hi and float(at) <= target < float(at + chunk):
                     c = at
@@ -266,8 +266,8 @@ def mirror_drawn(rowct, grid: int, block: int = 256) -> np.ndarray:
 def mirror_examine(A, B, row, p, block=256):
     """(distinct, examined) of one drawn row as the kernel's block takes it: chunks of ``block``
     entries, each entry's products from the prefix of the capped counts, found by a search."""
-    cap = 2 * F.COMPRESSION_ROW_CAP
-    stride = (p + F.COMPRESSION_ROW_CAP - 1) // F.COMPRESSION_ROW_CAP
+    cap = 2 * C.COMPRESSION_ROW_CAP
+    stride = (p + C.COMPRESSION_ROW_CAP - 1) // C.COMPRESSION_ROW_CAP
     start, length = int(A.indptr[row]), int(A.indptr[row + 1] - A.indptr[row])
     entries = (length + stride - 1) // stride
     b_ptr = np.asarray(B.indptr, dtype=np.int64)

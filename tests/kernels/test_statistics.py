@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.core import device as device_mod, features as F, figures, validation
+from matplan.core import compression as C, device as device_mod, features as F, figures, validation
 from matplan.kernels import _cuda, statistics as S
 from stats_reference import (drawn_rows, examine_row, matrices, mirror_drawn, mirror_examine, mirror_pairwise,
                              mirror_products, mirror_warp_after, partner, products, reference_figures)
@@ -54,15 +54,15 @@ def test_drawn_rows_in_any_order_give_the_same_compression():
     mixed = dataclasses.replace(filled, **{name: tuple(getattr(filled, name)[i] for i in order)
                                            for name in ("drawn",) + names})
     assert list(mixed.drawn) != sorted(mixed.drawn)
-    want = F.sampled_compression(A, A, F.products_per_row(A, A))
-    assert F._drawn_compression(figs, A.shape[1]) == want
-    assert F._drawn_compression(mixed, A.shape[1]) == want
+    want = C.sampled_compression(A, A, F.products_per_row(A, A))
+    assert C.drawn_compression(figs, A.shape[1]) == want
+    assert C.drawn_compression(mixed, A.shape[1]) == want
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_drawn_compression_in_python_is_numpys(seed):
     """Rising drawn rows examined whole (the common case) take a Python path: the same float as
-    numpy.unique + _compression_of, bit for bit, for random draws, repeats and counts."""
+    numpy.unique + compression_of, bit for bit, for random draws, repeats and counts."""
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.integers(0, rng.integers(1, 200), S.DRAWS))
     p = rng.integers(1, 10 ** rng.integers(1, 12), S.DRAWS)[np.searchsorted(np.unique(rows), rows)]
@@ -72,14 +72,14 @@ def test_drawn_compression_in_python_is_numpys(seed):
                                  drawn=tuple(rows.tolist()), drawn_products=tuple(p.tolist()),
                                  distinct=tuple(d.tolist()), examined=tuple(q.tolist()))
     _, first, draws = np.unique(rows, return_index=True, return_counts=True)
-    want = F._compression_of(d[first], q[first], p[first], draws.astype(np.int64), 10 ** 7)
-    assert F._drawn_compression(figs, 10 ** 7) == want
+    want = C.compression_of(d[first], q[first], p[first], draws.astype(np.int64), 10 ** 7)
+    assert C.drawn_compression(figs, 10 ** 7) == want
 
 
 @pytest.mark.parametrize("n", range(0, 129))
 def test_leaf_sum_is_numpys(n):
     v = np.random.default_rng(n).standard_normal(n) * 10.0 ** np.random.default_rng(n + 1).integers(-8, 8, n)
-    assert F._leaf_sum(v.tolist()) + 0.0 == v.sum() + 0.0
+    assert C.leaf_sum(v.tolist()) + 0.0 == v.sum() + 0.0
 
 
 @pytest.mark.parametrize("n", list(range(1, 140)) + [255, 256, 257, 1000, 4097, 65_536, 100_003])
@@ -121,7 +121,7 @@ def test_drawn_rows_mirror(grid):
 
 def test_examined_products_mirror(monkeypatch):
     """Subsampled rows (products past the cap) and the hard cap, in chunks of 8 entries."""
-    monkeypatch.setattr(F, "COMPRESSION_ROW_CAP", 16)
+    monkeypatch.setattr(C, "COMPRESSION_ROW_CAP", 16)
     A = matrices()["skewed, unsorted, duplicates"]
     rowct = products(A, A)
     for row in np.argsort(rowct)[-20:]:
@@ -138,8 +138,8 @@ def test_constants_match_the_kernel_source():
             pass
     assert (defs["ST_BLOCK"], defs["ST_HIST"], defs["ST_LONG_CAP"], defs["ST_BIAS"]) == (S.BLOCK, S.HIST, S.LONG_CAP,
                                                                                         S.BIAS)
-    assert (defs["ST_SAMPLES"], defs["ST_DRAWS"], defs["ST_ROW_CAP"]) == (F.SPREAD_SAMPLES, F.COMPRESSION_SAMPLES,
-                                                                         F.COMPRESSION_ROW_CAP)
+    assert (defs["ST_SAMPLES"], defs["ST_DRAWS"], defs["ST_ROW_CAP"]) == (F.SPREAD_SAMPLES, C.COMPRESSION_SAMPLES,
+                                                                         C.COMPRESSION_ROW_CAP)
     assert (defs["ST_CHECK"], defs["ST_ROWS"], defs["ST_TRANS"], defs["ST_GEMM"]) == (S.CHECK, S.ROWS, S.TRANS, S.GEMM)
     assert defs["ST_PI"] == F.RBS_COMPRESSION and defs["ST_WORDS"] == S.WORDS
     for name in ("O_FLAGS_A", "O_PTRM_A", "O_FLAGS_B", "O_MIN", "O_WARP_AFTER", "O_LONG", "O_ROW_SS", "O_SPREAD",
