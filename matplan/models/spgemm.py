@@ -38,12 +38,13 @@ def long_row_nnz(f) -> float:
     return min(max(0.0, f.products - lower) / ratio, traffic.spgemm_nnz_c(f))
 
 
-def fitted_bytes(f, per_dtype: dict) -> tuple:
+def fitted_bytes(f, per_dtype: dict, nnz_c: float | None = None) -> tuple:
     """(bytes, per product, per nonzero of C) of a SpGEMM kernel's fitted effective bytes:
     ``per_dtype`` maps a dtype name to (bytes per product, bytes per expected nonzero of C);
-    a dtype it lacks takes float64's."""
+    a dtype it lacks takes float64's. ``nnz_c``: C's expected nonzeros where known already."""
     per_product, per_output = traffic.for_dtype(per_dtype, f)
-    return f.products * per_product + traffic.spgemm_nnz_c(f) * per_output, per_product, per_output
+    nnz_c = traffic.spgemm_nnz_c(f) if nnz_c is None else nnz_c
+    return f.products * per_product + nnz_c * per_output, per_product, per_output
 
 
 def compression_text(f) -> str:
@@ -101,7 +102,12 @@ def hash_fixed_key(path: str, direct: bool) -> str:
 def hash_table_nnz(f, path: str, direct: bool) -> float:
     """Expected nonzeros of C that hash tables make: none where every row takes numeric_esc on the
     one-pass path, else all of them (the hybrid's short rows are numeric_esc's too: an upper bound)."""
-    return 0.0 if hash_fixed_key(path, direct) == "one pass, direct" else traffic.spgemm_nnz_c(f)
+    return _table_nnz(hash_fixed_key(path, direct), traffic.spgemm_nnz_c(f))
+
+
+def _table_nnz(key: str, nnz_c: float) -> float:
+    """hash_table_nnz for the HASH_FIXED_S ``key`` of the path and C's expected ``nnz_c``."""
+    return 0.0 if key == "one pass, direct" else nnz_c
 
 
 def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0, direct: bool = False) -> float:
@@ -114,9 +120,8 @@ def hash_seconds(f, device, path: str, launches: int, slab_bytes: float = 0.0, d
 
 def _hash_seconds(f, device, key: str, launches: int, slab_bytes: float, nnz_c: float) -> float:
     """hash_seconds for the HASH_FIXED_S ``key`` of its path and C's expected ``nnz_c``."""
-    per_product, per_output = traffic.for_dtype(HASH_BYTES, f)
-    nbytes = f.products * per_product + nnz_c * per_output   # fitted_bytes'
-    nbytes += (0.0 if key == "one pass, direct" else nnz_c) * HASH_TABLE_BYTES + f.m * HASH_ROW_BYTES
+    nbytes, _, _ = fitted_bytes(f, HASH_BYTES, nnz_c)
+    nbytes += _table_nnz(key, nnz_c) * HASH_TABLE_BYTES + f.m * HASH_ROW_BYTES
     t = (nbytes + slab_bytes) / device.mem_bandwidth
     return t + HASH_FIXED_S[key] + launches * LAUNCH_S
 
@@ -129,7 +134,7 @@ def hash_terms(f, path: str, direct: bool) -> str:
 def _hash_terms(f, key: str, nnz_c: float) -> str:
     """hash_terms for the HASH_FIXED_S ``key`` of its path and C's expected ``nnz_c``."""
     per_product, per_output = traffic.for_dtype(HASH_BYTES, f)   # fitted_bytes' figures, without its sum
-    tables = 0.0 if key == "one pass, direct" else nnz_c   # hash_table_nnz's
+    tables = _table_nnz(key, nnz_c)
     return (f"~{nnz_c:,.0f} nonzeros of C expected ({compression_text(f)}); "
             f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C"
             + (f" + {HASH_TABLE_BYTES:.0f} B per nonzero of C from hash tables" if tables else
