@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from concurrent.futures import ThreadPoolExecutor
 import functools
 import hashlib
 import os
@@ -88,7 +89,11 @@ _LOADED: dict = {}
 def _kept(filename: str, name_expressions: tuple, options: tuple, device_id: int):
     """(the kept unit fitting this GPU, or None; the source's digest; the GPU's own target)."""
     major, minor = cupy_module().cuda.Device(device_id).compute_capability
-    cc = (int(major), int(minor))
+    return _kept_for(filename, name_expressions, options, (int(major), int(minor)))
+
+
+def _kept_for(filename: str, name_expressions: tuple, options: tuple, cc: tuple):
+    """:func:`_kept` for a GPU of compute capability ``cc`` (major, minor)."""
     key = _store.digest(compiled_source(filename), NVRTC_OPTIONS + options)
     hit = _store.default_store().find(filename, key, name_expressions, _store.targets_for(cc))
     return hit, key, f"sm_{cc[0]}{cc[1]}"
@@ -143,6 +148,58 @@ def _compile(filename: str, code: str, key: str, name_expressions: tuple, option
     sys.stderr.write(f"matplan: compiled {filename} ({len(name_expressions)} kernels, no prebuilt binary for "
                      f"{target}) with NVRTC in {seconds:.1f} s, once: kept in {where}\n")
     return loaded
+
+
+def precompile(specs, compute_capability: tuple | None = None, workers: int | None = None) -> int:
+    """Compile, in parallel threads, the modules of ``specs`` ((file, instantiations, options)
+    each) that no kept binary holds for the current GPU (or one of ``compute_capability``), into
+    the user's kernel cache without loading them; returns how many. A tuning run about to time
+    many configs pays their compilations once over its cores instead of one after another
+    (NVRTC runs outside the GIL: ctypes releases it). Without a libnvrtc of our own, none: each
+    module compiles on first use as before."""
+    if compute_capability is None:
+        cp = cupy_module()
+        if cp is None:
+            return 0
+        major, minor = cp.cuda.Device().compute_capability
+        compute_capability = (int(major), int(minor))
+    todo = {}
+    for filename, names, options in specs:
+        names, options = tuple(names), tuple(options)
+        if (filename, names, options) not in todo:
+            hit, key, target = _kept_for(filename, names, options, compute_capability)
+            if hit is None:
+                todo[(filename, names, options)] = (key, target)
+    if not todo:
+        return 0
+    try:
+        _nvrtc.Nvrtc()
+    except (FileNotFoundError, OSError):
+        return 0
+    local = threading.local()
+
+    def build(item):
+        (filename, names, options), (key, target) = item
+        compiler = getattr(local, "compiler", None) or _nvrtc.Nvrtc()
+        local.compiler = compiler
+        start = time.perf_counter()
+        try:   # a module that fails is left to its first use, which raises for its own caller
+            binary, lowered = compiler.compile(compiled_source(filename), os.path.basename(filename), names,
+                                               NVRTC_OPTIONS + include(filename) + options, target)
+        except RuntimeError:
+            return None
+        _store.default_store().add(filename, key, target, binary, lowered)
+        return filename, names, target, time.perf_counter() - start
+
+    start = time.perf_counter()
+    threads = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    with ThreadPoolExecutor(threads) as pool:
+        done = [d for d in pool.map(build, todo.items()) if d is not None]
+    COMPILED.extend(done)
+    sys.stderr.write(f"matplan: compiled {len(done)} of {len(todo)} module(s) ahead of use with NVRTC in "
+                     f"{time.perf_counter() - start:.1f} s ({sum(d[3] for d in done):.1f} s of compilation over "
+                     f"{threads} threads), kept in the kernel cache\n")
+    return len(done)
 
 
 class Loaded:

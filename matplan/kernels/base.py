@@ -112,6 +112,13 @@ class Kernel:
             return self.run(self.prepare(A, dict(params)), B, out=out)
         return run
 
+    def modules(self, features, params) -> tuple:
+        """The compiled modules running ``params`` on these features loads that may have no
+        prebuilt binary, as (source file, instantiations, options) each: a tuning run compiles
+        the missing ones in parallel before timing (``kernels.precompile``). () where every
+        module is prebuilt."""
+        return ()
+
     def __repr__(self) -> str:
         return f"<kernel {self.name} ops={self.ops} backend={self.backend}>"
 

@@ -211,12 +211,14 @@ def tsgemm_modules(device, shape, dtypes=("float32", "float64"), orders=("C", "F
 
 
 def warmup_tsgemm(shapes, progress=None, dtypes=("float32", "float64"), orders=("C", "F")) -> list:
-    """Compile (once, kept in the user's kernel cache) TSM2's register kernels for the planner's
-    measurement of each ``(m, n, k)`` in ``shapes``. Returns (kernels, seconds) per module."""
+    """Compile (once, kept in the user's kernel cache; in parallel threads) and load TSM2's
+    register kernels for the planner's measurement of each ``(m, n, k)`` in ``shapes``. Returns
+    (kernels, seconds to load) per module."""
     device = device_mod.current()
-    modules = [names for shape in shapes for names in tsgemm_modules(device, shape, dtypes, orders)]
+    modules = list(dict.fromkeys(names for shape in shapes for names in tsgemm_modules(device, shape, dtypes, orders)))
+    _cuda.precompile([(tsgemm_launch.SOURCE, names, ()) for names in modules])   # over every core, then loaded
     done = []
-    for names in (progress or (lambda x: x))(list(dict.fromkeys(modules))):
+    for names in (progress or (lambda x: x))(modules):
         start = time.perf_counter()
         _cuda.module(tsgemm_launch.SOURCE, names)
         done.append((len(names), time.perf_counter() - start))

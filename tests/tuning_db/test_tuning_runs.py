@@ -257,3 +257,29 @@ def test_gpu_tune_times_every_registered_kernel(tmp_path, cp):
     assert all(0 < t.run_ms_min <= t.run_ms_median <= t.run_ms_max for t in rows)
     again = tune_mod.tune(units, db=tmp_path / "g.sqlite", backend="gpu", progress=False)
     assert again.timed == 0 and again.skipped == len(rows)
+
+
+@pytest.mark.gpu
+def test_gpu_tune_precompiles_the_configs_modules(tmp_path, cp, monkeypatch):
+    """A tuning run hands every candidate's modules to kernels.precompile before timing: TSM2's
+    configs without a prebuilt binary are compiled ahead of use, in a kernel cache of its own."""
+    from matplan.kernels import _cuda, _store
+    store = _store.Store(_store.PACKAGE_DIR, tmp_path / "kernels")
+    monkeypatch.setattr(_store, "default_store", lambda: store)
+    calls = []
+
+    def spy(specs, *args, **kw):
+        specs = list(specs)
+        missing = {(f, tuple(n), tuple(o)) for f, n, o in specs if not _cuda.available(f, n, o)}
+        calls.append((specs, missing, _cuda.precompile(specs, *args, **kw)))
+        return calls[-1][2]
+    monkeypatch.setattr(tune_mod, "precompile", spy)
+    units = units_mod.corpus_units(["small"], families=["tall_skinny"], ops=("tsgemm",), tsgemm_ks=(5,),
+                                  dtypes=("float64",))
+    s = tune_mod.tune(units, db=tmp_path / "p.sqlite", backend="gpu", progress=False, repeats=3)
+    assert s.units == len(units) and not s.unit_errors and s.failed == 0
+    specs = [m for c in calls for m in c[0]]
+    assert specs and all(f.startswith("tsgemm/") for f, _, _ in specs)
+    assert all(_cuda.available(f, n, o) for f, n, o in specs)   # every module now kept or loaded
+    assert all(compiled == len(missing) for _, missing, compiled in calls)   # each missing one, once
+    assert sum(len(missing) for _, missing, _ in calls) > 0, "nothing to compile: every config was prebuilt"

@@ -91,16 +91,6 @@ def config_module(layout, dtype, lda: int, t1, t2, t3, depth=1) -> tuple:
     return module_names(layout, dtype, t1, t2, t3, vec, *template_args(layout, item, vec, t2, t3, depth=depth))[1]
 
 
-def ready(layout, dtype, lda: int, t1, t2, t3, depth=1) -> bool:
-    """Whether the kernel of this config (:func:`config_module`) is loaded or kept compiled for the
-    current GPU (so timing it compiles nothing)."""
-    try:
-        names = config_module(layout, dtype, lda, t1, t2, t3, depth)
-    except ValueError:
-        return False
-    return _cuda.available(SOURCE, names)
-
-
 def _compile(layout, dtype, t1, t2, t3, vec, groups, steps, depth, device_id):
     name, names = module_names(layout, dtype, t1, t2, t3, vec, groups, steps, depth)
     return _cuda.function(SOURCE, name, names)

@@ -24,7 +24,7 @@ from ..base import Kernel, Prepared
 from ..registry import register
 from .configs import TSM2Config, async_config, default, search_space
 from .. import _cuda
-from .launch import Launch, ready as register_ready
+from .launch import SOURCE as REGISTER_SOURCE, Launch, config_module
 from .rules import bucket_of_features, layout_of, layout_of_features, model_params, model_time
 from .tsm2_async import (SOURCE as ASYNC_SOURCE, AsyncLaunch, allocator_bvec, check_a as async_check_a,
                          kernel_name as async_kernel_name)
@@ -76,15 +76,15 @@ class TSM2(Kernel):
     def ready(self, f, params) -> bool:
         """Whether running ``params`` for these features on the current GPU compiles nothing (its
         kernel is loaded, prebuilt or compiled here before): the planner times only such configs."""
-        c = TSM2Config.of(params)
-        col = c.layout == "col"
-        if c.async_variant:
-            cfg = async_config(f.dtype, f.k, c.async_variant, c.layout)
-            bv = allocator_bvec(cfg, np.dtype(f.dtype).itemsize, f.k, col)
-            return _cuda.available(ASYNC_SOURCE, (async_kernel_name(f.dtype, cfg, bv, col),))
-        if c.tc_variant:
-            return _cuda.available(TC_SOURCE, tc_names())
-        return register_ready(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2, c.t3, c.depth)
+        module = _module_of(f, params)
+        return module is not None and _cuda.available(*module)
+
+    def modules(self, f, params) -> tuple:
+        """The module of ``params``' kernel (tsm2.cu's register kernels: one module a (t2, t3,
+        vector width, groups, steps, depth), the ones a tuning run compiles; the cp.async and
+        tensor-core kernels'); () where its block size does not fit."""
+        module = _module_of(f, params)
+        return () if module is None else ((*module, ()),)
 
     def measure_key(self, f):
         """The shape bucket the planner's measurement keeps this kernel's timings by (rules.bucket)."""
@@ -181,6 +181,24 @@ class TSM2(Kernel):
                 _keep(kept, key, go)
             return C
         return run
+
+
+def _module_of(f, params) -> tuple | None:
+    """(source file, instantiations) of the module running ``params`` on these features loads,
+    or None where its block size's B tile does not fit (launch.module_names' ValueError)."""
+    c = TSM2Config.of(params)
+    col = c.layout == "col"
+    if c.async_variant:
+        cfg = async_config(f.dtype, f.k, c.async_variant, c.layout)
+        bv = allocator_bvec(cfg, np.dtype(f.dtype).itemsize, f.k, col)
+        return ASYNC_SOURCE, (async_kernel_name(f.dtype, cfg, bv, col),)
+    if c.tc_variant:
+        return TC_SOURCE, tc_names()
+    try:
+        return REGISTER_SOURCE, config_module(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2,
+                                              c.t3, c.depth)
+    except ValueError:
+        return None
 
 
 def _launch_kept(cp, go, A, B, out):
