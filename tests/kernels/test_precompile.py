@@ -79,3 +79,11 @@ def test_tsm2_modules_are_what_ready_checks(monkeypatch, dtype, layout, k):
 def test_kernels_without_run_time_modules_list_none():
     f, _, _ = _tsm2_specs()
     assert get("spmv.csr_vector").modules(f, {}) == ()
+
+
+def test_tsm2_module_takes_t2_at_most_k_as_the_launch_does():
+    """A config of t2 > k launches the kernel of t2 = k (tsm2._launch_for): its module is that one."""
+    f, kernel, _ = _tsm2_specs("float64", "C", 5)
+    c = TSM2Config("row", 64, 8, 1)
+    (mod,) = kernel.modules(f, c.params())
+    assert mod[1] == launch.config_module("row", np.dtype("float64"), f.n, 64, 5, 1, 1)

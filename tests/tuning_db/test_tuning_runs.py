@@ -261,9 +261,12 @@ def test_gpu_tune_times_every_registered_kernel(tmp_path, cp):
 
 @pytest.mark.gpu
 def test_gpu_tune_precompiles_the_configs_modules(tmp_path, cp, monkeypatch):
-    """A tuning run hands every candidate's modules to kernels.precompile before timing: TSM2's
-    configs without a prebuilt binary are compiled ahead of use, in a kernel cache of its own."""
+    """A tuning run hands every candidate's modules to kernels.precompile before timing them (and
+    the planner's measurement of TSM2's search space, which a tuning run records as calibrations,
+    its configs' modules): those without a prebuilt binary are compiled ahead of use, in a kernel
+    cache of its own, and no candidate compiles at its first run."""
     from matplan.kernels import _cuda, _store
+    from matplan.planner import measure as measure_mod
     store = _store.Store(_store.PACKAGE_DIR, tmp_path / "kernels")
     monkeypatch.setattr(_store, "default_store", lambda: store)
     calls = []
@@ -274,8 +277,10 @@ def test_gpu_tune_precompiles_the_configs_modules(tmp_path, cp, monkeypatch):
         calls.append((specs, missing, _cuda.precompile(specs, *args, **kw)))
         return calls[-1][2]
     monkeypatch.setattr(tune_mod, "precompile", spy)
+    monkeypatch.setattr(measure_mod, "precompile", spy)   # TSM2's search space, measured for its calibration
     units = units_mod.corpus_units(["small"], families=["tall_skinny"], ops=("tsgemm",), tsgemm_ks=(5,),
                                   dtypes=("float64",))
+    compiled_before = len(_cuda.COMPILED)
     s = tune_mod.tune(units, db=tmp_path / "p.sqlite", backend="gpu", progress=False, repeats=3)
     assert s.units == len(units) and not s.unit_errors and s.failed == 0
     specs = [m for c in calls for m in c[0]]
@@ -283,3 +288,4 @@ def test_gpu_tune_precompiles_the_configs_modules(tmp_path, cp, monkeypatch):
     assert all(_cuda.available(f, n, o) for f, n, o in specs)   # every module now kept or loaded
     assert all(compiled == len(missing) for _, missing, compiled in calls)   # each missing one, once
     assert sum(len(missing) for _, missing, _ in calls) > 0, "nothing to compile: every config was prebuilt"
+    assert compiled_before == len(_cuda.COMPILED) - sum(c for _, _, c in calls)   # none at a first run

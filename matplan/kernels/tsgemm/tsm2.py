@@ -194,9 +194,9 @@ def _module_of(f, params) -> tuple | None:
         return ASYNC_SOURCE, (async_kernel_name(f.dtype, cfg, bv, col),)
     if c.tc_variant:
         return TC_SOURCE, tc_names()
-    try:
-        return REGISTER_SOURCE, config_module(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1, c.t2,
-                                              c.t3, c.depth)
+    try:   # t2 at most k, as the launch takes it (_launch_for)
+        return REGISTER_SOURCE, config_module(c.layout, f.dtype, f.n if c.layout == "row" else f.m, c.t1,
+                                              min(c.t2, f.k), c.t3, c.depth)
     except ValueError:
         return None
 
