@@ -115,7 +115,7 @@ class Kernel:
     def modules(self, features, params) -> tuple:
         """The compiled modules running ``params`` on these features loads that may have no
         prebuilt binary, as (source file, instantiations, options) each: a tuning run compiles
-        the missing ones in parallel before timing (``kernels.precompile``). () where every
+        the missing ones in parallel before timing (``_cuda.precompile``). () where every
         module is prebuilt."""
         return ()
 

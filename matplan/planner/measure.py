@@ -48,7 +48,7 @@ import warnings
 from ..core.timing import queued_s, warm_up
 from ..core.types import Candidate
 from ..core.xp import cupy_module
-from ..kernels import get, precompile
+from ..kernels import _cuda, get
 from .measure_cache import Config, Entry, Key, cache, canonical, now, source_digest, versions
 
 #: Candidates predicted within this fraction of the best are finalists (the H100 model's run
@@ -255,7 +255,7 @@ def tune(kernel, problem, feats, dev, used: list | None = None) -> list | None:
         return None
     space = getattr(kernel, "search_space", None)
     params = list(space(feats, dev)) if space is not None else list(kernel.candidates(feats, dev))
-    precompile([m for p in params for m in kernel.modules(feats, p)])   # over every core, not at each first run
+    _cuda.precompile([m for p in params for m in kernel.modules(feats, p)])   # over every core, not at each first run
     group = [_candidate(kernel, p, feats, dev, 1) for p in params]
     measured, _ = measure(problem, feats, dev, [group], 1, used=used)
     return [dict(measured[0].params)]

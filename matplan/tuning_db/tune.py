@@ -46,7 +46,7 @@ from ..core import features as stats
 from ..core.validation import check_int, normalize
 from ..core.version import __version__
 from ..core.xp import cupy_module, cupyx_sparse, gpu_available
-from ..kernels import kernels_for, precompile
+from ..kernels import _cuda, kernels_for
 from . import calibration, identity
 from .progress import bar as progress_bar
 from .reference import check_reference_fits, max_error, reference, tolerance
@@ -287,7 +287,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
     res.calibrations = calibration.records(res.device.key, s.version, online.drain())
     if todo:
         if cp is not None:   # the configs' modules without a prebuilt binary, compiled over every core
-            precompile([m for kernel, params in todo for m in kernel.modules(feats, params)])
+            _cuda.precompile([m for kernel, params in todo for m in kernel.modules(feats, params)])
         ref, bound = reference(A, B)
         tol = tolerance(feats)
         timer = _CudaTimer(cp) if cp is not None else _HostTimer()

@@ -1,4 +1,4 @@
-"""kernels.precompile: a tuning run's modules without a kept binary compiled in parallel threads
+"""_cuda.precompile: a tuning run's modules without a kept binary compiled in parallel threads
 into the user's kernel cache, once, without a GPU (NVRTC only); and TSM2's modules (the ones its
 configs load, the same ones ``ready`` checks). The tuning run's use of it: tests/tuning_db."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from matplan.core import device as device_mod
 from matplan.core.features import Features
-from matplan.kernels import _cuda, _nvrtc, _store, get, precompile
+from matplan.kernels import _cuda, _nvrtc, _store, get
 from matplan.kernels.tsgemm import launch
 from matplan.kernels.tsgemm.configs import TSM2Config
 
@@ -42,22 +42,22 @@ def test_precompile_keeps_the_missing_modules_once(cache):
     missing = sorted(_missing(specs))
     assert missing, "every module of this search space is prebuilt: pick a rarer shape"
     one = [(f, n, o) for f, n, o in specs if (f, tuple(n), tuple(o)) == missing[0]]
-    assert precompile(one + one, compute_capability=H200, workers=2) == 1      # the same module once
+    assert _cuda.precompile(one + one, compute_capability=H200, workers=2) == 1      # the same module once
     hit = _cuda._kept_for(*missing[0], H200)[0]
     assert hit is not None and hit[2] == "sm_90" and set(hit[1]) == set(missing[0][1])
     assert hit[0].read_bytes()[:4] == b"\x7fELF"                                # a cubin
-    assert precompile(one, compute_capability=H200) == 0                        # kept now
+    assert _cuda.precompile(one, compute_capability=H200) == 0                        # kept now
 
 
 def test_precompile_skips_a_module_that_fails_to_compile(cache, capsys):
     bad = [("tsgemm/tsm2.cu", ("tsm2_rowmajor<double,64,8,2,2,1,4,1,9,9>",), ())]   # no such template
-    assert precompile(bad, compute_capability=H200) == 0
+    assert _cuda.precompile(bad, compute_capability=H200) == 0
     assert "compiled 0 of 1 module(s)" in capsys.readouterr().err
 
 
 def test_precompile_needs_a_gpu_or_a_compute_capability(monkeypatch):
     monkeypatch.setattr(_cuda, "cupy_module", lambda: None)
-    assert precompile([("tsgemm/tsm2.cu", ("tsm2_colmajor<double,64,13,16,2>",), ())]) == 0
+    assert _cuda.precompile([("tsgemm/tsm2.cu", ("tsm2_colmajor<double,64,13,16,2>",), ())]) == 0
 
 
 @pytest.mark.parametrize("dtype,layout,k", [("float64", "C", 8), ("float32", "F", 13), ("float32", "C", 3)])

@@ -261,23 +261,23 @@ def test_gpu_tune_times_every_registered_kernel(tmp_path, cp):
 
 @pytest.mark.gpu
 def test_gpu_tune_precompiles_the_configs_modules(tmp_path, cp, monkeypatch):
-    """A tuning run hands every candidate's modules to kernels.precompile before timing them (and
+    """A tuning run hands every candidate's modules to _cuda.precompile before timing them (and
     the planner's measurement of TSM2's search space, which a tuning run records as calibrations,
     its configs' modules): those without a prebuilt binary are compiled ahead of use, in a kernel
     cache of its own, and no candidate compiles at its first run."""
     from matplan.kernels import _cuda, _store
-    from matplan.planner import measure as measure_mod
     store = _store.Store(_store.PACKAGE_DIR, tmp_path / "kernels")
     monkeypatch.setattr(_store, "default_store", lambda: store)
     calls = []
 
-    def spy(specs, *args, **kw):
+    real = _cuda.precompile
+
+    def spy(specs, *args, **kw):   # the tuning run's candidates and TSM2's search space (its calibration)
         specs = list(specs)
         missing = {(f, tuple(n), tuple(o)) for f, n, o in specs if not _cuda.available(f, n, o)}
-        calls.append((specs, missing, _cuda.precompile(specs, *args, **kw)))
+        calls.append((specs, missing, real(specs, *args, **kw)))
         return calls[-1][2]
-    monkeypatch.setattr(tune_mod, "precompile", spy)
-    monkeypatch.setattr(measure_mod, "precompile", spy)   # TSM2's search space, measured for its calibration
+    monkeypatch.setattr(_cuda, "precompile", spy)
     units = units_mod.corpus_units(["small"], families=["tall_skinny"], ops=("tsgemm",), tsgemm_ks=(5,),
                                   dtypes=("float64",))
     compiled_before = len(_cuda.COMPILED)
