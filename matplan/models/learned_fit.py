@@ -25,6 +25,13 @@ range. ``kind='learned'`` predicts log time from the features alone.
 ``matplan report`` compares both with the analytic model (leave-family-out).
 Kernels whose ``prepare`` keeps A's own arrays (``reads_a_at_run``) convert
 nothing; their prepare time is predicted as the training mean of that kernel.
+
+The combined kind fits each target in two parts (``offset_share`` of the iterations to the
+first): its mean over a problem's candidates, then each candidate's difference from that mean; the
+two forests are saved as one (:func:`.learned_forest.concat`: as many trees as one fit, so scoring
+costs the same). A choice among a problem's candidates depends mostly on their differences, and a
+single forest spent its splits on how far the analytic model is off for a problem as a whole,
+which varies more than its candidates do (docs/tuning.md gives the held-out regret of each).
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import numpy as np
 
 from ..core.validation import check_int
 from .learned_features import OPS, FeatureSchema
-from .learned_forest import export_hgb
+from .learned_forest import concat, export_hgb
 from .learned_model import ALL_OPS, KINDS, CostModel
 
 #: Fewest timings a model is fitted from.
@@ -45,6 +52,47 @@ MIN_SAMPLES = 10
 PER_OP_MIN_SAMPLES = 40
 #: Training rows each exported forest is checked against scikit-learn's predict on.
 CHECK_ROWS = 64
+#: Default share of each target's boosting iterations fitted to the problems' mean (the rest to
+#: each candidate's difference from it), by kind; 0 fits one regressor to the target as it is. The
+#: learned kind's problem mean is the whole time scale (six decades), which half the iterations
+#: fit worse than all of them.
+OFFSET_SHARE = {"combined": 0.5, "learned": 0.0}
+
+
+class _Sum:
+    """Two fitted regressors whose predictions add (a problem's level, a candidate's difference),
+    predicting as the one forest they are saved as, so that a fitted model and its forests agree to
+    the last bit (scikit-learn's two predictions, added, round differently)."""
+
+    def __init__(self, parts, n_features: int):
+        self.parts = tuple(parts)
+        self.n_features = n_features
+        self._forest = None
+
+    def forest(self):
+        if self._forest is None:
+            self._forest = concat([export_hgb(r, self.n_features) for r in self.parts], self.n_features)
+        return self._forest
+
+    def predict(self, Z) -> np.ndarray:
+        return self.forest().predict(Z)
+
+    def sklearn_predict(self, Z) -> np.ndarray:
+        """scikit-learn's two predictions, added: what the forest is checked against."""
+        return self.parts[0].predict(Z) + self.parts[1].predict(Z)
+
+
+def _problem_ids(Z, base_positions) -> np.ndarray:
+    """A label per row of ``Z``, equal for rows of equal base features (one problem's candidates)."""
+    B = np.ascontiguousarray(Z[:, base_positions])
+    keys = B.view(np.dtype((np.void, B.dtype.itemsize * B.shape[1]))).ravel()
+    return np.unique(keys, return_inverse=True)[1].ravel()
+
+
+def _problem_mean(t, ids) -> np.ndarray:
+    """Each row's mean of ``t`` over the rows of its problem."""
+    ids = np.unique(ids, return_inverse=True)[1].ravel()   # 0..k-1: a subset of rows leaves gaps
+    return (np.bincount(ids, weights=t) / np.bincount(ids))[ids]
 
 
 def _fixed_prepare(queries, y) -> dict:
@@ -71,14 +119,20 @@ def _fixed_prepare(queries, y) -> dict:
     return {kernel: float(np.mean(t)) for kernel, t in sorted(times.items()) if fixed[kernel]}
 
 
+def _export_one(regressor, n_features: int):
+    return regressor.forest() if isinstance(regressor, _Sum) else export_hgb(regressor, n_features)
+
+
 def export(regressors: dict, check_X) -> dict:
-    """{key: (run forest, prepare forest)} of fitted regressors, each checked against scikit-learn's
-    ``predict`` on ``check_X`` (ValueError if they differ: scikit-learn changed its tree layout)."""
+    """{key: (run forest, prepare forest)} of fitted regressors (a :class:`_Sum` as one forest),
+    each checked against scikit-learn's ``predict`` on ``check_X`` (ValueError if they differ:
+    scikit-learn changed its tree layout)."""
     forests = {}
     for key, pair in regressors.items():
-        forests[key] = tuple(export_hgb(r, check_X.shape[1]) for r in pair)
+        forests[key] = tuple(_export_one(r, check_X.shape[1]) for r in pair)
         for r, f in zip(pair, forests[key]):
-            if not np.allclose(f.predict(check_X), r.predict(check_X), rtol=1e-12, atol=1e-12):
+            want = r.sklearn_predict(check_X) if isinstance(r, _Sum) else r.predict(check_X)
+            if not np.allclose(f.predict(check_X), want, rtol=1e-12, atol=1e-12):
                 raise ValueError("the exported forest does not reproduce scikit-learn's predictions")
     return forests
 
@@ -90,12 +144,17 @@ class LearnedCostModel(CostModel):
     array of measured (run_s, prepare_s); ``groups`` (e.g. matrix families) makes the validation
     error a leave-group-out estimate. ``predict(X)`` returns an (n, 2) array of seconds.
     ``regressors_``: the fitted scikit-learn regressors, by the keys of ``forests_``.
+    ``max_iter``: boosting iterations of each target, ``offset_share`` of them fitted to the
+    problems' mean and the rest to each candidate's difference from it (module docstring; None:
+    ``OFFSET_SHARE`` of the kind).
     """
 
     def __init__(self, kind="combined", max_iter=300, learning_rate=0.08, max_leaf_nodes=31, max_depth=8,
-                 min_samples_leaf=5, l2_regularization=0.0, cv=5, random_state=0, per_op=False):
+                 min_samples_leaf=5, l2_regularization=0.0, cv=5, random_state=0, per_op=False,
+                 offset_share=None):
         self.kind = kind
         self.per_op = per_op
+        self.offset_share = offset_share
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -131,35 +190,59 @@ class LearnedCostModel(CostModel):
         expected = "0 (no validation) or an integer >= 2 folds"
         if check_int(self.cv, "cv", expected, minimum=0) == 1:
             raise ValueError(f"cv: expected {expected}, got 1")
+        check_int(self.max_iter, "max_iter", "a positive number of boosting iterations", minimum=1)
+        share = self._offset_share()
+        if isinstance(share, bool) or not isinstance(share, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(share) < 1.0:
+            raise ValueError(f"offset_share: expected a number in [0, 1) (the share of iterations fitted "
+                             f"to the problems' mean), got {share!r}")
 
-    def _regressor(self):
+    def _offset_share(self):
+        return OFFSET_SHARE.get(self.kind, 0.0) if self.offset_share is None else self.offset_share
+
+    def _iterations(self) -> tuple:
+        """(iterations of the problems' mean, of the differences from it); (0, max_iter) for one fit."""
+        offset = int(round(self.max_iter * float(self._offset_share())))
+        offset = min(offset, self.max_iter - 1) if self.max_iter > 1 else 0
+        return offset, self.max_iter - offset
+
+    def _regressor(self, max_iter=None):
         from sklearn.ensemble import HistGradientBoostingRegressor   # scikit-learn: only to fit
         return HistGradientBoostingRegressor(
-            max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
+            max_iter=self.max_iter if max_iter is None else max_iter, learning_rate=self.learning_rate,
+            max_leaf_nodes=self.max_leaf_nodes,
             max_depth=self.max_depth,
             min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
             early_stopping=False, random_state=self.random_state)
 
-    def _fit_regressor(self, Z, t):
-        """One regressor on (Z, t). A column with no value in Z (a feature of a kernel family absent from
-        this fold) is set to 0 for the fit: scikit-learn's binning fails on an all-NaN column, and a constant
-        column is never split on, so predictions are the same."""
+    def _fit_regressor(self, Z, t, ids=None):
+        """The regressor of target ``t`` on Z: one fit, or with ``offset_share`` and the rows'
+        problem ``ids`` a :class:`_Sum` of a fit to each problem's mean of t and one to the rest. A
+        column with no value in Z (a feature of a kernel family absent from this fold) is set to 0
+        for the fit: scikit-learn's binning fails on an all-NaN column, and a constant column is
+        never split on, so predictions are the same."""
         empty = np.all(np.isnan(Z), axis=0)
         if empty.any():
             Z = Z.copy()
             Z[:, empty] = 0.0
-        return self._regressor().fit(Z, t)
+        offset_iter, rest_iter = self._iterations()
+        if not offset_iter or ids is None:
+            return self._regressor().fit(Z, t)
+        level = _problem_mean(t, ids)
+        return _Sum([self._regressor(offset_iter).fit(Z, level), self._regressor(rest_iter).fit(Z, t - level)],
+                    Z.shape[1])
 
     def _fit_models(self, Z, T) -> dict:
         """{ALL_OPS: the (run, prepare) regressors of every row} and, with per_op, {op: its own} for each
         op of at least PER_OP_MIN_SAMPLES rows (when the rows hold more than that op)."""
-        models = {ALL_OPS: [self._fit_regressor(Z, T[:, j]) for j in range(2)]}
+        ids = _problem_ids(Z, self.schema_._base_positions)
+        models = {ALL_OPS: [self._fit_regressor(Z, T[:, j], ids) for j in range(2)]}
         if self.per_op:
             ops = self._ops_of(Z)
             for op in OPS:
                 rows = ops == op
                 if PER_OP_MIN_SAMPLES <= rows.sum() < len(Z):
-                    models[op] = [self._fit_regressor(Z[rows], T[rows, j]) for j in range(2)]
+                    models[op] = [self._fit_regressor(Z[rows], T[rows, j], ids[rows]) for j in range(2)]
         return models
 
     def fit(self, X, y, groups=None):
@@ -219,4 +302,4 @@ class LearnedCostModel(CostModel):
                 "prepare_median_factor": float(np.exp(np.median(err[:, 1])))}
 
 
-__all__ = ["LearnedCostModel", "export", "MIN_SAMPLES", "PER_OP_MIN_SAMPLES", "KINDS"]
+__all__ = ["LearnedCostModel", "export", "MIN_SAMPLES", "PER_OP_MIN_SAMPLES", "OFFSET_SHARE", "KINDS"]

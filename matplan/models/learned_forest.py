@@ -419,4 +419,21 @@ def export_hgb(hgb, n_features: int | None = None) -> Forest:
     return Forest.from_arrays(arrays, int(n_features if n_features is not None else hgb.n_features_in_))
 
 
-__all__ = ["Forest", "export_hgb", "ARRAYS"]
+def concat(forests, n_features: int) -> Forest:
+    """One forest predicting the sum of ``forests``' predictions: their trees one after another
+    (node indices shifted), the baselines added. A model fitted in two parts (each problem's level,
+    then each candidate's difference from it) is saved and scored as one forest this way."""
+    forests = list(forests)
+    if not forests:
+        raise ValueError("forests: expected at least one forest to concatenate")
+    sizes = np.array([len(f.value) for f in forests])
+    shifts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
+    arrays = {name: np.concatenate([getattr(f, name) + (s if name in ("left", "right", "roots") else 0)
+                                    for f, s in zip(forests, shifts)])
+              for name in ("feature", "threshold", "missing_left", "left", "right", "value", "roots")}
+    arrays["missing_left"] = arrays["missing_left"].astype(bool)
+    arrays["baseline"] = np.float64(sum(f.baseline for f in forests))
+    return Forest.from_arrays(arrays, n_features)
+
+
+__all__ = ["Forest", "export_hgb", "concat", "ARRAYS"]

@@ -117,7 +117,7 @@ def cmd_report(args) -> int:
     try:
         rep = evaluate(args.db, args.device_class, reuses=args.reuse, out=args.out, plots=not args.no_plots,
                        model_params={"max_iter": args.max_iter, "per_op": args.per_op},
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, against=args.against)
     except TuningDBError as e:
         raise _fail(e) from e
     print(json.dumps(rep, indent=1) if args.json else format_report(rep))
@@ -211,6 +211,8 @@ def add_subparsers(sub) -> None:
     p.add_argument("--max-iter", type=positive_int, default=300, help="boosting iterations of the fitted models")
     p.add_argument("--per-op", action="store_true", help="fit each op with enough timings on its own (train --per-op)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--against", metavar="DB", help="a second tuning database of the same problems: score the "
+                                                   "picks on its timings too, beside the timings' own noise")
     _progress_arg(p)
     p.set_defaults(func=cmd_report)
 
