@@ -19,7 +19,6 @@ import numpy as np
 
 from . import figures as kernel_figures
 from . import compression
-from .compression import sampled_compression
 from .xp import array_module
 
 
@@ -285,7 +284,7 @@ def spgemm_features(A, B) -> dict:
     out.update(products=int(round(total)), rowct_mean=mean, rowct_max=int(hi),
                rowct_var_over_mean=var / mean if mean > 0 else 0.0,
                rbs_groups=rbsparse_histogram(rowct, lo if xp is np else None),
-               compression=sampled_compression(A, B, rowct))
+               compression=compression.sampled_compression(A, B, rowct))
     return out
 
 
@@ -387,7 +386,7 @@ def from_figures(op: str, figs, A, B=None) -> dict | None:
     out.update(products=total, rowct_mean=mean, rowct_max=figs.rowct_max,
                rowct_var_over_mean=var / mean if mean > 0 else 0.0, rbs_groups=tuple(figs.rbs_groups),
                compression=compression.drawn_compression(figs, B.shape[1]) if figs.compression_ok else
-               sampled_compression(A, B, products_per_row(A, B)))
+               compression.sampled_compression(A, B, products_per_row(A, B)))
     return out
 
 
@@ -407,7 +406,7 @@ def _host(a):
 
 
 __all__ = ["Features", "compute", "from_figures", "sparse_features", "col_spread", "spgemm_features",
-           "products_per_row", "sampled_compression", "row_lengths", "transpose_features"]
+           "products_per_row", "row_lengths", "transpose_features"]
 
 
 # --- statistics the papers' rules read (the rules themselves: matplan.models) -------------

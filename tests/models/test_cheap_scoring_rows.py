@@ -12,8 +12,9 @@ from matplan.core import device as device_mod, features as stats
 from matplan.core.types import Cost
 from matplan.core.validation import normalize
 from matplan.kernels import kernels_for
-from matplan.models import learned, learned_features, spgemm as spgemm_model, spmv as spmv_model, traffic
+from matplan.models import learned, learned_features, spgemm as spgemm_model, spmv as spmv_model
 from matplan.models.learned_forest import Stack
+from spgemm_old_costs import reference_hash_terms
 
 H100 = device_mod.known("H100")
 
@@ -185,17 +186,6 @@ def test_shipped_stamps_are_taken_again_after_a_while(tmp_path, monkeypatch):
         learned._signature("H100")
     assert stamped.count(str(named)) == 3 and str(learned.PACKAGE_DIR / "h100.npz") not in stamped   # shipped: kept
     learned.clear_cache()
-
-
-def reference_hash_terms(f, path, direct):
-    """models.spgemm.hash_terms as it was: the per-product figures read through fitted_bytes."""
-    _, per_product, per_output = spgemm_model.fitted_bytes(f, spgemm_model.HASH_BYTES)
-    tables = spgemm_model.hash_table_nnz(f, path, direct)
-    return (f"~{traffic.spgemm_nnz_c(f):,.0f} nonzeros of C expected ({spgemm_model.compression_text(f)}); "
-            f"{per_product:.0f} B per product + {per_output:.0f} B per nonzero of C"
-            + (f" + {spgemm_model.HASH_TABLE_BYTES:.0f} B per nonzero of C from hash tables" if tables else
-               " (all from numeric_esc)")
-            + f" + {spgemm_model.HASH_ROW_BYTES:.0f} B per row at the copy bandwidth")
 
 
 def test_hash_terms_are_the_reference_text():
