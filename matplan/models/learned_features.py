@@ -199,14 +199,8 @@ class FeatureSchema:
                 self._kept[key] = got
         return got
 
-    def base_row(self, features, device) -> tuple:
-        """(positions, values as an array, values as a list) of one problem's base features, in
-        :data:`BASE_COLUMNS` order: what :meth:`transform` writes in each of its candidates' rows."""
-        values = base_values(features, device)
-        return self._base_positions, np.fromiter(values, np.float64, len(values)), values
-
     def outside_base(self, values: list) -> list:
-        """:meth:`outside` of a row whose base features are ``values`` (:meth:`base_row`'s list;
+        """:meth:`outside` of a row whose base features are ``values`` (:func:`base_values`' list;
         the range-checked features are base features: the same test on the same values)."""
         return [c for c, i, lo, hi in self._base_ranges if (v := float(values[i])) < lo - 1e-9 or v > hi + 1e-9]
 
@@ -247,13 +241,9 @@ class FeatureSchema:
 
     def outside(self, row: np.ndarray) -> list:
         """Range-checked features of one transformed row that lie outside the training range."""
-        return self._outside(lambda c: row[self._index[c]])
-
-    def _outside(self, value_of) -> list:
-        """Range-checked features whose value (``value_of(name)``) lies outside the training range."""
         out = []
         for c, (lo, hi) in self.ranges.items():
-            v = value_of(c)
+            v = row[self._index[c]]
             if v < lo - 1e-9 or v > hi + 1e-9:
                 out.append(c)
         return out
