@@ -125,6 +125,14 @@ def _choose(rows, pred, reuse):
     return next(i for i in order if cands[i] is chosen)
 
 
+def _regret(rows, pred, timings, reuse) -> tuple:
+    """(regret, pick, per-application times): ``pred``'s pick among ``rows`` (by :func:`_choose`)
+    scored on ``timings`` ((run, prepare) seconds a row), its time over the best."""
+    t = timings[:, 0] + timings[:, 1] / reuse
+    chosen = _choose(rows, pred, reuse)
+    return float(t[chosen] / t.min()), chosen, t
+
+
 def _label(row) -> str:
     return row.kernel + "".join(f" {k}={v}" for k, v in sorted(row.params.items()))
 
@@ -196,22 +204,12 @@ def _against(ds, second, preds, measured, reuses, path) -> dict:
     common = {fp: (idx, jdx) for fp, (idx, jdx) in sorted(common.items()) if len(idx) >= 2 and None not in jdx}
     out = {"database": str(path), "problems": len(common), "results": {}}
     for reuse in reuses:
-        pickers = [(m, preds[m], other) for m in METHODS] + [("first_best_on_second", measured, other)]
         res = {}
-        for name, p, scored_on in pickers:
-            regrets = []
-            for idx, jdx in common.values():
-                if np.all(np.isfinite(p[idx])):
-                    chosen = _choose([ds.rows[i] for i in idx], p[idx], reuse)
-                    t = scored_on[jdx, 0] + scored_on[jdx, 1] / reuse
-                    regrets.append(float(t[chosen] / t.min()))
-            res[name] = _floor(regrets)
-        regrets = []
-        for idx, jdx in common.values():
-            chosen = _choose([ds.rows[i] for i in idx], other[jdx], reuse)
-            t = measured[idx, 0] + measured[idx, 1] / reuse
-            regrets.append(float(t[chosen] / t.min()))
-        res["second_best_on_first"] = _floor(regrets)
+        for name, p in [(m, preds[m]) for m in METHODS] + [("first_best_on_second", measured)]:
+            res[name] = _floor([_regret([ds.rows[i] for i in idx], p[idx], other[jdx], reuse)[0]
+                                for idx, jdx in common.values() if np.all(np.isfinite(p[idx]))])
+        res["second_best_on_first"] = _floor([_regret([ds.rows[i] for i in idx], other[jdx], measured[idx], reuse)[0]
+                                              for idx, jdx in common.values()])
         out["results"][str(reuse)] = res
     return out
 
@@ -235,8 +233,8 @@ def _check_reuses(reuses) -> list:
 
 
 def _evaluate(ds, reuses, out, plots, model_params, stages, second=None) -> dict:
-    """``second``: (Dataset, its database) of :func:`evaluate`'s ``against``, or None."""
-    """:func:`evaluate` on a loaded dataset, each step named on ``stages``."""
+    """:func:`evaluate` on a loaded dataset, each step named on ``stages``; ``second``: (Dataset,
+    its database) of :func:`evaluate`'s ``against``, or None."""
     stages.step("refitting the analytic constants on every family")
     shipped, everything = refit.current(), refit.fit(ds)
     preds, folds = _leave_family_out(ds, dict(model_params or {}), stages)
@@ -269,9 +267,7 @@ def _evaluate(ds, reuses, out, plots, model_params, stages, second=None) -> dict
                 if not np.all(np.isfinite(p[idx])):
                     continue
                 rows = [ds.rows[i] for i in idx]
-                meas = measured[idx, 0] + measured[idx, 1] / reuse
-                chosen = _choose(rows, p[idx], reuse)
-                regret = float(meas[chosen] / meas.min())
+                regret, chosen, meas = _regret(rows, p[idx], measured[idx], reuse)
                 prob = ds.problems[fp]
                 regrets.append(regret)
                 labels.append(f"{prob.matrix} {prob.op} k={ds.features(fp).k} {prob.dtype}")
