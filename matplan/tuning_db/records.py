@@ -55,12 +55,13 @@ class TimingRecord:
     run_ms_median: float | None = None
     run_ms_min: float | None = None
     run_ms_max: float | None = None
-    repeats: int = 0
+    repeats: int = 0             # synchronised single calls timed (run_ms_median, _min, _max)
     matched: bool | None = None  # result equal to the SciPy float64 reference within tolerance
     max_error: float | None = None  # max |C - ref| / (|A||B|) elementwise
     error: str = ""
     created_at: str = ""
     host: str = ""
+    run_ms_queued: float | None = None  # per call of calls queued back to back (None: not timed so)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -96,7 +97,7 @@ RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": Timi
 _KEYS = {"key", "device_class", "backend", "name", "fingerprint", "op", "dtype", "device_key", "problem",
          "kernel", "params", "matplan_version"}
 #: Fields holding milliseconds: a finite number >= 0 (or None).
-_TIMES = {"prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max"}
+_TIMES = {"prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max", "run_ms_queued"}
 
 
 def _is_number(v) -> bool:

@@ -49,87 +49,14 @@ from ..core.xp import cupy_module, cupyx_sparse, gpu_available
 from ..kernels import _cuda, kernels_for
 from . import calibration, identity
 from .progress import bar as progress_bar
-from .reference import check_reference_fits, max_error, reference, tolerance
+from .reference import check_reference_fits, reference, tolerance
 from .records import ProblemRecord, TimingRecord, canonical_params
 from .store import TuningDB, open_db
+from .timing import BUDGET_S, CudaTimer, DeviceContextLost, HostTimer, error_text, time_candidates
 from .units import WorkUnit
 
 #: Timing defaults per backend: (timed repeats, warm-up runs). Repeats stop early past the budget.
 REPEATS = {"gpu": (20, 3), "cpu": (5, 1)}
-MIN_REPEATS = 3
-#: Seconds of run-time measurement per candidate before the repeats stop early.
-BUDGET_S = 2.0
-#: Timed repeats of prepare (median kept; stops early past the budget). Cheap prepares (~50 us of
-#: host work) jitter by 2x between calls; 3 repeats left the H100 report's worst regrets to that noise.
-PREPARE_REPEATS = 11
-#: Length limit of a stored error message.
-ERROR_CHARS = 4000
-
-
-# --- timing --------------------------------------------------------------------------------
-class _HostTimer:
-    """perf_counter timing of host (NumPy/SciPy) calls, in milliseconds."""
-
-    def sync(self):
-        pass
-
-    def once(self, fn) -> float:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-
-    def healthy(self) -> bool:
-        return True
-
-
-class _CudaTimer(_HostTimer):
-    """CUDA-event timing on the current stream, in milliseconds (host work inside fn is included)."""
-
-    def __init__(self, cp):
-        self.cp = cp
-        self.start, self.stop = cp.cuda.Event(), cp.cuda.Event()
-
-    def sync(self):
-        self.cp.cuda.Device().synchronize()
-
-    def once(self, fn) -> float:
-        self.start.record()
-        fn()
-        self.stop.record()
-        self.stop.synchronize()
-        return float(self.cp.cuda.get_elapsed_time(self.start, self.stop))
-
-    def healthy(self) -> bool:
-        """False when the CUDA context is broken (a sticky error fails every later call)."""
-        try:
-            self.cp.cuda.runtime.deviceSynchronize()
-            self.cp.zeros(1).sum().item()
-            return True
-        except Exception:
-            return False
-
-
-def measure(timer, fn, repeats: int, warmup: int, budget_s: float = BUDGET_S) -> list:
-    """Times of ``fn`` (ms) after ``warmup`` calls; stops early past ``budget_s`` once MIN_REPEATS are in."""
-    for _ in range(warmup):
-        fn()
-    timer.sync()
-    times, t0 = [], time.perf_counter()
-    for _ in range(repeats):
-        times.append(timer.once(fn))
-        spent = time.perf_counter() - t0
-        if spent > budget_s and (len(times) >= MIN_REPEATS or spent > 3 * budget_s):
-            break
-    return times
-
-
-def _poisoned_out(problem, xp):
-    """A NaN-filled output for dense-output ops (unwritten elements then fail the check)."""
-    if problem.op == "spgemm":
-        return None
-    m = problem.A.shape[0]
-    shape = (m,) if problem.B.ndim == 1 else (m, problem.B.shape[1])
-    return xp.full(shape, np.nan, dtype=problem.dtype)
 
 
 # --- one unit ------------------------------------------------------------------------------
@@ -159,15 +86,6 @@ class UnitResult:
     worker: str = ""                     # where it ran: host, process id and GPU
 
 
-class DeviceContextLost(RuntimeError):
-    """A candidate left the device unusable in this process (e.g. a sticky CUDA error).
-
-    Detected by a device synchronisation after any failure (kernels may also raise it).
-    The candidate is recorded as failed; the worker process is replaced and the rest of
-    the unit runs again in a fresh one.
-    """
-
-
 #: Set in a worker process whose device context was lost: its next task exits the process.
 _BROKEN = False
 #: Exit status of such a worker (joblib/loky then starts a fresh one).
@@ -177,35 +95,9 @@ MAX_RESTARTS = 10
 _RESTARTABLE = ("TerminatedWorkerError", "BrokenProcessPool", "KilledWorker")
 
 
-def _error_text(exc) -> str:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-    return f"{type(exc).__name__}: {exc}\n{tb}"[:ERROR_CHARS]
-
-
 def _candidate_params(kernel, feats, dev):
     gen = getattr(kernel, "tuning_candidates", None) or kernel.candidates
     return [dict(p) for p in gen(feats, dev)]
-
-
-def time_candidate(kernel, params, problem, ref, bound, tol, timer, xp, s: TuneSettings):
-    """Check then time one candidate: (TimingRecord fields, device lost?); 'failed' on any exception."""
-    try:
-        prepared = kernel.prepare(problem.A, dict(params))       # first call also compiles
-        out = _poisoned_out(problem, xp)
-        C = kernel.run(prepared, problem.B, out=out) if out is not None else kernel.run(prepared, problem.B)
-        timer.sync()
-        err = max_error(C, ref, bound)
-        del C, out
-        prep = measure(timer, lambda: kernel.prepare(problem.A, dict(params)), PREPARE_REPEATS, 0, s.budget_s)
-        run = measure(timer, lambda: kernel.run(prepared, problem.B), s.repeats, s.warmup, s.budget_s)
-        return dict(status="ok", prepare_ms=float(np.median(prep)), run_ms_median=float(np.median(run)),
-                    run_ms_min=float(min(run)), run_ms_max=float(max(run)), repeats=len(run),
-                    matched=bool(err <= tol), max_error=err,
-                    error="" if err <= tol else f"result differs from the SciPy float64 reference: "
-                                                f"max error {err:.3g} > tolerance {tol:.3g}"), False
-    except Exception as exc:  # a candidate that fails to compile or run is a result, not a crash
-        lost = isinstance(exc, DeviceContextLost) or not timer.healthy()
-        return dict(status="failed", error=("device context lost: " if lost else "") + _error_text(exc)), lost
 
 
 def run_unit(unit: WorkUnit, done: dict, settings: TuneSettings, gpu_pool=None) -> UnitResult:
@@ -252,7 +144,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         feats = stats.compute(problem, dev)
         check_reference_fits(feats)
     except Exception as exc:
-        res.error, res.seconds = f"{unit.key}: {_error_text(exc)}", time.perf_counter() - t0
+        res.error, res.seconds = f"{unit.key}: {error_text(exc)}", time.perf_counter() - t0
         return res
     res.problem = ProblemRecord(fp, problem.op, str(problem.dtype), unit.key, unit.family, unit.matrix,
                                 feats.to_dict())
@@ -277,7 +169,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         except Exception as exc:
             if (kernel.name, canonical_params({})) not in recorded:
                 record(kernel.name, {}, dict(status="failed",
-                                             error=f"supports()/candidates(): {_error_text(exc)}"))
+                                             error=f"supports()/candidates(): {error_text(exc)}"))
             continue
         for params in plist:
             if (kernel.name, canonical_params(params)) in recorded:
@@ -289,17 +181,11 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
         if cp is not None:   # the configs' modules without a prebuilt binary, compiled over every core
             _cuda.precompile([m for kernel, params in todo for m in kernel.modules(feats, params)])
         ref, bound = reference(A, B)
-        tol = tolerance(feats)
-        timer = _CudaTimer(cp) if cp is not None else _HostTimer()
-        xp = cp if cp is not None else np
-        for kernel, params in todo:
-            fields, lost = time_candidate(kernel, params, problem, ref, bound, tol, timer, xp, s)
-            record(kernel.name, params, fields)
-            if lost and s.isolated:
-                res.context_lost = _BROKEN = True
-                break
-            if cp is not None:
-                cp.get_default_memory_pool().free_all_blocks()
+        timer = CudaTimer(cp) if cp is not None else HostTimer()
+        if time_candidates(todo, problem, ref, bound, tolerance(feats), timer, cp if cp is not None else np, s,
+                           record, cp.cuda.Device().mem_info[1] if cp is not None else 0):
+            res.context_lost = True          # the candidates not recorded run again (in a fresh worker)
+            _BROKEN = _BROKEN or s.isolated
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -553,4 +439,4 @@ def _dask_results(stack, units, done, settings, n_jobs, scheduler, backend, bar)
             f.cancel()
 
 
-__all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "Interrupted", "measure"]
+__all__ = ["tune", "run_unit", "TuneSummary", "TuneSettings", "DeviceContextLost", "Interrupted"]
