@@ -112,6 +112,12 @@ class Kernel:
             return self.run(self.prepare(A, dict(params)), B, out=out)
         return run
 
+    def tuning_calls(self, prepared: Prepared, B) -> dict:
+        """The calls a tuning run times on ``prepared``: ``"run"``, what :meth:`cost`'s run_s prices,
+        and for a kernel whose repeated runs replay what an earlier call recorded, ``"first"``, a
+        call that replays and keeps nothing (a first call; recorded as ``first_ms``)."""
+        return {"run": lambda: self.run(prepared, B)}
+
     def modules(self, features, params) -> tuple:
         """The compiled modules running ``params`` on these features loads that may have no
         prebuilt binary, as (source file, instantiations, options) each: a tuning run compiles

@@ -62,6 +62,7 @@ class TimingRecord:
     created_at: str = ""
     host: str = ""
     run_ms_queued: float | None = None  # per call of calls queued back to back (None: not timed so)
+    first_ms: float | None = None       # a first call, where repeated runs replay (Kernel.tuning_calls)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -97,7 +98,7 @@ RECORD_TYPES = {"device": DeviceRecord, "problem": ProblemRecord, "timing": Timi
 _KEYS = {"key", "device_class", "backend", "name", "fingerprint", "op", "dtype", "device_key", "problem",
          "kernel", "params", "matplan_version"}
 #: Fields holding milliseconds: a finite number >= 0 (or None).
-_TIMES = {"prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max", "run_ms_queued"}
+_TIMES = {"prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max", "run_ms_queued", "first_ms"}
 
 
 def _is_number(v) -> bool:

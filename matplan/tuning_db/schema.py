@@ -41,8 +41,9 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         device_key TEXT NOT NULL REFERENCES devices(key), kernel TEXT NOT NULL, key TEXT NOT NULL,
         value TEXT NOT NULL, matplan_version TEXT NOT NULL, created_at TEXT NOT NULL,
         UNIQUE (device_key, kernel, key, matplan_version))"""]),
-    # calls queued back to back (throughput), beside the synchronised single call of run_ms_median
-    (3, ["ALTER TABLE timings ADD COLUMN run_ms_queued REAL"]),
+    # calls queued back to back (throughput), beside the synchronised single call of run_ms_median;
+    # first calls of kernels whose repeated runs replay (Kernel.tuning_calls)
+    (3, ["ALTER TABLE timings ADD COLUMN run_ms_queued REAL", "ALTER TABLE timings ADD COLUMN first_ms REAL"]),
 ]
 
 #: The table every migration records its version in (not part of MIGRATIONS' statements).

@@ -250,7 +250,7 @@ class TuningDB:
 
     _TIMING_COLS = ("device_key", "problem", "kernel", "params", "matplan_version", "status",
                     "prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max", "repeats", "matched",
-                    "max_error", "error", "created_at", "host", "run_ms_queued")
+                    "max_error", "error", "created_at", "host", "run_ms_queued", "first_ms")
 
     @classmethod
     def _insert_timing(cls, conn, t: TimingRecord) -> int:

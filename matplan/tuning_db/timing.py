@@ -11,6 +11,8 @@ timing at 10-20 us; a transient ran seven consecutive candidates 1.2-9.6x slow):
    (CUDA events around the call, the host's work included: ``run_ms_median``, ``_min``,
    ``_max``), each round in a rotated order; a candidate leaves the rounds once it has
    ``repeats`` times, or MIN_REPEATS and ``budget_s`` seconds of its own;
+   a kernel whose repeated runs replay what an earlier call recorded (SpGEMM's hash: its guessed
+   analysis) also has a first call timed after each run (``first_ms``, :meth:`Kernel.tuning_calls`);
 3. QUEUED_ROUNDS rotated rounds of calls queued back to back (``run_ms_queued``: the throughput a
    caller that reuses a plan gets, the host's work overlapping the GPU's; the planner's own
    measurement times the same way, :mod:`matplan.planner.measure`).
@@ -150,9 +152,11 @@ class _Ready:
     """A candidate prepared and checked, waiting for its runs' rounds."""
     kernel: object
     params: dict
-    call: object
+    call: object          # the run (Kernel.tuning_calls' "run")
+    first: object         # a first call, or None (Kernel.tuning_calls' "first")
     fields: dict          # status, prepare_ms, matched, max_error, error so far
     times: list = dataclasses.field(default_factory=list)
+    firsts: list = dataclasses.field(default_factory=list)
     spent_s: float = 0.0
     queued: list = dataclasses.field(default_factory=list)
 
@@ -188,7 +192,8 @@ def _check(kernel, params, problem, ref, bound, tol, timer, xp, budget_s):
     fields = dict(status="ok", prepare_ms=float(np.median(prep)), matched=bool(err <= tol), max_error=err,
                   error="" if err <= tol else f"result differs from the SciPy float64 reference: "
                                               f"max error {err:.3g} > tolerance {tol:.3g}")
-    return _Ready(kernel, params, lambda: kernel.run(prepared, problem.B), fields), None, False
+    calls = kernel.tuning_calls(prepared, problem.B)
+    return _Ready(kernel, params, calls["run"], calls.get("first"), fields), None, False
 
 
 def _rotated(items: list, r: int) -> list:
@@ -230,9 +235,13 @@ def _rounds(timer, group: list, repeats: int, warmup: int, budget_s: float, reco
                 if c in live:
                     t0 = time.perf_counter()
                     ms = call(c, timer.once)
-                    c.spent_s += time.perf_counter() - t0
                     if ms is not None:
                         c.times.append(ms)
+                    if ms is not None and c.first is not None:
+                        ms = call(c, lambda _: timer.once(c.first))
+                        if ms is not None:
+                            c.firsts.append(ms)
+                    c.spent_s += time.perf_counter() - t0
             timing, r = [c for c in timing if c in live and not enough(c)], r + 1
         calls = {id(c): max(1, min(QUEUED_CALLS, round(QUEUED_ROUND_S * 1e3 / max(np.median(c.times), 1e-6))))
                  for c in live}
@@ -247,7 +256,8 @@ def _rounds(timer, group: list, repeats: int, warmup: int, budget_s: float, reco
     for c in live:
         record(c.kernel.name, c.params, dict(c.fields, run_ms_median=float(np.median(c.times)),
                                              run_ms_min=float(min(c.times)), run_ms_max=float(max(c.times)),
-                                             repeats=len(c.times), run_ms_queued=float(np.median(c.queued))))
+                                             repeats=len(c.times), run_ms_queued=float(np.median(c.queued)),
+                                             first_ms=float(np.median(c.firsts)) if c.firsts else None))
     return False
 
 

@@ -47,6 +47,9 @@ class _Kernel:
         self.prepares.append(self.name)
         return self.name
 
+    def tuning_calls(self, prepared, B):
+        return {"run": lambda: self.run(prepared, B)}
+
     def run(self, prepared, B, out=None):
         self.calls += 1
         if self.fail_at is not None and self.calls >= self.fail_at:
@@ -93,6 +96,27 @@ def test_runs_are_timed_in_rotated_rounds_after_every_check():
     queued = [e[1] for e in log if isinstance(e, tuple) and e[0] == "queued"]
     assert len(queued) == 3 * timing.QUEUED_ROUNDS
     assert sorted(queued) == [1] * 6 + [2] * 3     # a 1 ms call twice a 2 ms round, 2-3 ms ones once
+
+
+def test_a_kernel_that_replays_has_its_first_calls_timed_after_each_run():
+    timer = _Timer()
+
+    class Replays(_Kernel):
+        def tuning_calls(self, prepared, B):
+            return {"run": lambda: self.run(prepared, B), "first": lambda: self.first()}
+
+        def first(self):
+            self.log.append("first")
+            return 5.0
+
+    ks = [_Kernel("a", timer.log), Replays("r", timer.log, ms=2.0)]
+    got, lost = _run(ks, timer)
+    assert not lost and got["r"]["first_ms"] == 5.0 and got["r"]["run_ms_median"] == 2.0
+    assert got["a"]["first_ms"] is None
+    runs = [e for e in timer.log if isinstance(e, str)]
+    timed = runs[runs.index("first") - 2:]
+    assert timed[:9] == ["a", "r", "first", "r", "first", "a", "a", "r", "first"]
+    assert runs.count("first") == 4      # once after each of the four timed runs, not in warm-up or queued
 
 
 def test_a_run_that_fails_is_recorded_and_the_others_go_on():
@@ -163,9 +187,10 @@ def test_run_ms_queued_is_stored_and_a_v2_database_migrates(tmp_path):
         assert db.schema_version == schema.latest_version() == 3
         assert db.check()[0] == "integrity"
         assert db.timings() == [old]
-        new = dataclasses.replace(old, kernel="k2", run_ms_queued=0.25)
+        new = dataclasses.replace(old, kernel="k2", run_ms_queued=0.25, first_ms=3.0)
         db.put(timings=[new])
-        assert {t.kernel: t.run_ms_queued for t in db.timings()} == {"k": None, "k2": 0.25}
+        assert {t.kernel: (t.run_ms_queued, t.first_ms) for t in db.timings()} == {"k": (None, None),
+                                                                                 "k2": (0.25, 3.0)}
     with pytest.raises(ValueError, match="run_ms_queued"):
         from matplan.tuning_db.records import record_from_dict
         record_from_dict("timing", dict(device_key="d", problem="p", kernel="k", params="{}",

@@ -150,5 +150,12 @@ class HashSpGEMM(SparseProduct):
         # a plan's repeated runs on an unchanged pattern replay C's values only (guesses.py)
         return spgemm(A, B, sort=params.get("sort", True), values=True)
 
+    def tuning_calls(self, prepared, B):
+        """run: repeated calls that replay the guessed analysis but compute C's pattern (what
+        :meth:`cost` prices; a plan's runs from the third replay values only, faster still);
+        first: a call that guesses nothing (guess=False), what a plan's first run pays."""
+        A, sort = prepared.arrays["A"], prepared.params.get("sort", True)
+        return {"run": lambda: spgemm(A, B, sort=sort), "first": lambda: spgemm(A, B, sort=sort, guess=False)}
+
 
 register(HashSpGEMM())

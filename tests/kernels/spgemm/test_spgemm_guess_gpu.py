@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from conftest import messy_csr, random_csr
 import matplan.kernels.spgemm as spgemm
+from matplan.kernels import get as get_kernel
 from matplan.kernels.spgemm import global_rows as glob_rows, guesses, rules
 from spgemm_gpu_helpers import _dev
 
@@ -299,3 +300,21 @@ def test_forget_guesses(cp, hs, rng):
     hs.forget_guesses()
     _, info = _call(cp, hs, A, A)
     assert info["guessed"] is False
+
+
+def test_tuning_calls_time_guessed_replays_and_first_calls(cp, hs, rng):
+    """spgemm.hash's tuning calls (Kernel.tuning_calls): "run" goes on from the guessed analysis
+    and never replays values only (what its cost prices), "first" guesses and keeps nothing (a
+    first call); every result equals SciPy's."""
+    kernel = get_kernel("spgemm.hash")
+    A = _dev(cp, random_csr(rng, 3000, 2000, 0.002), np.float64)
+    B = _dev(cp, random_csr(rng, 2000, 1500, 0.003), np.float64)
+    calls = kernel.tuning_calls(kernel.prepare(A, {"sort": True}), B)
+    assert set(calls) == {"run", "first"}
+    _check(calls["first"]().get(), A, B, 1e-12)
+    assert not list(guesses._GUESSES.values())            # a first call keeps nothing
+    for _ in range(4):
+        _check(calls["run"]().get(), A, B, 1e-12)
+        _check(calls["first"]().get(), A, B, 1e-12)
+    assert len(list(guesses._GUESSES.values())) == 1      # the runs went on from one kept analysis
+    assert not list(guesses._VALUES.values())             # and never set up a values-only replay
