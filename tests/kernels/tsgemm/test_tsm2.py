@@ -13,7 +13,7 @@ from matplan.kernels.tsgemm import configs, launch, rules, tsm2, tsm2_async, tsm
 from matplan.kernels.tsgemm.configs import TSM2Config
 from matplan.core import device as device_mod
 from matplan.core.features import Features
-from matplan.models.tsgemm import LAUNCH_S
+from matplan.models.tsgemm import COL_COLUMN_S, LAUNCH_S
 
 H100 = device_mod.known("H100")
 
@@ -101,6 +101,29 @@ def test_candidates_and_cost_without_gpu(layout, kl, dtype, k):
     assert f"k={k}" in c.why and "t2threshold" in c.why and "utilisation" in c.why
     # never faster than moving A once at the device's bandwidth
     assert c.run_s >= 16384 * 16384 * np.dtype(dtype).itemsize / H100.mem_bandwidth
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_column_kernel_on_few_rows_is_bound_by_its_walk_over_n(dtype):
+    """Too few rows to fill the GPU (one block at m = 256, no split): the column kernel's cost is
+    its threads' walk over n's columns; with rows enough the bytes bound it and the walk is not
+    named; the row kernel never takes the term."""
+    kern = get("tsgemm.tsm2")
+    small = _features("F", dtype, m=256, n=256, k=8)
+    (p,) = list(kern.candidates(small, H100))
+    c = kern.cost(small, p, H100)
+    walk = launch.column_walk_seconds(256, 256, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"], H100.sms)
+    assert walk == pytest.approx(256 * COL_COLUMN_S)     # one slice: every thread walks all 256 columns
+    assert c.run_s == pytest.approx(walk + LAUNCH_S) and "walk over their 256 columns" in c.why
+    big = _features("F", dtype, m=16384, n=16384, k=8)
+    (p,) = list(kern.candidates(big, H100))
+    c = kern.cost(big, p, H100)
+    assert "walk" not in c.why
+    assert c.run_s > launch.column_walk_seconds(16384, 16384, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"],
+                                                H100.sms) + LAUNCH_S
+    row = _features("C", dtype, m=256, n=256, k=8)
+    (p,) = list(kern.candidates(row, H100))
+    assert "walk" not in kern.cost(row, p, H100).why
 
 
 def test_strided_layout_is_not_planned():
