@@ -186,13 +186,13 @@ def _check(kernel, params, problem, ref, bound, tol, timer, xp, budget_s):
         err = max_error(C, ref, bound)
         del C, out
         prep = measure(timer, lambda: kernel.prepare(problem.A, dict(params)), PREPARE_REPEATS, 0, budget_s)
+        calls = kernel.tuning_calls(prepared, problem.B)
     except Exception as exc:  # a candidate that fails to compile or run is a result, not a crash
         fields, lost = _failed(timer, exc)
         return None, fields, lost
     fields = dict(status="ok", prepare_ms=float(np.median(prep)), matched=bool(err <= tol), max_error=err,
                   error="" if err <= tol else f"result differs from the SciPy float64 reference: "
                                               f"max error {err:.3g} > tolerance {tol:.3g}")
-    calls = kernel.tuning_calls(prepared, problem.B)
     return _Ready(kernel, params, calls["run"], calls.get("first"), fields), None, False
 
 
