@@ -86,6 +86,11 @@ HASH_ROW_BYTES = 681.0
 #: same calls up to 1.5x slower.
 HASH_FIXED_S = {"one pass, direct": 70e-6, "one pass, balanced": 122e-6, "one pass, grouped": 86e-6,
                 "hybrid": 0.65e-3, "two passes": 0.75e-3}
+#: What a pair's first call pays beyond its guessed replays on the one-pass paths: it waits for
+#: the analysis's read-back, issues its launches one by one instead of one graph, and compacts C
+#: out of the upper-bound buffer. H200 tune of 2026-11-28, first_ms - run_ms_median of the
+#: one-pass problems: 0.15-0.45 ms, median 0.22. The two passes and the hybrid are never guessed.
+HASH_FIRST_EXTRA_S = 0.22e-3
 #: The planner takes a product for the hybrid when at most this fraction of its rows has
 #: alpha = nnz_RowCt / pi >= 256 (the RBSparse groups past numeric_esc's 512 products).
 HYBRID_LONG_ROWS = 0.01

@@ -2,13 +2,15 @@
 one by one, their runs timed in rotated rounds, then queued; failures recorded, the rest timed;
 groups bounded by memory; the run_ms_queued column's migration."""
 import dataclasses
+import json
 import types
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from matplan.tuning_db import schema
+from matplan.tuning_db import identity, schema
+from matplan.tuning_db.dataset import load_dataset
 from matplan.tuning_db import timing
 from matplan.tuning_db.records import DeviceRecord, ProblemRecord, TimingRecord
 from matplan.tuning_db.store import TuningDB
@@ -197,3 +199,19 @@ def test_run_ms_queued_is_stored_and_a_v2_database_migrates(tmp_path):
                                         matplan_version="0", status="ok", run_ms_median=1.0, repeats=1,
                                         run_ms_queued=-1.0))
     assert TimingRecord("d", "p", "k", "{}", "0", "ok", run_ms_median=1.0, repeats=1).run_ms_queued is None
+
+
+def test_a_first_calls_excess_counts_as_preparation(tmp_path):
+    """load_dataset: a row's prepare is what a plan's first run pays beyond a later run: prepare_ms
+    plus first_ms - run_ms_median where the kernel's runs replay (never below prepare_ms)."""
+    dev = identity.device_record("cpu")
+    problem = ProblemRecord("p", "spmv", "float64", "corpus:x|spmv", "x", "x")
+    rows = [TimingRecord(dev.key, "p", "cpu.scipy", "{}", "0", "ok", prepare_ms=0.5, run_ms_median=2.0, repeats=3,
+                         matched=True)]
+    rows += [dataclasses.replace(rows[0], params='{"a": 1}', first_ms=5.0),
+             dataclasses.replace(rows[0], params='{"a": 2}', first_ms=1.0)]
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.put(dev, problem, rows)
+        ds = load_dataset(db)
+    got = {json.dumps(r.params, sort_keys=True): r.prepare_s for r in ds.rows}
+    assert got == pytest.approx({"{}": 0.5e-3, '{"a": 1}': 3.5e-3, '{"a": 2}': 0.5e-3})

@@ -139,10 +139,13 @@ class HashSpGEMM(SparseProduct):
                 if f.rowct_max <= caps[-1] else
                 f"; rows of at most {caps[-1]} products sorted in registers (numeric_esc), the others hashed")
         fixed = spgemm_model.HASH_FIXED_S[spgemm_model.hash_fixed_key(path, direct)]
-        return Cost(0.0, t, f"RBSparse hash, {path}{', direct' if direct and path.startswith('one pass') else ''} "
+        first = spgemm_model.HASH_FIRST_EXTRA_S if path.startswith("one pass") else 0.0
+        return Cost(first, t, f"RBSparse hash, {path}{', direct' if direct and path.startswith('one pass') else ''} "
                             f"({fixed * 1e3:.2f} ms fixed), "
                             f"{why}{sort}; {terms}"
                             + (f"; {panels_why}" if panels_why else "")
+                    + (f"; a first call {first * 1e3:.2f} ms more (no guessed analysis to go on from)"
+                       if first else "")
                     + f"; a plan's runs from the third on an unchanged pattern replay values only "
                       f"(~{replay_s * 1e3:.3f} ms where its kept bytes fit)")
 

@@ -115,7 +115,8 @@ def test_hash_path_follows_spgemm_rule():
     """The cost model's path is spgemm()'s own choice: one pass while every row's bound fits
     ONE_PASS_MAX_TABLE (balanced or grouped by the RBSparse rule) or the long rows are very few
     (one_pass_long), the hybrid when few rows are long, else two passes; each path's fixed cost
-    is in the cost and named in the why."""
+    is in the cost and named in the why, and the one-pass paths' first-call excess is the
+    preparation."""
     h100 = device_mod.known("H100")
     kernel = hash_kernel.HashSpGEMM()
     n = 3000
@@ -125,6 +126,8 @@ def test_hash_path_follows_spgemm_rule():
     c = kernel.cost(f, {"sort": True}, h100)
     assert "one pass, balanced, direct" in c.why   # 3 products a row: every row numeric_esc's, C in place
     assert c.run_s >= spgemm_model.HASH_FIXED_S["one pass, direct"]
+    # a first call goes on from no guessed analysis: its excess is the preparation (reuse weighs it)
+    assert c.prepare_s == spgemm_model.HASH_FIRST_EXTRA_S > 0 and "a first call" in c.why
     lengths = np.ones(n, dtype=int)
     lengths[:3] = 10                                              # a few longer rows: grouped
     rows = np.repeat(np.arange(n), lengths)
@@ -144,11 +147,13 @@ def test_hash_path_follows_spgemm_rule():
     assert hash_kernel.hash_path(f, h100.smem_per_block) == "hybrid"       # the long rows hashed, the rest sorted
     hybrid = kernel.cost(f, {"sort": True}, h100)
     assert "hybrid" in hybrid.why and hybrid.run_s >= spgemm_model.HASH_FIXED_S["hybrid"]
+    assert hybrid.prepare_s == 0 and "a first call" not in hybrid.why    # never guessed: every call a first call
     dense = sp.random(300, 300, density=0.5, format="csr", random_state=1)   # every row long
     f = _features(dense, dense)
     assert hash_kernel.hash_path(f, h100.smem_per_block) == "two passes"
     two = kernel.cost(f, {"sort": True}, h100)
     assert "two passes" in two.why and two.run_s >= spgemm_model.HASH_FIXED_S["two passes"]
+    assert two.prepare_s == 0
 
 
 def test_cost_names_global_rows():
