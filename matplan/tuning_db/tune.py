@@ -34,7 +34,6 @@ import os
 import signal
 import socket
 import time
-import traceback
 import uuid
 
 import joblib
