@@ -4,7 +4,9 @@ Some analytic constants are least-squares fits to tuning timings: the prepared c
 call's efficiencies and fixed cost, the hash SpGEMM's effective bytes (per product, nonzero of C,
 nonzero of C from hash tables and row) and one-pass fixed costs, the cuSPARSE SpGEMM effective
 bytes, the segmented merge SpGEMM's fixed, per-round, per-product and per-product-round costs, and
-the blocked (BRC/BRCP) SpMM gather bytes and fixed cost. ``matplan report`` refits them in every
+the blocked (BRC/BRCP) SpMM gather bytes and fixed cost; two are read off the timings otherwise:
+the hash SpGEMM's first-call excess (a median) and TSM2's column walk (0 in a fold without the
+column kernel's timings, whose own it was read off). ``matplan report`` refits them in every
 leave-family-out fold on the training families' timings (:func:`fit`) and scores the held-out
 family with them (:func:`installed`), so no held-out timing reaches its own prediction. The
 shipped constants (the modules' values) are what ``matplan train`` and the planner use.
@@ -12,7 +14,8 @@ shipped constants (the modules' values) are what ``matplan train`` and the plann
 Each cost is linear in its constants, or in their inverse (an efficiency divides the bytes), so a
 fold's fit is a non-negative least squares of relative error (each timing weighted by 1 / its
 measured time, as the shipped constants were fitted): the cost with every refit constant at 0 and
-at each unit value gives the design. A constant no training timing depends on keeps its value.
+at each unit value gives the design. A least-squares constant no training timing depends on
+keeps its value.
 """
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ import dataclasses
 import numpy as np
 
 from ..kernels import get
+from ..kernels.spgemm.kernel import hash_path
 from ..models import spgemm as spgemm_model
 from ..models import spmv as spmv_model
+from ..models import tsgemm as tsgemm_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +75,14 @@ def _replaced(container, path, value):
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    """Constants fitted together on the timings of ``kernels`` (those ``selects`` keeps, by features)."""
+    """Constants fitted together on the timings of ``kernels`` (those ``selects`` keeps, by features):
+    by a least squares of run time, or, with ``read_off``, by that function of (dataset, the
+    group's rows) -> {label: value} (constants the cost does not take linearly)."""
     name: str
     kernels: tuple
     constants: tuple
     selects: object = None
+    read_off: object = None
 
     def uses(self, f) -> bool:
         return self.selects is None or self.selects(f)
@@ -82,6 +90,21 @@ class Group:
 
 def _spmm(f) -> bool:
     return f.k > 1
+
+
+def _hash_first_extra(ds, rows) -> dict:
+    """HASH_FIRST_EXTRA_S: the median preparation (a first call's excess, :mod:`.dataset`) of the
+    rows on the one-pass paths; none such: the value stays."""
+    smem = ds.device.smem_per_block
+    extra = [r.prepare_s for r in rows if hash_path(ds.features(r.problem), smem).startswith("one pass")]
+    return {"spgemm.HASH_FIRST_EXTRA_S": float(np.median(extra))} if extra else {}
+
+
+def _column_walk(ds, rows) -> dict:
+    """COL_COLUMN_S was read off the tall-and-skinny timings by hand: where a fold has no timing
+    of TSM2's column kernel it is 0 (the paper's model alone), else it stays."""
+    cols = [r for r in rows if r.params.get("layout") == "col"]
+    return {} if cols else {"tsgemm.COL_COLUMN_S": 0.0}
 
 
 _DTYPES = ("float32", "float64")
@@ -107,6 +130,10 @@ GROUPS = (
     Group("merge SpGEMM (spgemm.merge)", ("spgemm.merge",), tuple(
         Constant(spgemm_model, name) for name in
         ("MERGE_FIXED_S", "MERGE_ROUND_S", "MERGE_BYTES_PER_PRODUCT", "MERGE_ROUND_BYTES"))),
+    Group("hash SpGEMM first calls (spgemm.hash)", ("spgemm.hash",),
+          (Constant(spgemm_model, "HASH_FIRST_EXTRA_S"),), read_off=_hash_first_extra),
+    Group("TSM2 column kernel's walk (tsgemm.tsm2)", ("tsgemm.tsm2",),
+          (Constant(tsgemm_model, "COL_COLUMN_S"),), read_off=_column_walk),
 )
 
 
@@ -153,6 +180,8 @@ def fit_group(ds, idx, group) -> dict:
     keep = {c.label: c.get() for c in group.constants}
     rows = [ds.rows[i] for i in idx if ds.rows[i].kernel in group.kernels
             and ds.rows[i].run_s > 0 and group.uses(ds.features(ds.rows[i].problem)) and _costed(ds, ds.rows[i])]
+    if group.read_off is not None:
+        return {**keep, **group.read_off(ds, rows)}
     if len(rows) <= len(group.constants):
         return keep
     y = np.array([r.run_s for r in rows])

@@ -1,5 +1,6 @@
 """The leave-family-out refit covers the SpGEMM hash and merge constants: on timings the models make
-with known constants, the refit finds them, and leaves the fixed costs it does not fit alone."""
+with known constants, the refit finds them, and leaves the fixed costs it does not fit alone; the
+constants read off the timings otherwise take their fold's data."""
 import types
 
 import numpy as np
@@ -10,7 +11,9 @@ from matplan.core import device as device_mod
 from matplan.core import features as stats
 from matplan.core.validation import normalize
 from matplan.kernels import get
+from matplan.kernels.spgemm import kernel as hash_kernel
 from matplan.models import spgemm as spgemm_model
+from matplan.models import tsgemm as tsgemm_model
 from matplan.tuning_db import refit
 from matplan.tuning_db.dataset import Dataset, Row
 
@@ -66,3 +69,22 @@ def test_refit_finds_the_spgemm_constants_it_was_given():
     label = "spgemm.HASH_FIXED_S[one pass, balanced]"
     assert got[label] == shipped[label] == spgemm_model.HASH_FIXED_S["one pass, balanced"]
     assert refit.current() == shipped
+
+
+def test_read_off_constants_take_their_fold_data():
+    """HASH_FIRST_EXTRA_S is the median preparation (a first call's excess) of the one-pass hash
+    rows a fold trains on; COL_COLUMN_S is 0 in a fold without the column kernel's timings (it was
+    read off them), else it stays."""
+    ds = _dataset()
+    extra = {r.problem: 1e-4 * (1 + i) for i, r in enumerate(ds.rows) if r.kernel == "spgemm.hash"}
+    ds.rows = [Row(r.problem, r.kernel, r.params, r.run_s, extra.get(r.problem, 0.0) if r.kernel == "spgemm.hash"
+                   else 0.0) for r in ds.rows]
+    one_pass = [extra[fp] for fp in extra
+                if hash_kernel.hash_path(ds.features(fp), DEVICE.smem_per_block).startswith("one pass")]
+    assert len(one_pass) >= 3
+    got = refit.fit(ds)
+    assert got["spgemm.HASH_FIRST_EXTRA_S"] == pytest.approx(float(np.median(one_pass)))
+    assert got["tsgemm.COL_COLUMN_S"] == 0.0              # no TS-GEMM timing in this fold
+    col = Row("t", "tsgemm.tsm2", {"layout": "col", "t1": 256, "t2": 8, "t3": 4}, 1e-4, 0.0)
+    assert refit._column_walk(ds, [col]) == {}            # the column kernel's timings: it stays
+    assert refit.current()["tsgemm.COL_COLUMN_S"] == tsgemm_model.COL_COLUMN_S > 0

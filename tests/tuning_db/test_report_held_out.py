@@ -104,7 +104,9 @@ def test_held_out_family_is_not_scored_with_its_own_calibrations():
         full, calibrated = report._analytic_predictions(ds, ts)
     assert len(ratios) == 2 and calibrated.all()
     preds, folds = report._leave_family_out(ds, {"max_iter": 5}, Stages(100, "test", False))
-    raw, _ = report._analytic_predictions(ds, ts)
+    with refit.installed(folds["tall_skinny"]["constants"]):   # the fold's (TSM2's column walk: 0)
+        raw, _ = report._analytic_predictions(ds, ts)
+    assert folds["tall_skinny"]["constants"]["tsgemm.COL_COLUMN_S"] == 0.0
     assert folds["tall_skinny"]["online_calibrations_applied"] == 0
     np.testing.assert_allclose(preds["analytic"][ts], raw, rtol=1e-12)
     assert not np.allclose(raw[:, 0], full[:, 0])

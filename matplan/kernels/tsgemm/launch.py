@@ -19,7 +19,6 @@ import numpy as np
 
 from ...core.cache import BoundedCache
 from ...core.xp import cupy_module
-from ...models.tsgemm import COL_COLUMN_S
 from .. import _cuda
 from .rules import SMEM_LIMIT, T1_CHOICES, row_groups, row_steps, t1_fits, vector_width
 
@@ -110,12 +109,12 @@ def split_count(layout: str, m: int, n: int, t1: int, t3: int, vec: int, sms: in
     return int(max(1, min(want, MAX_SPLIT, n // (SPLIT_MIN_TILES * tile))))
 
 
-def column_walk_seconds(m: int, n: int, itemsize: int, t1: int, t2: int, t3: int, sms: int) -> float:
-    """Seconds the column kernel's threads take to walk their slice of n (COL_COLUMN_S a column;
-    the split as split_count makes it, A taken 16-byte aligned): the floor of a call whose rows
-    are too few to fill the GPU."""
+def column_walk(m: int, n: int, itemsize: int, t1: int, t2: int, t3: int, sms: int) -> int:
+    """Columns of A each of the column kernel's threads walks, one after another: its slice of n
+    (the split as split_count makes it, A taken 16-byte aligned). At models.tsgemm.COL_COLUMN_S
+    a column, the floor of a call whose rows are too few to fill the GPU."""
     vec = vector_width(itemsize, True, m, "col", t2)
-    return -(-n // split_count("col", m, n, t1, t3, vec, sms)) * COL_COLUMN_S
+    return -(-n // split_count("col", m, n, t1, t3, vec, sms))
 
 
 def split_waves(S: int, s_max: int, blocks_x: int, n: int, align: int, slots: int) -> tuple[int, int]:
@@ -239,5 +238,5 @@ class SplitSum:
             self.launch(self.grid, (256,), (ws, S, mk, k, C, c0, c1))
 
 
-__all__ = ["Launch", "SplitSum", "launch", "kernel_name", "split_count", "split_waves", "column_walk_seconds", "sms",
+__all__ = ["Launch", "SplitSum", "launch", "kernel_name", "split_count", "split_waves", "column_walk", "sms",
            "resident_blocks", "vector_width_of", "SOURCE"]

@@ -19,12 +19,13 @@ import numpy as np
 from ...core.cache import BoundedCache
 from ...core.types import Cost
 from ...core.xp import cupy_module
-from ...models.tsgemm import COL_COLUMN_S, LAUNCH_S
+from ...models import tsgemm as tsgemm_model
+from ...models.tsgemm import LAUNCH_S
 from ..base import Kernel, Prepared
 from ..registry import register
 from .configs import TSM2Config, async_config, default, search_space
 from .. import _cuda
-from .launch import SOURCE as REGISTER_SOURCE, Launch, column_walk_seconds, config_module
+from .launch import SOURCE as REGISTER_SOURCE, Launch, column_walk, config_module
 from .rules import bucket_of_features, layout_of, layout_of_features, model_params, model_time
 from .tsm2_async import (SOURCE as ASYNC_SOURCE, AsyncLaunch, allocator_bvec, check_a as async_check_a,
                          kernel_name as async_kernel_name)
@@ -94,8 +95,9 @@ class TSM2(Kernel):
         mp = model_params(device, f)
         c = TSM2Config.of(params)
         t = model_time(device, f.m, f.n, f.k, f.dtype, c.layout, c.t1, c.t2, c.t3)
-        walk = (column_walk_seconds(f.m, f.n, np.dtype(f.dtype).itemsize, c.t1, c.t2, c.t3, device.sms)
-                if c.layout == "col" else 0.0)
+        columns = (column_walk(f.m, f.n, np.dtype(f.dtype).itemsize, c.t1, c.t2, c.t3, device.sms)
+                   if c.layout == "col" else 0)
+        walk = columns * tsgemm_model.COL_COLUMN_S
         k, thr = f.k, mp["t2threshold"]
         why = (f"TSM2 {c.layout}-major kernel: k={k} {'<=' if k <= thr else '>'} "
                f"t2threshold={thr:.1f} ({mp['bound']}-bound); model t2={mp['t2']}, t3={mp['t3']} "
@@ -108,7 +110,7 @@ class TSM2(Kernel):
             why += (f"; the 3xTF32 tensor-core kernel (tsm2_tc {c.tc_variant!r}; "
                     f"MATPLAN_TF32X3=0 turns it off)")
         if walk > t:
-            why += (f"; too few rows to fill the GPU: its threads' walk over their {walk / COL_COLUMN_S:.0f} "
+            why += (f"; too few rows to fill the GPU: its threads' walk over their {columns:,} "
                     f"columns of A bounds the call ({walk * 1e3:.4f} ms)")
         return Cost(0.0, max(t, walk) + LAUNCH_S, why)
 

@@ -14,6 +14,7 @@ from matplan.kernels.tsgemm.configs import TSM2Config
 from matplan.core import device as device_mod
 from matplan.core.features import Features
 from matplan.models.tsgemm import COL_COLUMN_S, LAUNCH_S
+from matplan.tuning_db import refit
 
 H100 = device_mod.known("H100")
 
@@ -112,15 +113,17 @@ def test_column_kernel_on_few_rows_is_bound_by_its_walk_over_n(dtype):
     small = _features("F", dtype, m=256, n=256, k=8)
     (p,) = list(kern.candidates(small, H100))
     c = kern.cost(small, p, H100)
-    walk = launch.column_walk_seconds(256, 256, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"], H100.sms)
-    assert walk == pytest.approx(256 * COL_COLUMN_S)     # one slice: every thread walks all 256 columns
-    assert c.run_s == pytest.approx(walk + LAUNCH_S) and "walk over their 256 columns" in c.why
+    assert launch.column_walk(256, 256, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"], H100.sms) == 256
+    assert c.run_s == pytest.approx(256 * COL_COLUMN_S + LAUNCH_S)   # one slice: every thread walks all 256
+    assert "walk over their 256 columns" in c.why
     big = _features("F", dtype, m=16384, n=16384, k=8)
     (p,) = list(kern.candidates(big, H100))
     c = kern.cost(big, p, H100)
     assert "walk" not in c.why
-    assert c.run_s > launch.column_walk_seconds(16384, 16384, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"],
-                                                H100.sms) + LAUNCH_S
+    assert c.run_s > launch.column_walk(16384, 16384, np.dtype(dtype).itemsize, p["t1"], p["t2"], p["t3"],
+                                        H100.sms) * COL_COLUMN_S + LAUNCH_S
+    with refit.installed({"tsgemm.COL_COLUMN_S": 0.0}):    # a report's fold without the column kernel
+        assert "walk" not in kern.cost(small, list(kern.candidates(small, H100))[0], H100).why
     row = _features("C", dtype, m=256, n=256, k=8)
     (p,) = list(kern.candidates(row, H100))
     assert "walk" not in kern.cost(row, p, H100).why
