@@ -34,13 +34,19 @@ def _event_times(fns: dict, repeats: int, warmup: int, caller: str) -> dict:
     times = {name: [] for name in fns}
     order = list(fns.items())
     for r in range(repeats):
-        for name, fn in order[r % len(order):] + order[:r % len(order)]:
+        for name, fn in rotated(order, r):
             start.record()
             fn()
             stop.record()
             stop.synchronize()
             times[name].append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
     return times
+
+
+def rotated(items: list, r: int) -> list:
+    """Round r's order of ``items``: rotated by r, so that each follows each other equally often."""
+    k = r % len(items)
+    return items[k:] + items[:k]
 
 
 def cuda_median_s(fn, repeats: int, warmup: int = 2) -> float:

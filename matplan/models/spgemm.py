@@ -88,8 +88,9 @@ HASH_FIXED_S = {"one pass, direct": 70e-6, "one pass, balanced": 122e-6, "one pa
                 "hybrid": 0.65e-3, "two passes": 0.75e-3}
 #: What a pair's first call pays beyond its guessed replays on the one-pass paths: it waits for
 #: the analysis's read-back, issues its launches one by one instead of one graph, and compacts C
-#: out of the upper-bound buffer. H200 tune of 2026-11-28, first_ms - run_ms_median of the
-#: one-pass problems: 0.15-0.45 ms, median 0.22. The two passes and the hybrid are never guessed.
+#: out of the upper-bound buffer. The median first_ms - run_ms_median of the one-pass problems
+#: in training-h200.jsonl (0.15-0.45 ms; docs/spgemm.md). The two passes and the hybrid are
+#: never guessed.
 HASH_FIRST_EXTRA_S = 0.22e-3
 #: The planner takes a product for the hybrid when at most this fraction of its rows has
 #: alpha = nnz_RowCt / pi >= 256 (the RBSparse groups past numeric_esc's 512 products).
@@ -98,10 +99,16 @@ HYBRID_LONG_ROWS = 0.01
 LAUNCH_S = 6e-6
 
 
+def one_pass(path: str) -> bool:
+    """Whether hash_path's ``path`` is a one-pass one: the paths a pair's later calls go on from a
+    guessed analysis (so a first call pays HASH_FIRST_EXTRA_S more)."""
+    return path.startswith("one pass")
+
+
 def hash_fixed_key(path: str, direct: bool) -> str:
     """The key of HASH_FIXED_S for a call on ``path`` (hash_path's); ``direct``: every row takes
     numeric_esc, so a one-pass call's repeated calls write C in place."""
-    return "one pass, direct" if direct and path.startswith("one pass") else path
+    return "one pass, direct" if direct and one_pass(path) else path
 
 
 def hash_table_nnz(f, path: str, direct: bool) -> float:

@@ -405,6 +405,6 @@ CUBLAS_GEMM_EFFICIENCY = 0.7
 LAUNCH_S = 6e-6
 #: The column kernel's threads walk their slice of n one column at a time: where a launch has
 #: too few rows to fill the GPU, that walk, not the bytes, bounds the call. Seconds a column, read
-#: off the H200 tune of 2026-11-28: at m = 256 (one block, no split) TSM2's column kernels took
-#: 9-16 us more than cuBLAS over n = 256 columns, whatever k, dtype or cp.async variant.
+#: off training-h200.jsonl (docs/tsgemm.md): at m = 256 (one block, no split) TSM2's column kernels
+#: took 9-16 us more than cuBLAS over n = 256 columns, whatever k, dtype or cp.async variant.
 COL_COLUMN_S = 40e-9

@@ -96,7 +96,7 @@ def _hash_first_extra(ds, rows) -> dict:
     """HASH_FIRST_EXTRA_S: the median preparation (a first call's excess, :mod:`.dataset`) of the
     rows on the one-pass paths; none such: the value stays."""
     smem = ds.device.smem_per_block
-    extra = [r.prepare_s for r in rows if hash_path(ds.features(r.problem), smem).startswith("one pass")]
+    extra = [r.prepare_s for r in rows if spgemm_model.one_pass(hash_path(ds.features(r.problem), smem))]
     return {"spgemm.HASH_FIRST_EXTRA_S": float(np.median(extra))} if extra else {}
 
 

@@ -28,7 +28,7 @@ import traceback
 
 import numpy as np
 
-from ..core.timing import warm_up
+from ..core.timing import rotated, warm_up
 from ..planner import measure as planner_measure
 from .reference import max_error
 
@@ -72,9 +72,7 @@ class HostTimer:
         pass
 
     def once(self, fn) -> float:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
+        return self.queued(fn, 1)
 
     def queued(self, fn, calls: int) -> float:
         """Milliseconds per call of ``calls`` calls of ``fn`` back to back."""
@@ -104,9 +102,6 @@ class CudaTimer(HostTimer):
 
     def sync(self):
         self.cp.cuda.Device().synchronize()
-
-    def once(self, fn) -> float:
-        return self.queued(fn, 1)
 
     def queued(self, fn, calls: int) -> float:
         self.start.record()
@@ -196,12 +191,6 @@ def _check(kernel, params, problem, ref, bound, tol, timer, xp, budget_s):
     return _Ready(kernel, params, calls["run"], calls.get("first"), fields), None, False
 
 
-def _rotated(items: list, r: int) -> list:
-    """Round r's order: ``items`` rotated by r, so that each follows each other equally often."""
-    k = r % len(items)
-    return items[k:] + items[:k]
-
-
 def _rounds(timer, group: list, repeats: int, warmup: int, budget_s: float, record) -> bool:
     """Time the runs of ``group`` (module docstring, steps 1-3) and record each; a candidate whose
     run raises is recorded as failed and leaves the rounds. Returns whether the device was lost."""
@@ -231,7 +220,7 @@ def _rounds(timer, group: list, repeats: int, warmup: int, budget_s: float, reco
         timer.sync()
         timing, r = list(live), 0
         while timing:
-            for c in _rotated(timing, r):
+            for c in rotated(timing, r):
                 if c in live:
                     t0 = time.perf_counter()
                     ms = call(c, timer.once)
@@ -246,7 +235,7 @@ def _rounds(timer, group: list, repeats: int, warmup: int, budget_s: float, reco
         calls = {id(c): max(1, min(QUEUED_CALLS, round(QUEUED_ROUND_S * 1e3 / max(np.median(c.times), 1e-6))))
                  for c in live}
         for r in range(QUEUED_ROUNDS if live else 0):
-            for c in _rotated(list(live), r):
+            for c in rotated(list(live), r):
                 if c in live:
                     ms = call(c, lambda f, n=calls[id(c)]: timer.queued(f, n))
                     if ms is not None:

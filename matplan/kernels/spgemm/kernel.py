@@ -139,8 +139,8 @@ class HashSpGEMM(SparseProduct):
                 if f.rowct_max <= caps[-1] else
                 f"; rows of at most {caps[-1]} products sorted in registers (numeric_esc), the others hashed")
         fixed = spgemm_model.HASH_FIXED_S[spgemm_model.hash_fixed_key(path, direct)]
-        first = spgemm_model.HASH_FIRST_EXTRA_S if path.startswith("one pass") else 0.0
-        return Cost(first, t, f"RBSparse hash, {path}{', direct' if direct and path.startswith('one pass') else ''} "
+        first = spgemm_model.HASH_FIRST_EXTRA_S if spgemm_model.one_pass(path) else 0.0
+        return Cost(first, t, f"RBSparse hash, {path}{', direct' if direct and spgemm_model.one_pass(path) else ''} "
                             f"({fixed * 1e3:.2f} ms fixed), "
                             f"{why}{sort}; {terms}"
                             + (f"; {panels_why}" if panels_why else "")
