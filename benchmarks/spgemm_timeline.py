@@ -13,9 +13,12 @@ For each matrix (float64, A·A or A·Aᵀ), two calls after a warm-up:
 
 The last column says who waited: ``gpu`` (the GPU idled for the host, which was still issuing or
 had waited at a host transfer) or ``host`` (the kernel queued behind earlier work). Recording the
-events adds ~2 us of host time a launch.
+events adds ~2 us of host time a launch. Host transfers (``_cuda.read_at`` / ``read_words``) are
+rows of their own, at the host time they returned. ``--first`` times first calls
+(``guess=False``: the analysis read back before the numeric launches) instead of the default
+calls, which replay a guess from the second call on.
 
-    PYTHONPATH=. python3 benchmarks/spgemm_timeline.py [--only skewed-small metis_copter2 ...]
+    PYTHONPATH=. python3 benchmarks/spgemm_timeline.py [--first] [--only skewed-small metis_copter2 ...]
 """
 from __future__ import annotations
 
@@ -47,12 +50,21 @@ def matrices(only):
             yield name, A
 
 
-def launches(cp, hs, A, B, timeline: bool):
-    """[(name, host_us, gpu_done event or GPU us)] of one call, and its wall us (host, synchronised)."""
+def launches(cp, hs, A, B, timeline: bool, guess: bool = True):
+    """[(name, host_us, gpu_done event or GPU us; None for a host transfer)] of one call, and its
+    wall us (host, synchronised)."""
+    from matplan.kernels import _cuda
     from matplan.kernels.spgemm import runtime   # every module launches through runtime._launch
-    real = runtime._launch
+    real, reads = runtime._launch, {name: getattr(_cuda, name) for name in ("read_at", "read_words")}
     rec = []
     start = cp.cuda.Event()
+
+    def transfer(name):
+        def read(*args, **kw):
+            got = reads[name](*args, **kw)
+            rec.append((f"({name})", (time.perf_counter() - t0) * 1e6 if timeline else 0.0, None))
+            return got
+        return read
 
     def launch(name, grid, block, args, smem=0):
         if timeline:
@@ -64,27 +76,32 @@ def launches(cp, hs, A, B, timeline: bool):
             rec.append((name.split("<")[0], 0.0, launch_alone_us(cp, real, name, grid, block, args, smem)))
 
     runtime._launch = launch
+    for name in reads:
+        setattr(_cuda, name, transfer(name))
     try:
         cp.cuda.Device().synchronize()
         start.record()
         t0 = time.perf_counter()
-        C = hs.spgemm(A, B)
+        C = hs.spgemm(A, B, guess=guess)
         host = (time.perf_counter() - t0) * 1e6
         stop = cp.cuda.Event()
         stop.record()
         stop.synchronize()
     finally:
         runtime._launch = real
+        for name, fn in reads.items():
+            setattr(_cuda, name, fn)
     del C
     wall = cp.cuda.get_elapsed_time(start, stop) * 1e3
     if timeline:
-        rec = [(n, h, cp.cuda.get_elapsed_time(start, ev) * 1e3) for n, h, ev in rec]
+        rec = [(n, h, None if ev is None else cp.cuda.get_elapsed_time(start, ev) * 1e3) for n, h, ev in rec]
     return rec, host, wall
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", metavar="NAME")
+    ap.add_argument("--first", action="store_true", help="first calls (guess=False), not guessed replays")
     args = ap.parse_args(argv)
     from matplan.core.xp import cupy_module
     cp = cupy_module()
@@ -98,17 +115,22 @@ def main(argv=None):
         H = sp.csr_matrix(H, dtype=np.float64)
         A = csp.csr_matrix(H)
         B = A if H.shape[0] == H.shape[1] else csp.csr_matrix(H.T.tocsr())
+        guess = not args.first
         for _ in range(2):
-            hs.spgemm(A, B)
-        durs, _, _ = launches(cp, hs, A, B, timeline=False)
-        line, host, wall = launches(cp, hs, A, B, timeline=True)
+            hs.spgemm(A, B, guess=guess)
+        durs, _, _ = launches(cp, hs, A, B, timeline=False, guess=guess)
+        line, host, wall = launches(cp, hs, A, B, timeline=True, guess=guess)
         if [n for n, _, _ in durs] != [n for n, _, _ in line]:
             print(f"# {name}: the two calls launched different kernels; skipped")
             continue
-        print(f"\n{name}: wall {wall:.1f} us, host {host:.1f} us, GPU busy {sum(d for _, _, d in durs):.1f} us")
+        print(f"\n{name}: wall {wall:.1f} us, host {host:.1f} us, "
+              f"GPU busy {sum(d for _, _, d in durs if d is not None):.1f} us")
         print(f"  {'kernel':<22} {'host':>8} {'start':>8} {'end':>8} {'gpu us':>7} {'idle':>7}  waited")
         prev_end, idle_total = 0.0, 0.0
         for (kname, h, end), (_, _, d) in zip(line, durs):
+            if end is None:   # a host transfer: when it returned
+                print(f"  {kname:<22} {h:8.1f}")
+                continue
             start = end - d
             idle = max(0.0, start - prev_end)
             idle_total += idle

@@ -208,15 +208,27 @@ def release_held(client, handles) -> None:
     _send_later(client, "release", groups)
 
 
-def pin(client, key) -> None:
+def start_runners(client) -> None:
+    """Start a runner on every worker of ``client`` that has none (a pin right after a broadcast
+    then waits for no start); a worker where one cannot start is left to :func:`pin`."""
+    try:
+        runners(client, list(client.scheduler_info().get("workers", {})))
+    except Fallback:
+        pass
+
+
+def pin(client, key) -> list:
     """Have every worker's runner pin replicated operand ``key`` now, before Dask's memory manager
-    drops the broadcast copies; a worker without a runner that cannot start one is skipped (its
-    first runner call finds the operand missing and that call runs through tasks)."""
+    drops the broadcast copies; returns the workers whose runner did not find its copy (dropped
+    already, or the runner unreachable). A worker without a runner that cannot start one is
+    skipped (its first runner call finds the operand missing and that call runs through tasks)."""
     try:
         keys = runners(client, list(client.scheduler_info().get("workers", {})))
     except Fallback:
-        return
-    call_all(client, [(w, r, "pin", ([key],)) for w, r in keys.items()])
+        return []
+    order = list(keys)
+    outcomes = call_all(client, [(w, keys[w], "pin", ([key],)) for w in order])
+    return [w for w, (status, found) in zip(order, outcomes) if status != "ok" or not found]
 
 
 def unpin(client, keys) -> None:

@@ -22,7 +22,7 @@ from ..core import validation
 from ..core.validation import SUPPORTED_DTYPES
 from ..core.xp import is_gpu_array, to_host
 from .checks import RowSums
-from .fastpath import pin, unpin
+from .fastpath import pin, start_runners, unpin
 from .tasks import DistributedProductError, Live, resolve_client
 from .worker import Operand
 
@@ -48,6 +48,12 @@ def dense_operand(X, name: str, rows: int | None = None):
     if np.dtype(H.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}: expected float32 or float64 values, got {H.dtype} (cast it with {name}.astype)")
     return H
+
+
+#: Broadcasts of a replicated operand until every worker's runner pinned its copy (Dask's active
+#: memory manager may drop copies between the broadcast and the pin); past them, a worker without
+#: one runs its blocks through tasks.
+PIN_ATTEMPTS = 3
 
 
 class Replicated:
@@ -81,11 +87,17 @@ class Replicated:
         if self._operand is None:
             raise DistributedProductError(f"{self.name} (replicated with keep_source=False) was lost with every "
                                           "worker that held it; replicate it again")
-        f = self.client.scatter(self._operand, broadcast=True, hash=False)
-        self._keys.append(f.key)
-        if self._pin:   # every scatter, a lost operand's new key too: else the memory manager drops its copies
-            pin(self.client, f.key)
-        return f
+        if self._pin:   # runners started first: the pin then follows the broadcast within milliseconds
+            start_runners(self.client)
+        for attempt in range(PIN_ATTEMPTS):
+            f = self.client.scatter(self._operand, broadcast=True, hash=False)
+            self._keys.append(f.key)
+            # every scatter, a lost operand's new key too: else the memory manager drops its copies;
+            # one it dropped before the pin is sent again (else the runners would miss it there)
+            if not self._pin or not pin(self.client, f.key) or attempt == PIN_ATTEMPTS - 1:
+                return f
+            unpin(self.client, [self._keys.pop()])
+            f.release()
 
     def future(self):
         """The operand's future on the workers (sent again where every copy was lost)."""

@@ -144,6 +144,27 @@ def test_release_frees_the_registry(client, rng):
     assert _wait_for(lambda: sum(s["pinned"] for s in _runner_state(client).values()) <= pinned - 2)
 
 
+def test_copies_dropped_before_the_pin_are_sent_again(client, rng, monkeypatch):
+    """A broadcast whose copy Dask's memory manager dropped before the runners pinned it is sent
+    again (the runner path then finds B on every worker), and the first key's pins are let go."""
+    from matplan.distributed import replicated
+    real, keys = replicated.pin, []
+
+    def pin(c, key):
+        keys.append(key)
+        missed = real(c, key)
+        return missed + (["a worker whose copy was dropped"] if len(keys) == 1 else [])
+    monkeypatch.setattr(replicated, "pin", pin)
+    pinned = sum(s["pinned"] for s in _runner_state(client).values())
+    A, B = random_csr(rng, 200, 150, 0.05), random_csr(rng, 150, 120, 0.05)
+    Br = md.replicate(B, client=client)
+    assert len(keys) == 2 and Br.future().key == keys[1] and Br._keys == [keys[1]]
+    assert _wait_for(lambda: sum(s["pinned"] for s in _runner_state(client).values()) == pinned + len(client.nthreads()))
+    C = md.spgemm(md.DistributedCSR.from_matrix(A, client=client, balance=Br), Br)
+    assert C.timings["path"] == "runner" and C.timings["fallback"] is None
+    _same(C.to_scipy(), A @ B, 1e-12)
+
+
 def test_tasks_where_a_precondition_fails(client, rng, tmp_path):
     A, B = random_csr(rng, 200, 150, 0.05), random_csr(rng, 150, 120, 0.05)
     Br = md.replicate(B, client=client)
