@@ -147,8 +147,8 @@ class SpgemmCall:
                 return infos
             if round_ == self.retries:
                 raise DistributedProductError(f"spgemm: {self.describe(lost[0])} and {len(lost) - 1} other(s) were "
-                                              "lost with their workers after they were computed; no partial result "
-                                              "is returned")
+                                              "lost with their workers after they were computed (Dask future "
+                                              f"{self.blocks[lost[0]].status!r}); no partial result is returned")
             backoff(round_)
             self.resubmitted += len(lost)
             infos.update(self._collect(lost))
