@@ -23,7 +23,8 @@ from .csr import DistributedCSR
 from .fastpath import Fallback, Held, call_token, check_path, run_calls
 from .panels import ColumnPanels, Whole, assemble_block, column_panels, default_panel_bytes, slice_cols
 from .replicated import Replicated, sparse_operand
-from .tasks import RETRIES, DistributedProductError, Live, Timer, backoff, collect_blocks, resolve_client, split_times, task_key
+from .tasks import (RETRIES, DistributedProductError, Live, Timer, backoff, collect_blocks, resolve_client, settle,
+                    split_times, task_key)
 from .worker import Operand, check_placement
 
 
@@ -142,6 +143,7 @@ class SpgemmCall:
         their record came back (a worker died meanwhile) are computed again, ``retries`` rounds at most."""
         infos = self._collect(list(indices))
         for round_ in range(self.retries + 1):
+            settle([self.blocks[i] for i in infos])
             lost = [i for i in infos if self.blocks[i].status != "finished"]
             if not lost:
                 return infos

@@ -20,7 +20,7 @@ import uuid
 from concurrent.futures import CancelledError
 
 import distributed
-from distributed import as_completed
+from distributed import as_completed, wait
 from distributed.scheduler import KilledWorker
 
 from .checks import BlockCheckError
@@ -37,6 +37,22 @@ RETRY_BACKOFF_S = 0.25
 def backoff(attempt: int) -> None:
     """Wait before resubmission number ``attempt`` (0 first), so the scheduler hears of the loss."""
     time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+
+
+#: Seconds to wait for blocks Dask is computing again (their worker died after their record came
+#: back) before they count as lost and are resubmitted.
+SETTLE_S = 30.0
+
+
+def settle(futures) -> None:
+    """Wait (at most SETTLE_S) for those of ``futures`` that are pending: Dask recomputes a lost
+    block whose inputs it still has, and a check of its status the moment it is lost says pending."""
+    pending = [f for f in futures if f.status == "pending"]
+    if pending:
+        try:
+            wait(pending, timeout=SETTLE_S)
+        except TimeoutError:   # still pending: counted as lost by the caller
+            pass
 
 
 class DistributedProductError(RuntimeError):
