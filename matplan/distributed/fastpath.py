@@ -219,16 +219,17 @@ def start_runners(client) -> None:
 
 def pin(client, key) -> list:
     """Have every worker's runner pin replicated operand ``key`` now, before Dask's memory manager
-    drops the broadcast copies; returns the workers whose runner did not find its copy (dropped
-    already, or the runner unreachable). A worker without a runner that cannot start one is
-    skipped (its first runner call finds the operand missing and that call runs through tasks)."""
+    drops the broadcast copies; returns the workers whose runner answered that its copy was not
+    there (dropped already: a new broadcast helps; an unreachable runner is not named, since it
+    would not). A worker without a runner that cannot start one is skipped (its first runner call
+    finds the operand missing and that call runs through tasks)."""
     try:
         keys = runners(client, list(client.scheduler_info().get("workers", {})))
     except Fallback:
         return []
     order = list(keys)
     outcomes = call_all(client, [(w, keys[w], "pin", ([key],)) for w in order])
-    return [w for w, (status, found) in zip(order, outcomes) if status != "ok" or not found]
+    return [w for w, (status, found) in zip(order, outcomes) if status == "ok" and not found]
 
 
 def unpin(client, keys) -> None:
