@@ -30,9 +30,13 @@ FAMILIES = MappingProxyType({
     "block_dense": block_dense,
     "banded": banded,
     "tall_skinny": tall_skinny,
+    "rect_skinny": tall_skinny,
 })
-#: Families that return one CSR matrix (tall_skinny returns the dense pair (A, B)).
-SPARSE_FAMILIES = tuple(f for f in FAMILIES if f != "tall_skinny")
+#: Families that return the dense pair (A, B) of a tall-and-skinny product: tall_skinny's A is
+#: square (the TSM2 paper's), rect_skinny's is wide (small) or tall (medium, large; K-means-like).
+DENSE_FAMILIES = ("tall_skinny", "rect_skinny")
+#: Families that return one CSR matrix.
+SPARSE_FAMILIES = tuple(f for f in FAMILIES if f not in DENSE_FAMILIES)
 
 
 def _frozen(sizes):
@@ -51,6 +55,7 @@ SIZES = _frozen({
         "block_dense": dict(nblocks=8, block=32),                   # 10,240
         "banded": dict(n=5000, bandwidth=3),                        # 34,988
         "tall_skinny": dict(n=256, k=4),
+        "rect_skinny": dict(m=1024, n=2048, k=4),
     },
     "medium": {
         "poisson2d": dict(n=400, points=5),                         # 798,400
@@ -61,6 +66,7 @@ SIZES = _frozen({
         "block_dense": dict(nblocks=32, block=128),                 # 655,360
         "banded": dict(n=100_000, bandwidth=4),                     # 899,980
         "tall_skinny": dict(n=4096, k=8),
+        "rect_skinny": dict(m=65536, n=1024, k=8),
     },
     "large": {
         "poisson2d": dict(n=1024, points=5),                        # 5,238,784
@@ -71,6 +77,7 @@ SIZES = _frozen({
         "block_dense": dict(nblocks=48, block=300),                 # 5,385,600
         "banded": dict(n=500_000, bandwidth=5),                     # 5,499,970
         "tall_skinny": dict(n=16384, k=16),                         # A is 2 GiB in float64
+        "rect_skinny": dict(m=131072, n=2048, k=16),                # A is 2 GiB in float64
     },
     "spgemm": {                                                     # nnz; products; nnz(A·A)
         "poisson3d": dict(n=64, points=7),                          # 1.81M; 12.5M; 6.4M
@@ -88,7 +95,7 @@ def _takes_seed(generator) -> bool:
 
 
 def load(family: str, size: str = "small", seed=0):
-    """The matrix (or dense pair, for tall_skinny) of ``family`` at the named ``size``.
+    """The matrix (or dense pair, for the DENSE_FAMILIES) of ``family`` at the named ``size``.
 
     ``seed`` goes to the random families; stencil families have no randomness.
     """
@@ -122,7 +129,7 @@ def iter_corpus(size: str, families=None, seed=0):
 
 
 __all__ = [
-    "FAMILIES", "SPARSE_FAMILIES", "SIZES", "load", "iter_corpus",
+    "FAMILIES", "SPARSE_FAMILIES", "DENSE_FAMILIES", "SIZES", "load", "iter_corpus",
     "poisson2d", "poisson3d", "rmat", "uniform", "skewed", "block_dense", "banded", "tall_skinny",
     "read_mtx", "write_mtx", "load_npz_matrix", "real_matrices", "matrices_dir", "matrix_index",
 ]

@@ -253,20 +253,22 @@ def banded(n: int, bandwidth: int, seed=0, density: float = 1.0):
 
 # --------------------------------------------------------------------------- dense
 
-def tall_skinny(n: int, k: int, dtype=np.float64, seed=0, layout: str = "C"):
-    """Dense operands of the tall-and-skinny product: A (n x n) and B (n x k).
+def tall_skinny(n: int, k: int, dtype=np.float64, seed=0, layout: str = "C", m: int | None = None):
+    """Dense operands of the tall-and-skinny product: A (m x n, m = n by default: the TSM2 paper's
+    square A) and B (n x k).
 
     Values have magnitude in [0.5, 1.5) and a random sign, drawn directly in
     ``dtype`` (float32 or float64). ``layout`` 'C' gives row-major arrays,
     'F' column-major ones (the TSM2 paper's layout); no copy is made either way.
     """
     n, k = check_int("n", n, 1), check_int("k", k, 1)
+    m = n if m is None else check_int("m", m, 1)
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     if layout not in ("C", "F"):
         raise ValueError(f"layout must be 'C' or 'F', got {layout!r}")
     rng = make_rng(seed)
-    A = random_values(rng, n * n, signed=True, dtype=dtype).reshape((n, n), order=layout)
+    A = random_values(rng, m * n, signed=True, dtype=dtype).reshape((m, n), order=layout)
     B = random_values(rng, n * k, signed=True, dtype=dtype).reshape((n, k), order=layout)
     return A, B

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..kernels import get
 from ..kernels.spgemm.kernel import hash_path
+from ..kernels.tsgemm.launch import column_walk
 from ..models import spgemm as spgemm_model
 from ..models import spmv as spmv_model
 from ..models import tsgemm as tsgemm_model
@@ -101,10 +102,25 @@ def _hash_first_extra(ds, rows) -> dict:
 
 
 def _column_walk(ds, rows) -> dict:
-    """COL_COLUMN_S was read off the tall-and-skinny timings by hand: where a fold has no timing
-    of TSM2's column kernel it is 0 (the paper's model alone), else it stays."""
-    cols = [r for r in rows if r.params.get("layout") == "col"]
-    return {} if cols else {"tsgemm.COL_COLUMN_S": 0.0}
+    """COL_COLUMN_S, read off the column kernel's timings whose walk bounds the call: per timing,
+    its time over cuBLAS's on the same problem plus cuBLAS's modelled time (the call's fixed host
+    and launch cost cancels), over the columns a thread walks (:func:`column_walk`); the median of
+    those whose walk at that rate passes the paper's model time. None such: 0 (the model alone)."""
+    cublas = {r.problem: r.run_s for r in ds.rows if r.kernel == "gemm.cublas" and r.run_s > 0}
+    rates = []
+    with installed({"tsgemm.COL_COLUMN_S": 0.0}):
+        for r in rows:
+            if r.params.get("layout") != "col" or r.problem not in cublas:
+                continue
+            f = ds.features(r.problem)
+            columns = column_walk(f.m, f.n, np.dtype(f.dtype).itemsize, r.params["t1"], r.params["t2"],
+                                  r.params["t3"], ds.device.sms)
+            model = get(r.kernel).cost(f, r.params, ds.device).run_s - tsgemm_model.LAUNCH_S
+            vendor = get("gemm.cublas").cost(f, {}, ds.device).run_s - tsgemm_model.LAUNCH_S
+            rate = (r.run_s - cublas[r.problem] + vendor) / columns
+            if rate * columns > model:
+                rates.append(rate)
+    return {"tsgemm.COL_COLUMN_S": float(np.median(rates)) if rates else 0.0}
 
 
 _DTYPES = ("float32", "float64")

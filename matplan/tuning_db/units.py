@@ -65,9 +65,10 @@ class WorkUnit:
     def build(self):
         """Host operands (A, B) of the problem."""
         dtype = np.dtype(self.dtype)
-        if self.origin == "corpus" and self.family == "tall_skinny":
-            n = corpus.SIZES[self.size]["tall_skinny"]["n"]
-            return corpus.tall_skinny(n, self.k, dtype, seed=self.seed, layout=self.layout)
+        if self.origin == "corpus" and self.family in corpus.DENSE_FAMILIES:
+            shape = corpus.SIZES[self.size][self.family]
+            return corpus.tall_skinny(shape["n"], self.k, dtype, seed=self.seed, layout=self.layout,
+                                      m=shape.get("m"))
         if self.origin == "corpus":
             A = corpus.load(self.family, self.size, seed=self.seed)
         elif self.origin == "file":
@@ -107,12 +108,12 @@ def corpus_units(sizes=("small",), families=None, ops=DEFAULT_OPS, spmm_ks=SPMM_
             raise ValueError(f"sizes: {size!r} is not a corpus size; expected some of {sorted(corpus.SIZES)}")
         fams = [f for f in corpus.SIZES[size] if families is None or f in families]
         for fam in fams:
-            if fam == "tall_skinny":
+            if fam in corpus.DENSE_FAMILIES:
                 if "tsgemm" not in ops:
                     continue
                 n = corpus.SIZES[size][fam]["n"]
                 ks = [k for k in tsgemm_ks if k <= TSGEMM_MAX_K and n >= TSGEMM_MIN_ASPECT * k]
-                units += [WorkUnit("corpus", f"tall_skinny-{size}", "tall_skinny", "tsgemm", k, dt,
+                units += [WorkUnit("corpus", f"{fam}-{size}", fam, "tsgemm", k, dt,
                                    size=size, seed=seed, layout=lay)
                           for dt in dtypes for k in ks for lay in tsgemm_layouts]
             else:

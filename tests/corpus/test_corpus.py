@@ -70,6 +70,10 @@ def test_iter_corpus_yields_every_sparse_family():
     assert names == [f"{f}-small" for f in corpus.SPARSE_FAMILIES]
     (name, (A, B)), = corpus.iter_corpus("small", families="tall_skinny")
     assert name == "tall_skinny-small" and A.shape == (256, 256) and B.shape == (256, 4)
+    for size, shape in (("small", (1024, 2048)), ("medium", (65536, 1024))):   # wide, then tall A
+        A, B = corpus.load("rect_skinny", size)
+        assert A.shape == shape and B.shape[0] == shape[1]
+    assert set(corpus.DENSE_FAMILIES) | set(corpus.SPARSE_FAMILIES) == set(corpus.FAMILIES)
 
 
 def test_registry_errors_name_the_argument():
@@ -206,6 +210,12 @@ def test_tall_skinny(dtype, layout):
     assert (A < 0).any() and (A > 0).any()
     A2, B2 = corpus.tall_skinny(64, 4, dtype=dtype, seed=1, layout=layout)
     assert np.array_equal(A, A2) and np.array_equal(B, B2)
+    A3, B3 = corpus.tall_skinny(64, 4, dtype=dtype, seed=1, layout=layout, m=64)   # m = n: the same draw
+    assert np.array_equal(A, A3) and np.array_equal(B, B3)
+    R, S = corpus.tall_skinny(64, 4, dtype=dtype, seed=1, layout=layout, m=96)
+    assert R.shape == (96, 64) and S.shape == (64, 4) and R.flags[f"{layout}_CONTIGUOUS"]
+    with pytest.raises(ValueError, match="m"):
+        corpus.tall_skinny(64, 4, m=0)
 
 
 # --------------------------------------------------------------------------- Matrix Market

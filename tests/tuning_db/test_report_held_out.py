@@ -112,3 +112,26 @@ def test_held_out_family_is_not_scored_with_its_own_calibrations():
     assert not np.allclose(raw[:, 0], full[:, 0])
     for kind in ("learned", "combined"):   # and no calibrated cost replaced their predictions
         assert not np.allclose(preds[kind][ts], full)
+
+
+def test_column_walk_is_read_off_the_walk_bound_column_timings():
+    """COL_COLUMN_S: a column-kernel timing's excess over cuBLAS's (plus cuBLAS's modelled time) a
+    walked column, the median of the timings the walk bounds; a timing the paper's model explains
+    is left out, and none at all gives 0."""
+    from matplan.kernels.tsgemm.launch import column_walk
+    from matplan.models import tsgemm as tsgemm_model
+    ds = _dataset()
+    f = ds.features("ts0")
+    cublas = next(r.run_s for r in ds.rows if r.problem == "ts0" and r.kernel == "gemm.cublas")
+    vendor = get("gemm.cublas").cost(f, {}, DEVICE).run_s - tsgemm_model.LAUNCH_S
+    rows = []
+    for t1, rate in ((64, 700e-9), (128, 900e-9), (256, 800e-9)):
+        params = {"layout": "col", "t1": t1, "t2": 16, "t3": 4}
+        columns = column_walk(f.m, f.n, 4, t1, 16, 4, DEVICE.sms)
+        rows.append(Row("ts0", "tsgemm.tsm2", params, cublas - vendor + rate * columns, 0.0))
+    explained = Row("ts0", "tsgemm.tsm2", {"layout": "col", "t1": 128, "t2": 8, "t3": 4}, cublas - vendor, 0.0)
+    got = refit._column_walk(ds, rows + [explained])["tsgemm.COL_COLUMN_S"]
+    assert got == pytest.approx(800e-9, rel=1e-9)
+    assert refit._column_walk(ds, [explained]) == {"tsgemm.COL_COLUMN_S": 0.0}
+    row_kernel = Row("ts0", "tsgemm.tsm2", {"layout": "row", "t1": 128, "t2": 16, "t3": 4}, 1.0, 0.0)
+    assert refit._column_walk(ds, [row_kernel]) == {"tsgemm.COL_COLUMN_S": 0.0}

@@ -48,6 +48,10 @@ def test_units_cover_families_ops_and_dtypes():
     assert {u.layout for u in units if u.op == "tsgemm"} == {"C", "F"}
     A, B = next(u for u in units if u.op == "tsgemm" and u.layout == "F").build()
     assert A.flags.f_contiguous and not A.flags.c_contiguous
+    rect = units_mod.corpus_units(["small"], families=["rect_skinny"], dtypes=("float32",), tsgemm_ks=(4, 256))
+    assert {(u.matrix, u.family, u.k) for u in rect} == {("rect_skinny-small", "rect_skinny", 4)}
+    A, B = rect[0].build()
+    assert A.shape == (1024, 2048) and B.shape == (2048, 4) and A.dtype == np.float32
     both = units_mod.corpus_units(["medium", "spgemm"], families=["rmat"], ops=("spgemm",), dtypes=("float64",))
     from matplan import corpus
     same = corpus.SIZES["medium"]["rmat"] == corpus.SIZES["spgemm"]["rmat"]
