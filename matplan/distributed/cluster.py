@@ -18,6 +18,7 @@ import os
 import distributed
 
 from ..core.xp import cupy_module
+from .worker import HostOnly
 
 LOG = logging.getLogger("matplan.distributed")
 #: CPU workers started when ``n_workers`` is not given (two-core machines get two).
@@ -158,7 +159,7 @@ def local_cluster(n_workers: int | None = None, *, gpu="auto", processes: bool =
     """Start a local Dask cluster for matplan.distributed.
 
     gpu: "auto" (GPU workers where a GPU is visible, else CPU), True (GPUs or an error saying why
-    not) or False (CPU). n_workers: GPU workers (default: every visible GPU) or CPU workers
+    not) or False (CPU workers, on which on="auto" computes on the host). n_workers: GPU workers (default: every visible GPU) or CPU workers
     (default: min(4, cores)). gpu_cluster: how GPU workers start: "dask-cuda"
     (LocalCUDACluster, or an error), "nanny" (matplan's Nanny per GPU) or "auto" (dask-cuda where
     it imports, else the Nanny workers). processes, threads_per_worker: the CPU cluster's (a GPU
@@ -180,6 +181,8 @@ def local_cluster(n_workers: int | None = None, *, gpu="auto", processes: bool =
         out = _gpu_cluster(gpus[: n_workers or len(gpus)], gpu_cluster, dashboard_address, kwargs)
     else:
         n = n_workers or max(1, min(DEFAULT_CPU_WORKERS, os.cpu_count() or 1))
+        if gpu is False:   # the SciPy path even where the workers' processes see a GPU
+            kwargs = dict(kwargs, plugins={HostOnly(), *kwargs.get("plugins", ())})
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=processes,
                                            dashboard_address=dashboard_address, **kwargs)
         out = LocalMatplanCluster(cluster, "cpu", why)

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 
+import distributed
 import numpy as np
 
 from ..core.xp import cupy_module, cupyx_sparse, is_gpu_array, to_host
@@ -33,9 +34,30 @@ def check_placement(on) -> str:
     return on
 
 
+#: Set on the workers of ``local_cluster(gpu=False)`` (:class:`HostOnly`): there ``on="auto"`` takes
+#: the host (the SciPy path the cluster says it runs) even where the process sees a GPU.
+HOST_ONLY_ATTR = "_matplan_host_only"
+
+
+class HostOnly(distributed.WorkerPlugin):
+    """Marks a worker host-only (:data:`HOST_ONLY_ATTR`)."""
+    name = "matplan-host-only"
+
+    def setup(self, worker):
+        setattr(worker, HOST_ONLY_ATTR, True)
+
+
+def _host_only() -> bool:
+    try:
+        return bool(getattr(distributed.get_worker(), HOST_ONLY_ATTR, False))
+    except ValueError:   # not in a Dask worker
+        return False
+
+
 def use_gpu(on: str) -> bool:
-    """Whether this worker computes on its GPU for placement ``on`` (a clear error for "gpu" without one)."""
-    if on == "host":
+    """Whether this worker computes on its GPU for placement ``on`` (a clear error for "gpu" without
+    one); "auto" on a host-only worker (:class:`HostOnly`) takes the host."""
+    if on == "host" or (on == "auto" and _host_only()):
         return False
     if cupy_module() is None:
         if on == "gpu":

@@ -48,6 +48,22 @@ def test_local_cluster_says_what_it_is():
             md.local_cluster(gpu=True)
 
 
+def test_cpu_cluster_workers_take_the_host_where_a_gpu_is_seen(monkeypatch):
+    """local_cluster(gpu=False) workers compute on the host for on="auto" even in a process that
+    sees a GPU (a CuPy faked here); on="gpu" still asks for the GPU, and other clusters' workers
+    keep "auto" on it."""
+    from matplan.distributed import worker as worker_mod
+    monkeypatch.setattr(worker_mod, "cupy_module", lambda: object())   # a GPU seen by every worker
+    def each(client, fn):   # in a task on every worker (where the blocks run)
+        return [client.submit(fn, workers=[w], pure=False).result() for w in sorted(client.nthreads())]
+    with md.local_cluster(2, gpu=False, processes=False) as lc:
+        got = each(lc.client(), lambda: (worker_mod.use_gpu("auto"), worker_mod.use_gpu("gpu")))
+    assert got == [(False, True)] * 2
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c, distributed.Client(c) as cl:
+        assert each(cl, lambda: worker_mod.use_gpu("auto")) == [True]
+    assert worker_mod.use_gpu("auto") is True   # outside any worker
+
+
 def test_visible_devices_parsed(monkeypatch):
     for env, want in (("0,1", ["0", "1"]), ("", []), ("-1", []), ("2, 3,-1,4", ["2", "3"]), ("GPU-ab", ["GPU-ab"])):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
