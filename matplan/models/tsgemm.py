@@ -407,4 +407,5 @@ LAUNCH_S = 6e-6
 #: too few rows to fill the GPU, that walk, not the bytes, bounds the call. Seconds a column, read
 #: off training-h200.jsonl (docs/tsgemm.md): at m = 256 (one block, no split) TSM2's column kernels
 #: took 9-16 us more than cuBLAS over n = 256 columns, whatever k, dtype or cp.async variant.
+#: matplan report reads it off each fold's own timings instead (tuning_db.refit._column_walk).
 COL_COLUMN_S = 40e-9
