@@ -9,6 +9,7 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 import matplan.distributed as md  # noqa: E402
+from dist_checks import same as _same  # noqa: E402
 from worker_kill import KillOnFirstBlock, cluster, crash_worker, fault_problem  # noqa: E402,F401 (fixture)
 
 
@@ -53,7 +54,7 @@ def test_resident_block_lost_is_rebuilt_from_its_source(cluster, rng):
     assert Ad.blocks_info()[0]["worker"] != victim
     np.testing.assert_allclose(C1.to_scipy().toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-300)
     X = rng.random((400, 3))
-    np.testing.assert_allclose(md.spmm(Ad, X), A @ X, rtol=1e-12)
+    _same(md.spmm(Ad, X), A @ X)   # relative to the largest entry: a GPU worker sums in another order
 
 
 def test_resident_block_lost_without_its_source_is_a_clear_error(cluster, rng):
