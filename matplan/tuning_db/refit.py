@@ -150,6 +150,10 @@ GROUPS = (
           (Constant(spgemm_model, "HASH_FIRST_EXTRA_S"),), read_off=_hash_first_extra),
     Group("TSM2 column kernel's walk (tsgemm.tsm2)", ("tsgemm.tsm2",),
           (Constant(tsgemm_model, "COL_COLUMN_S"),), read_off=_column_walk),
+    Group("cuBLAS tall-and-skinny (gemm.cublas)", ("gemm.cublas",), tuple(
+        Constant(tsgemm_model, "CUBLAS_TS_EFFICIENCY", (d,), inverse=True) for d in _DTYPES)
+        + (Constant(tsgemm_model, "CUBLAS_TS_FIXED_S"),), lambda f: f.op == "tsgemm"),
+    Group("TSM2's fixed cost (tsgemm.tsm2)", ("tsgemm.tsm2",), (Constant(tsgemm_model, "TSM2_FIXED_S"),)),
 )
 
 

@@ -112,7 +112,7 @@ class TSM2(Kernel):
         if walk > t:
             why += (f"; too few rows to fill the GPU: its threads' walk over their {columns:,} "
                     f"columns of A bounds the call ({walk * 1e3:.4f} ms)")
-        return Cost(0.0, max(t, walk) + LAUNCH_S, why)
+        return Cost(0.0, max(t, walk) + LAUNCH_S + tsgemm_model.TSM2_FIXED_S, why)
 
     def prepare(self, A, params):
         layout, lda = layout_of(A)
