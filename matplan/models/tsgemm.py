@@ -401,9 +401,10 @@ def choose_params(device: DeviceSpec, m: int, n: int, k: int, dtype) -> dict:
 #: fp32 0.24-1.01 (k = 1: 0.70-1.01, k = 2: 0.24-0.64, k >= 4: 0.54-0.80; median 0.70). One
 #: figure per dtype: a little under the median.
 CUBLAS_TS_EFFICIENCY = {"float64": 0.95, "float32": 0.65}
-#: cuBLAS's fixed cost on tall-and-skinny products beyond LAUNCH_S (its GEMM kernels' setup, split
-#: reductions), seconds; fitted with CUBLAS_TS_EFFICIENCY per fold by matplan report (tuning_db.refit).
-CUBLAS_TS_FIXED_S = 0.0
+#: cuBLAS's fixed cost on tall-and-skinny products beyond LAUNCH_S, seconds, by the path CuPy takes:
+#: "gemv" at k = 1, "gemm" (its GEMM kernels' setup, split reductions) past it; fitted with
+#: CUBLAS_TS_EFFICIENCY per fold by matplan report (tuning_db.refit).
+CUBLAS_TS_FIXED_S = {"gemv": 0.0, "gemm": 0.0}
 #: TSM2's fixed cost beyond LAUNCH_S (its call's host path, the split's sum), seconds; fitted per fold
 #: likewise, so that neither side of cuBLAS against TSM2 alone absorbs the timings' common floor.
 TSM2_FIXED_S = 0.0

@@ -152,7 +152,8 @@ GROUPS = (
           (Constant(tsgemm_model, "COL_COLUMN_S"),), read_off=_column_walk),
     Group("cuBLAS tall-and-skinny (gemm.cublas)", ("gemm.cublas",), tuple(
         Constant(tsgemm_model, "CUBLAS_TS_EFFICIENCY", (d,), inverse=True) for d in _DTYPES)
-        + (Constant(tsgemm_model, "CUBLAS_TS_FIXED_S"),), lambda f: f.op == "tsgemm"),
+        + tuple(Constant(tsgemm_model, "CUBLAS_TS_FIXED_S", (p,)) for p in ("gemv", "gemm")),
+          lambda f: f.op == "tsgemm"),
     Group("TSM2's fixed cost (tsgemm.tsm2)", ("tsgemm.tsm2",), (Constant(tsgemm_model, "TSM2_FIXED_S"),)),
 )
 

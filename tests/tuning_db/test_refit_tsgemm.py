@@ -14,7 +14,8 @@ from matplan.tuning_db.dataset import Dataset, Row
 
 DEVICE = device_mod.known("H100")
 TRUE = {"tsgemm.CUBLAS_TS_EFFICIENCY[float32]": 0.55, "tsgemm.CUBLAS_TS_EFFICIENCY[float64]": 0.9,
-        "tsgemm.CUBLAS_TS_FIXED_S": 18e-6, "tsgemm.TSM2_FIXED_S": 12e-6}
+        "tsgemm.CUBLAS_TS_FIXED_S[gemv]": 9e-6, "tsgemm.CUBLAS_TS_FIXED_S[gemm]": 18e-6,
+        "tsgemm.TSM2_FIXED_S": 12e-6}
 TSM2 = {"layout": "row", "t1": 256, "t2": 4, "t3": 2}
 
 
@@ -39,7 +40,7 @@ def test_refit_finds_the_tall_and_skinny_constants_it_was_given():
     for label, value in TRUE.items():
         assert got[label] == pytest.approx(value, rel=1e-5), label
     assert refit.current() == shipped
-    assert tsgemm_model.CUBLAS_TS_FIXED_S == tsgemm_model.TSM2_FIXED_S == 0.0
+    assert tsgemm_model.CUBLAS_TS_FIXED_S == {"gemv": 0.0, "gemm": 0.0} and tsgemm_model.TSM2_FIXED_S == 0.0
 
 
 def test_vendor_cost_reads_the_constants_at_each_call():
@@ -47,7 +48,7 @@ def test_vendor_cost_reads_the_constants_at_each_call():
     f = Features(op="tsgemm", backend="gpu", dtype="float32", index_dtype="", m=4096, n=4096, k=8, layout="C",
                  density=1.0, nnz=4096 * 4096)
     before = get("gemm.cublas").cost(f, {}, DEVICE).run_s
-    with refit.installed({"tsgemm.CUBLAS_TS_FIXED_S": 1e-3}):
+    with refit.installed({"tsgemm.CUBLAS_TS_FIXED_S[gemm]": 1e-3}):
         assert get("gemm.cublas").cost(f, {}, DEVICE).run_s == pytest.approx(before + 1e-3)
     with refit.installed({"tsgemm.TSM2_FIXED_S": 1e-3}):
         assert get("tsgemm.tsm2").cost(f, TSM2, DEVICE).run_s > 1e-3

@@ -24,7 +24,8 @@ class Cublas(VendorKernel):
     def cost(self, f, params, device):
         if f.op == "tsgemm":   # the model's constants read at each call: matplan report refits them
             eff = model.CUBLAS_TS_EFFICIENCY.get(f.dtype, 0.5)
-            t = traffic.dense_gemm_bytes(f) / (device.mem_bandwidth * eff) + model.CUBLAS_TS_FIXED_S
+            fixed = model.CUBLAS_TS_FIXED_S["gemv" if f.k == 1 else "gemm"]
+            t = traffic.dense_gemm_bytes(f) / (device.mem_bandwidth * eff) + fixed
             why = f"cuBLAS on tall-and-skinny B: ~{eff:.2f} of bandwidth (measured on an H100)"
         else:
             t = traffic.dense_gemm_flops(f) / (device.peak_flops(f.dtype) * model.CUBLAS_GEMM_EFFICIENCY)
