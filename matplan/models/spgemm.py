@@ -83,7 +83,8 @@ HASH_ROW_BYTES = 681.0
 #: whole) and the hybrid (two passes too) are host time read off the smallest calls of each path,
 #: not fitted: the few other problems of those paths are large enough that their fixed cost is
 #: not identifiable (a fit without rmat-small set it to 0). Host time: another H100 host ran the
-#: same calls up to 1.5x slower.
+#: same calls up to 1.5x slower. matplan report reads the two passes' off each fold's smallest
+#: two-pass calls instead (tuning_db.refit._two_passes_fixed).
 HASH_FIXED_S = {"one pass, direct": 70e-6, "one pass, balanced": 122e-6, "one pass, grouped": 86e-6,
                 "hybrid": 0.65e-3, "two passes": 0.75e-3}
 #: What a pair's first call pays beyond its guessed replays on the one-pass paths: it waits for

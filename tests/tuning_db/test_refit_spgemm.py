@@ -63,8 +63,10 @@ def test_refit_finds_the_spgemm_constants_it_was_given():
     got = refit.fit(ds)
     for label, value in TRUE.items():
         assert got[label] == pytest.approx(value, rel=1e-5), label
-    # the two passes' and the hybrid's fixed costs are not least-squares fits: not refit labels
-    assert not any("two passes" in label or "hybrid" in label for label in got)
+    # the hybrid's fixed cost is not refit; the two passes' is read off their smallest calls, which
+    # the model made here with the shipped value
+    assert not any("hybrid" in label for label in got)
+    assert got["spgemm.HASH_FIXED_S[two passes]"] == pytest.approx(spgemm_model.HASH_FIXED_S["two passes"], rel=1e-6)
     # no product here is balanced past numeric_esc: that path's fixed cost keeps its shipped value
     label = "spgemm.HASH_FIXED_S[one pass, balanced]"
     assert got[label] == shipped[label] == spgemm_model.HASH_FIXED_S["one pass, balanced"]
@@ -86,3 +88,32 @@ def test_read_off_constants_take_their_fold_data():
     assert got["spgemm.HASH_FIRST_EXTRA_S"] == pytest.approx(float(np.median(one_pass)))
     assert got["tsgemm.COL_COLUMN_S"] == 0.0              # no TS-GEMM timing in this fold
     assert refit.current()["tsgemm.COL_COLUMN_S"] == tsgemm_model.COL_COLUMN_S > 0
+
+
+def test_two_passes_fixed_cost_is_read_off_the_smallest_calls():
+    """HASH_FIXED_S["two passes"]: the median excess of the fold's two-pass calls of at most
+    TWO_PASSES_SMALLEST times the fewest products; larger calls do not move it."""
+    from matplan import corpus
+    problems, rows = {}, []
+    for scale in (10, 11, 14):   # R-MAT products take the two passes
+        A = corpus.rmat(scale=scale, edge_factor=16, seed=0)
+        f = stats.compute(normalize(A, A), DEVICE)
+        assert hash_kernel.hash_path(f, DEVICE.smem_per_block) == "two passes"
+        fp = f"r{scale}"
+        problems[fp] = types.SimpleNamespace(fingerprint=fp, family="rmat", features=f.to_dict(), matrix=fp,
+                                             op="spgemm", dtype="float64")
+        rows.append(Row(fp, "spgemm.hash", {"sort": True}, get("spgemm.hash").cost(f, {"sort": True}, DEVICE).run_s,
+                        0.0))
+    ds = Dataset("H100", DEVICE, "NVIDIA H100 80GB HBM3", problems, rows, [], [], [])
+    products = {r.problem: ds.features(r.problem).products for r in rows}
+    assert min(products["r11"], products["r14"]) > refit.TWO_PASSES_SMALLEST * products["r10"]
+    label, shipped = "spgemm.HASH_FIXED_S[two passes]", spgemm_model.HASH_FIXED_S["two passes"]
+
+    def shifted(problem, extra):
+        return [Row(r.problem, r.kernel, r.params, r.run_s + (extra if r.problem == problem else 0.0), 0.0)
+                for r in rows]
+    assert refit._two_passes_fixed(ds, rows)[label] == pytest.approx(shipped, rel=1e-6)
+    for larger in ("r11", "r14"):
+        assert refit._two_passes_fixed(ds, shifted(larger, 1e-3))[label] == pytest.approx(shipped, rel=1e-6)
+    assert refit._two_passes_fixed(ds, shifted("r10", 1e-3))[label] == pytest.approx(shipped + 1e-3, rel=1e-6)
+    assert refit._two_passes_fixed(ds, []) == {}
