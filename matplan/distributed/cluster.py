@@ -159,13 +159,13 @@ def local_cluster(n_workers: int | None = None, *, gpu="auto", processes: bool =
     """Start a local Dask cluster for matplan.distributed.
 
     gpu: "auto" (GPU workers where a GPU is visible, else CPU), True (GPUs or an error saying why
-    not) or False (CPU workers, on which on="auto" computes on the host). n_workers: GPU workers (default: every visible GPU) or CPU workers
-    (default: min(4, cores)). gpu_cluster: how GPU workers start: "dask-cuda"
-    (LocalCUDACluster, or an error), "nanny" (matplan's Nanny per GPU) or "auto" (dask-cuda where
-    it imports, else the Nanny workers). processes, threads_per_worker: the CPU cluster's (a GPU
-    cluster has one single-threaded process per GPU). dashboard_address: Dask's (default: a free
-    port, so several clusters never clash). Other keywords go to the Dask cluster's constructor
-    (the Nanny workers': to each Nanny)."""
+    not) or False (CPU workers, on which on="auto" computes on the host). n_workers: GPU workers
+    (default: every visible GPU) or CPU workers (default: min(4, cores)). gpu_cluster: how GPU
+    workers start: "dask-cuda" (LocalCUDACluster, or an error), "nanny" (matplan's Nanny per GPU)
+    or "auto" (dask-cuda where it imports, else the Nanny workers). processes, threads_per_worker:
+    the CPU cluster's (a GPU cluster has one single-threaded process per GPU). dashboard_address:
+    Dask's (default: a free port, so several clusters never clash). Other keywords go to the Dask
+    cluster's constructor (the Nanny workers': to each Nanny)."""
     if gpu not in _GPU_CHOICES:
         raise ValueError(f"gpu: expected one of {_GPU_CHOICES}, got {gpu!r}")
     if gpu_cluster not in GPU_CLUSTERS:

@@ -159,7 +159,8 @@ def test_copies_dropped_before_the_pin_are_sent_again(client, rng, monkeypatch):
     A, B = random_csr(rng, 200, 150, 0.05), random_csr(rng, 150, 120, 0.05)
     Br = md.replicate(B, client=client)
     assert len(keys) == 2 and Br.future().key == keys[1] and Br._keys == [keys[1]]
-    assert _wait_for(lambda: sum(s["pinned"] for s in _runner_state(client).values()) == pinned + len(client.nthreads()))
+    pinned_now = lambda: sum(s["pinned"] for s in _runner_state(client).values())   # noqa: E731
+    assert _wait_for(lambda: pinned_now() == pinned + len(client.nthreads()))
     C = md.spgemm(md.DistributedCSR.from_matrix(A, client=client, balance=Br), Br)
     assert C.timings["path"] == "runner" and C.timings["fallback"] is None
     _same(C.to_scipy(), A @ B, 1e-12)

@@ -59,8 +59,9 @@ def test_cpu_cluster_workers_take_the_host_where_a_gpu_is_seen(monkeypatch):
     with md.local_cluster(2, gpu=False, processes=False) as lc:
         got = each(lc.client(), lambda: (worker_mod.use_gpu("auto"), worker_mod.use_gpu("gpu")))
     assert got == [(False, True)] * 2
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c, distributed.Client(c) as cl:
-        assert each(cl, lambda: worker_mod.use_gpu("auto")) == [True]
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+        with distributed.Client(c) as cl:
+            assert each(cl, lambda: worker_mod.use_gpu("auto")) == [True]
     assert worker_mod.use_gpu("auto") is True   # outside any worker
 
 
