@@ -3,13 +3,15 @@
 Some analytic constants are least-squares fits to tuning timings: the prepared cuSPARSE SpMV/SpMM
 call's efficiencies and fixed cost, the hash SpGEMM's effective bytes (per product, nonzero of C,
 nonzero of C from hash tables and row) and one-pass fixed costs, the cuSPARSE SpGEMM effective
-bytes, the segmented merge SpGEMM's fixed, per-round, per-product and per-product-round costs, and
-the blocked (BRC/BRCP) SpMM gather bytes and fixed cost; two are read off the timings otherwise:
-the hash SpGEMM's first-call excess (a median) and TSM2's column walk (0 in a fold without the
-column kernel's timings, whose own it was read off). ``matplan report`` refits them in every
-leave-family-out fold on the training families' timings (:func:`fit`) and scores the held-out
-family with them (:func:`installed`), so no held-out timing reaches its own prediction. The
-shipped constants (the modules' values) are what ``matplan train`` and the planner use.
+bytes, the segmented merge SpGEMM's fixed, per-round, per-product and per-product-round costs, the
+blocked (BRC/BRCP) SpMM gather bytes and fixed cost, cuBLAS's tall-and-skinny efficiencies and
+fixed costs (gemv, gemm) and TSM2's fixed cost; three are read off the timings otherwise: the
+hash SpGEMM's first-call excess, its two passes' fixed cost (from the smallest two-pass calls) and
+TSM2's column walk (0 in a fold without walk-bound column-kernel timings). ``matplan report``
+refits them in every leave-family-out fold on the training families' timings (:func:`fit`) and
+scores the held-out family with them (:func:`installed`), so no held-out timing reaches its own
+prediction. The shipped constants (the modules' values) are what ``matplan train`` and the
+planner use.
 
 Each cost is linear in its constants, or in their inverse (an efficiency divides the bytes), so a
 fold's fit is a non-negative least squares of relative error (each timing weighted by 1 / its
@@ -145,8 +147,8 @@ def _column_walk(ds, rows) -> dict:
 
 _DTYPES = ("float32", "float64")
 #: The hash paths whose fixed cost is a least-squares fit: the one-pass ones, which problems of
-#: every size take. The two passes' and the hybrid's are read off their smallest calls (the few
-#: other problems on those paths are too large for a fixed cost to be identified).
+#: every size take. The two passes' is read off their smallest calls (_two_passes_fixed), the
+#: hybrid's is not refit (the few problems on those paths are too large for a least squares).
 _HASH_FITTED_PATHS = ("one pass, direct", "one pass, balanced", "one pass, grouped")
 GROUPS = (
     Group("vendor SpMV/SpMM (spmv.cusparse)", ("spmv.cusparse",), (
