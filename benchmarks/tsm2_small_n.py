@@ -57,6 +57,10 @@ def async_variants(tsm2_async, dtype, k, col, extra=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[8192])
+    ap.add_argument("--shape", nargs="+", default=None, metavar="MxN",
+                    help="A's shapes m x n (rectangular), instead of --n's squares")
+    ap.add_argument("--slices", type=int, nargs="+", default=[1, 2, 4],
+                    help="forced splits over n of the register kernel")
     ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--dtype", nargs="+", default=["float32", "float64"])
     ap.add_argument("--layout", nargs="+", default=["C", "F"])
@@ -64,6 +68,8 @@ def main(argv=None):
     ap.add_argument("--json", required=True)
     ap.add_argument("--extra", default=None, metavar="JSON",
                     help='more cp.async configs, e.g. \'{"tj128": {"tj": 128, "stages": 3}}\'')
+    ap.add_argument("--params", nargs="*", default=[], metavar="JSON",
+                    help="more TSM2 configs to time where their layout matches A's")
     ap.add_argument("--no-register", action="store_true", help="skip the register kernel's splits")
     args = ap.parse_args(argv)
 
@@ -86,21 +92,30 @@ def main(argv=None):
     rows = []
     print(f"{'n':>6} {'dtype':>7} {'lay':>3} {'k':>3} {'variant':>22} {'single':>8} {'b2b':>8} {'host_us':>7} "
           f"{'f_single':>8} {'f_b2b':>6} {'vs_cublas':>9}", flush=True)
-    for n in args.n:
+    shapes = ([tuple(int(x) for x in s.lower().split("x")) for s in args.shape] if args.shape
+              else [(n, n) for n in args.n])
+    for m, n in shapes:
         for dtype in args.dtype:
-            A0 = rng.random((n, n), dtype=np.float64).astype(dtype)
+            A0 = rng.random((m, n), dtype=np.float64).astype(dtype)
             for layout in args.layout:
                 A = A0 if layout == "C" else cp.asfortranarray(A0)
                 col = layout == "F"
                 lay, lda = rules.layout_of(A)
                 for k in args.k:
                     B = rng.random((n, k), dtype=np.float64).astype(dtype)
-                    C = cp.empty((n, k), dtype=dtype)
+                    C = cp.empty((m, k), dtype=dtype)
                     ref = cp.matmul(A, B)
                     plan = planner.plan(A, B)
                     p = next(c for c in plan.candidates if c.kernel == "tsgemm.tsm2").params
                     prep = kern.prepare(A, p)
-                    cands = {"planned[" + TSM2Config.of(p).label() + "]": lambda: kern.run(prep, B, out=C)}
+                    cands = {"planned[" + TSM2Config.of(p).label() + "]": lambda: kern.run(prep, B, out=C),
+                             "cublas": lambda: cp.matmul(A, B, out=C)}
+                    for extra_p in map(json.loads, args.params):
+                        if extra_p.get("layout") == lay:
+                            extra_p = dict(extra_p, t2=min(extra_p.get("t2", k), k))
+                            prep_x = kern.prepare(A, extra_p)
+                            cands["cfg[" + TSM2Config.of(extra_p).label() + "]"] = (
+                                lambda prep_x=prep_x: kern.run(prep_x, B, out=C))
                     if k >= 3 and A.flags.c_contiguous or col:
                         extra = json.loads(args.extra) if args.extra else None
                         for name, cfg in async_variants(tsm2_async, dtype, k, col, extra).items():
@@ -111,11 +126,11 @@ def main(argv=None):
                                 continue
                             cands[f"async {name}"] = (lambda go=go: go(A, B, C))
                     if not p.get("async") and not p.get("tc") and not args.no_register:
-                        for S in (1, 2, 4):
+                        for S in [None, *args.slices]:
                             go = launch_mod.Launch(A, lay, lda, k, C.strides, p["t1"], min(p["t2"], k), p["t3"],
                                              depth=p.get("depth", 1), slices=S)
-                            cands[f"reg S={go.S}"] = (lambda go=go: go(A, B, C))
-                    nbytes = (n * n + 2 * n * k) * np.dtype(dtype).itemsize
+                            cands[f"reg {'auto ' if S is None else ''}S={go.S}"] = (lambda go=go: go(A, B, C))
+                    nbytes = (m * n + n * k + m * k) * np.dtype(dtype).itemsize
                     vms = None
                     for name, fn in cands.items():
                         C.fill(cp.nan)
@@ -133,12 +148,12 @@ def main(argv=None):
                         host = (time.perf_counter() - h0) / 50
                         cp.cuda.Device().synchronize()
                         vms = t["v"]
-                        row = dict(n=n, dtype=dtype, layout=layout, k=k, variant=name, single_ms=t["x"] * 1e3,
+                        row = dict(m=m, n=n, dtype=dtype, layout=layout, k=k, variant=name, single_ms=t["x"] * 1e3,
                                    b2b_ms=q * 1e3, host_us=host * 1e6, vendor_ms=vms * 1e3,
                                    frac_single=nbytes / t["x"] / copy_bw, frac_b2b=nbytes / q / copy_bw,
                                    speedup_vs_vendor=vms / t["x"], max_rel_err=err)
                         rows.append(row)
-                        print(f"{n:>6} {dtype:>7} {layout:>3} {k:>3} {name:>22} {row['single_ms']:8.4f} {row['b2b_ms']:8.4f} "
+                        print(f"{m:>6}x{n:<6} {dtype:>7} {layout:>3} {k:>3} {name:>22} {row['single_ms']:8.4f} {row['b2b_ms']:8.4f} "
                               f"{row['host_us']:7.1f} {row['frac_single']:8.3f} {row['frac_b2b']:6.3f} "
                               f"{row['speedup_vs_vendor']:9.3f}", flush=True)
     with open(args.json, "w") as f:
