@@ -59,7 +59,7 @@ def main(argv=None):
     ap.add_argument("--n", type=int, nargs="+", default=[8192])
     ap.add_argument("--shape", nargs="+", default=None, metavar="MxN",
                     help="A's shapes m x n (rectangular), instead of --n's squares")
-    ap.add_argument("--slices", type=int, nargs="+", default=[1, 2, 4],
+    ap.add_argument("--slices", type=int, nargs="*", default=[1, 2, 4],
                     help="forced splits over n of the register kernel")
     ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--dtype", nargs="+", default=["float32", "float64"])
@@ -69,8 +69,9 @@ def main(argv=None):
     ap.add_argument("--extra", default=None, metavar="JSON",
                     help='more cp.async configs, e.g. \'{"tj128": {"tj": 128, "stages": 3}}\'')
     ap.add_argument("--params", nargs="*", default=[], metavar="JSON",
-                    help="more TSM2 configs to time where their layout matches A's")
+                    help="more TSM2 configs to time where their layout (and k, if given) match")
     ap.add_argument("--no-register", action="store_true", help="skip the register kernel's splits")
+    ap.add_argument("--no-async", action="store_true", help="skip the cp.async kernel's variants")
     args = ap.parse_args(argv)
 
     import cupy as cp
@@ -111,12 +112,12 @@ def main(argv=None):
                     cands = {"planned[" + TSM2Config.of(p).label() + "]": lambda: kern.run(prep, B, out=C),
                              "cublas": lambda: cp.matmul(A, B, out=C)}
                     for extra_p in map(json.loads, args.params):
-                        if extra_p.get("layout") == lay:
+                        if extra_p.get("layout") == lay and extra_p.pop("k", k) == k:
                             extra_p = dict(extra_p, t2=min(extra_p.get("t2", k), k))
                             prep_x = kern.prepare(A, extra_p)
                             cands["cfg[" + TSM2Config.of(extra_p).label() + "]"] = (
                                 lambda prep_x=prep_x: kern.run(prep_x, B, out=C))
-                    if k >= 3 and A.flags.c_contiguous or col:
+                    if (k >= 3 and A.flags.c_contiguous or col) and not args.no_async:
                         extra = json.loads(args.extra) if args.extra else None
                         for name, cfg in async_variants(tsm2_async, dtype, k, col, extra).items():
                             try:

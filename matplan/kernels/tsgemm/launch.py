@@ -9,9 +9,11 @@ Two CUDA kernels, one per layout of A, neither copies A:
   for the ``t3`` rows, a shuffle reduction at the end; ``depth`` warp steps of A in flight (more
   than one: the lane groups share the loads through shuffles).
 
-When too few rows fill the GPU, n is split in slices whose partial products go to a workspace
-and are summed in slice order afterwards (deterministic), evened out to whole waves of resident
-blocks. :class:`Launch` works all of that out once for arrays of given shapes and strides.
+When too few rows fill the GPU, n is split in slices whose partial products go to a workspace;
+the last block of each row tile to finish sums the tile's slices in slice order (deterministic)
+into C, in the same launch; the slices are evened out to whole waves of resident blocks.
+:class:`Launch` works all of that out once for arrays of given shapes and strides and keeps the
+split's workspace and tickets per stream.
 """
 from __future__ import annotations
 
@@ -29,7 +31,10 @@ SPLIT_THREADS_PER_SM = 768
 #: ... but keep each slice at least this many B tiles long, and at most MAX_SPLIT slices.
 SPLIT_MIN_TILES = 4
 MAX_SPLIT = 64
-#: The split-K reduction kernel (both element types, one module).
+#: A split's workspace of at most this many bytes is kept per stream by its Launch (larger ones,
+#: whose calls are long enough not to notice an allocation, are allocated per call).
+KEEP_SCRATCH_BYTES = 16 << 20
+#: The split-K reduction kernel of tsm2_tc.TcLaunch (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
 #: Compiled kernels by their template arguments and device (a lookup took tens of microseconds).
@@ -199,25 +204,50 @@ class Launch:
         s_max = min(2 * S, MAX_SPLIT, max(S, n // (SPLIT_MIN_TILES * align)))
         slots = resident_blocks(self.fn, t1) * n_sms if S > 1 and not slices else 0
         S, L = split_waves(S, s_max, -(-m // rows_per_block), n, align, slots)
-        self.split = SplitSum(A.dtype, m, k, c_strides, S)
-        self.S, self.item, self.dtype, self.ws_shape = S, item, A.dtype, (S, m, k)
+        self.S, self.item, self.dtype = S, item, A.dtype
         self.grid, self.block = (-(-m // rows_per_block), S), (t1,)
         # packed driver launches (_cuda.Launcher: ~5 us of host time against CuPy's ~10 for these
-        # 12 parameters), the scalars as plain ints
+        # 16 parameters), the scalars as plain ints
         self.launch = _cuda.packed(self.fn, SOURCE, f"tsm2_{layout}major")
-        self.lda, self.tail = int(lda), (*self.split.ldc, m, n, k, int(L), self.split.mk)
+        cs = (int(c_strides[0] // item), int(c_strides[1] // item))
+        self.lda = int(lda)
+        if S == 1:   # the kernel writes C; no workspace, no finish
+            self.tail = (*cs, m, n, k, int(L), 0, 0, 0, 0, 0)
+        else:        # slices to the S x m x k workspace (ldc k, 1), summed into C through its strides
+            self.tail, self.c_strides = (k, 1, m, n, k, int(L), m * k), cs
+            self.ws_size = S * m * k
+        self.scratch = {}   # stream -> (workspace, tickets) where kept (_scratch)
+
+    def _scratch(self):
+        """The split's workspace and tickets (one a row tile, zero): kept per stream where the
+        workspace is at most KEEP_SCRATCH_BYTES (the kernels leave the tickets at zero, so one pair
+        serves every launch on its stream in turn, and a small call saves their allocation's host
+        time), else allocated for this call."""
+        cp = cupy_module()
+        stream = cp.cuda.get_current_stream().ptr
+        got = self.scratch.get(stream)
+        if got is None:
+            got = (cp.empty(self.ws_size, dtype=self.dtype), _cuda.zeroed(self.grid[0], cp.uint32))
+            if self.ws_size * self.item <= KEEP_SCRATCH_BYTES:
+                self.scratch[stream] = got
+        _cuda.hold(*got)   # a recorded call's graph reads and writes them on every replay
+        return got
 
     def __call__(self, A, B, C) -> None:
-        out = C if self.S == 1 else cupy_module().empty(self.ws_shape, dtype=self.dtype)
-        self.launch(self.grid, self.block, (A, self.lda, B, B.strides[0] // self.item, out, *self.tail))
-        self.split(out, C)
+        if self.S == 1:
+            self.launch(self.grid, self.block, (A, self.lda, B, B.strides[0] // self.item, C, *self.tail))
+            return
+        ws, tickets = self._scratch()
+        self.launch(self.grid, self.block, (A, self.lda, B, B.strides[0] // self.item, ws, *self.tail,
+                                            C, *self.c_strides, tickets))
 
 
 class SplitSum:
     """The split over n (split-K) side of a launch of S slices, worked out once: the kernel's C
     strides (C's own when S == 1, else (k, 1) in slice y of an S x m x k workspace at y * m * k),
     the workspace's size and the ordered sum of the slices into C (tsm2_split_sum:
-    deterministic). :class:`Launch` and tsm2_tc.TcLaunch each keep one."""
+    deterministic), a second launch. tsm2_tc.TcLaunch keeps one (the register kernels sum their
+    slices in their own launch, :class:`Launch`)."""
 
     def __init__(self, dtype, m: int, k: int, c_strides, S: int):
         item = np.dtype(dtype).itemsize

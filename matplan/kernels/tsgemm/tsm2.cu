@@ -18,14 +18,38 @@
 //     group finishes the sums. T1 threads per block share the B tile.
 //
 // Split over j (split-K, for too few rows to fill the GPU): block (x, y) handles columns
-// [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s; the caller sums
-// the slices in a fixed order (deterministic). split = n and ldc_s = 0 for no split.
+// [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s (a contiguous
+// S x m x k workspace, ldc_r = k, ldc_c = 1); the last of row tile x's S blocks to finish
+// (tickets[x]) sums the S slices of the tile's rows in slice order (deterministic) into Cf with
+// strides (fr, fc) and sets tickets[x] back to 0 for the next launch (split_finish): one launch,
+// no second one to sum. split = n, ldc_s = 0 and Cf, tickets null for no split.
 // Both: B is C-contiguous (n x k, ldb >= k); C is written with strides (ldc_r, ldc_c); rows past m
 // are clamped for loads and skipped for stores; columns past n load as zero (A and B alike, so no
 // 0 * Inf appears); columns of C past k in the last pass are computed on zero B and not stored.
 // Compiles with NVRTC (CuPy RawModule) and with plain nvcc.
 
 template <typename T> struct Zero { static __device__ __forceinline__ T get() { return T(0); } };
+
+// The split's finish (header): rows [r_lo, r_hi) of the S slices at ws (mk = m * k elements
+// apart) summed into Cf by the last of the tile's blocks. Every thread of the block calls it.
+template <typename T>
+__device__ __forceinline__ void split_finish(const T* ws, long long mk, int k, long long r_lo, long long r_hi,
+                                             T* __restrict__ Cf, long long fr, long long fc, unsigned* tickets) {
+    __shared__ bool s_last;
+    const unsigned S = gridDim.y;
+    __threadfence();                                   // this block's partials before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(tickets + blockIdx.x, 1u) == S - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (long long e = r_lo * k + threadIdx.x; e < r_hi * k; e += blockDim.x) {
+        T s = __ldcg(ws + e);                          // L2: the other blocks' writes
+        for (unsigned t = 1; t < S; ++t) s += __ldcg(ws + t * mk + e);
+        Cf[(e / k) * fr + (e % k) * fc] = s;
+    }
+    if (threadIdx.x == 0) tickets[blockIdx.x] = 0u;
+}
 
 // Streaming loads of V consecutive elements (evict-first: A is read once, B and C stay in L2).
 template <typename T, int V> struct Ld;
@@ -79,7 +103,7 @@ template <typename T, int T1, int T2, int T3, int V>
 __global__ void __launch_bounds__(T1)
 tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
               T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
-              int split, long long ldc_s)
+              int split, long long ldc_s, T* __restrict__ Cf, long long fr, long long fc, unsigned* tickets)
 {
     static_assert(T1 % 32 == 0 && T1 % T3 == 0, "T1 must be a multiple of 32 and of T3");
     constexpr int VB = 16 / sizeof(T);                 // elements per 16-byte shared read
@@ -175,6 +199,10 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
             }
         __syncthreads();                               // the next pass refills buffer 0
     }
+    if (gridDim.y > 1) {
+        const long long r_lo = (long long)blockIdx.x * T1 * V;
+        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + T1 * V < m ? r_lo + T1 * V : (long long)m, Cf, fr, fc, tickets);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -200,7 +228,7 @@ template <typename T, int T1, int T2, int T3, int V, int G, int U, int D>
 __global__ void __launch_bounds__(T1)
 tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, long long ldb,
               T* __restrict__ C, long long ldc_r, long long ldc_c, int m, int n, int k,
-              int split, long long ldc_s)
+              int split, long long ldc_s, T* __restrict__ Cf, long long fr, long long fc, unsigned* tickets)
 {
     static_assert(T1 % 32 == 0 && 32 % G == 0 && G <= 4, "T1: multiple of 32; G: 1, 2 or 4");
     static_assert(D >= 1 && U % D == 0, "D: a divisor of U (constant register slots)");
@@ -335,6 +363,10 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
                         C[row * ldc_r + (long long)(c0 + c) * ldc_c] = s;
                 }
         __syncthreads();                                // the next pass refills buffer 0
+    }
+    if (gridDim.y > 1) {
+        const long long r_lo = (long long)blockIdx.x * W * T3;
+        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + W * T3 < m ? r_lo + W * T3 : (long long)m, Cf, fr, fc, tickets);
     }
 }
 

@@ -360,7 +360,7 @@ def test_tc_names_match_the_cu_instantiations():
 
 
 def test_split_sum_plumbing(monkeypatch):
-    """SplitSum (the split-K side Launch and tsm2_tc.TcLaunch share): with one slice the kernel
+    """SplitSum (tsm2_tc.TcLaunch's split-K side): with one slice the kernel
     writes C through C's strides and nothing is summed; with S slices it writes a contiguous
     S x m x k workspace and one ordered sum goes to C through C's strides."""
     from matplan.kernels import _cuda

@@ -308,6 +308,45 @@ def test_prepared_launches_follow_k_and_strides(cp, rng, dtype, async_variant, o
         assert len(prep.meta["kept"]) == (3 if async_variant else 4)
 
 
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_split_finish_in_the_launch(cp, rng, monkeypatch, keep, dtype, order):
+    """A split over n sums its slices in the same launch (the row tile's last block): one Launch
+    called again and again on fresh B (its tickets must be back at zero after each), on a second
+    stream, into F-ordered and strided outputs, with the workspace kept per stream or (``keep``
+    False: KEEP_SCRATCH_BYTES 0) allocated each call; NaN-poisoned outputs against NumPy, and a
+    repeated call gives the same bits (the slices summed in one order)."""
+    monkeypatch.setattr(launch, "KEEP_SCRATCH_BYTES", (16 << 20) if keep else 0)
+    m, n, k = 333, 6151, 5                              # few rows, long n; m not a multiple of a tile
+    A_h = _random(rng, (m, n), dtype)
+    A = cp.asarray(A_h, order=order)
+    layout, lda = rules.layout_of(A)
+    p = _params(layout, dtype, k, 128)
+    for S in (2, 3, 7):
+        go = launch.Launch(A, layout, lda, k, (k * A.itemsize, A.itemsize), p["t1"], p["t2"], p["t3"], slices=S)
+        assert go.S > 1 and go.grid[1] == go.S
+        for stream in (cp.cuda.Stream.null, cp.cuda.Stream(non_blocking=True), cp.cuda.Stream.null):
+            with stream:
+                for _ in range(3):
+                    B_h = _random(rng, (n, k), dtype)
+                    C = cp.full((m, k), cp.nan, dtype=dtype)
+                    go(A, cp.asarray(B_h), C)
+                    _check(C, A_h, B_h, dtype)
+                C2 = cp.full((m, k), cp.nan, dtype=dtype)
+                go(A, cp.asarray(B_h), C2)
+                assert bool(cp.array_equal(C, C2))
+                stream.synchronize()
+        assert len(go.scratch) == (2 if keep else 0)
+        # an F-ordered C and a strided view of a wider one (C's own strides in the finish)
+        for out in (cp.full((m, k), cp.nan, dtype=dtype, order="F"),
+                    cp.full((m, 2 * k + 1), cp.nan, dtype=dtype)[:, 1:2 * k + 1:2]):
+            go_out = launch.Launch(A, layout, lda, k, out.strides, p["t1"], p["t2"], p["t3"], slices=S)
+            B_h = _random(rng, (n, k), dtype)
+            go_out(A, cp.asarray(B_h), out)
+            _check(out, A_h, B_h, dtype)
+
+
 def _poison_pool(cp, shape, dtype, blocks=4):
     """Free NaN-filled blocks of ``shape`` into CuPy's pool, so an output allocated next holds NaN
     wherever a kernel does not write it."""
