@@ -32,10 +32,14 @@ def _worker_view():
 def test_nanny_gpu_cluster_gives_each_worker_its_device(monkeypatch, rng):
     """Without dask-cuda: one single-threaded worker per id, GPU=1, its own CUDA_VISIBLE_DEVICES.
     The ids are made up (no GPU needed); blocks run on the host. Dask's NVML monitor is off: on a
-    GPU host it would look the made-up ids up and the workers would not start."""
+    GPU host it would look the made-up ids up and the scheduler and workers would not start. The
+    config turns it off in the workers' processes; in this one an earlier test may have started
+    NVML already, which Dask then keeps using whatever the config says, so its state is set too."""
     import dask
+    from distributed.diagnostics import nvml
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     monkeypatch.setitem(dask.config.config.setdefault("distributed", {}).setdefault("diagnostics", {}), "nvml", False)
+    monkeypatch.setattr(nvml, "NVML_STATE", nvml.NVMLState.DISABLED_CONFIG)
     with pytest.raises(ValueError, match="gpu_cluster"):
         md.local_cluster(gpu=True, gpu_cluster="slurm")
     if md.cluster.dask_cuda_module()[0] is None:
