@@ -21,6 +21,11 @@ from ...models import tsgemm as model
 #: 384: 12 warps of up to 168 registers, where the row kernel with depth > 1 compiles with fewer
 #: spills than at 512 threads (128 registers; nvcc 13, sm_90: fp32 k = 16, depth 2: none).
 T1_CHOICES = (64, 128, 256, 384, 512)
+#: The row kernel's block size where none was timed (a plan that does not measure, a config not yet
+#: compiled): its warps share one B tile, so a small block reloads B for few rows. H200, n = 8192,
+#: k = 2, untimed: 64 threads (the first size) ran at 0.26 of the copy bandwidth; the tuning runs'
+#: row-kernel winners are 128-512 threads, most of them 256 or 512.
+DEFAULT_ROW_T1 = 256
 #: Static shared memory a kernel may use (bytes): the B tile must fit.
 SMEM_LIMIT = 48 * 1024
 #: Most accumulators (columns of C) a thread keeps per pass, by element size: the register budget.
@@ -316,9 +321,12 @@ def model_time(device, m, n, k, dtype, layout, t1, t2, t3) -> float:
 
 
 def default_params(device, f) -> dict:
-    """The model's parameters without any timing: the model's first block size, its t2 and t3 as
-    the kernel of A's layout runs them, depth 1 (``"layout"``, ``"t1"``, ``"t2"``, ``"t3"``)."""
+    """The model's parameters without any timing: its t2 and t3 as the kernel of A's layout runs
+    them, depth 1, and a block size the model does not rank (``"layout"``, ``"t1"``, ``"t2"``,
+    ``"t3"``): the column kernel's first candidate, the row kernel's DEFAULT_ROW_T1 where it fits."""
     layout = layout_of_features(f)
     mp = model_params(device, f)
     t2, t3 = kernel_params(layout, f.dtype, f.k, mp["t2"], mp["t3"])
-    return {"layout": layout, "t1": t1_candidates(layout, f.dtype, t2, mp["t1"])[0], "t2": t2, "t3": t3}
+    t1s = t1_candidates(layout, f.dtype, t2, mp["t1"])
+    t1 = max((t for t in t1s if t <= DEFAULT_ROW_T1), default=t1s[0]) if layout == "row" else t1s[0]
+    return {"layout": layout, "t1": t1, "t2": t2, "t3": t3}
