@@ -31,14 +31,18 @@ SPLIT_THREADS_PER_SM = 768
 #: ... but keep each slice at least this many B tiles long, and at most MAX_SPLIT slices.
 SPLIT_MIN_TILES = 4
 MAX_SPLIT = 64
-#: A split's workspace of at most this many bytes is kept per stream by its Launch (larger ones,
-#: whose calls are long enough not to notice an allocation, are allocated per call).
-KEEP_SCRATCH_BYTES = 16 << 20
+#: A split's workspace of at most this many bytes, with its tickets, is kept for the next launch
+#: of its size on its stream (larger ones, whose calls are long enough not to notice an
+#: allocation, are allocated per call); at most SCRATCH_CACHE_SIZE such sets in the process.
+KEEP_SCRATCH_BYTES = 4 << 20
+SCRATCH_CACHE_SIZE = 8
 #: The split-K reduction kernel of tsm2_tc.TcLaunch (both element types, one module).
 SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
 #: Compiled kernels by their template arguments and device (a lookup took tens of microseconds).
 _COMPILED = BoundedCache("tsgemm.compiled", 4096)
+#: Kept split workspaces and tickets by device, stream, dtype and sizes (Launch._scratch).
+_SCRATCH = BoundedCache("tsgemm.split_scratch", SCRATCH_CACHE_SIZE)
 #: split_waves' answers (pure; on every Launch's construction).
 _WAVES = BoundedCache("tsgemm.split_waves", 4096)
 #: Resident blocks per SM of a compiled kernel and block size (the driver's occupancy query).
@@ -216,20 +220,20 @@ class Launch:
         else:        # slices to the S x m x k workspace (ldc k, 1), summed into C through its strides
             self.tail, self.c_strides = (k, 1, m, n, k, int(L), m * k), cs
             self.ws_size = S * m * k
-        self.scratch = {}   # stream -> (workspace, tickets) where kept (_scratch)
+            self.keep = self.ws_size * item <= KEEP_SCRATCH_BYTES
+            self.scratch_key = (cupy_module().cuda.runtime.getDevice(), A.dtype.char, self.ws_size, self.grid[0])
 
     def _scratch(self):
-        """The split's workspace and tickets (one a row tile, zero): kept per stream where the
-        workspace is at most KEEP_SCRATCH_BYTES (the kernels leave the tickets at zero, so one pair
-        serves every launch on its stream in turn, and a small call saves their allocation's host
-        time), else allocated for this call."""
+        """The split's workspace and tickets (one a row tile, zero). The kernels leave the tickets
+        at zero, so a set serves any launch of its sizes on its stream in turn: where small, it is
+        kept (_SCRATCH) and a small call saves its allocation's host time; else allocated here."""
         cp = cupy_module()
-        stream = cp.cuda.get_current_stream().ptr
-        got = self.scratch.get(stream)
+        key = (*self.scratch_key, cp.cuda.get_current_stream().ptr) if self.keep else None
+        got = _SCRATCH.get_fast(key) if key is not None else None
         if got is None:
             got = (cp.empty(self.ws_size, dtype=self.dtype), _cuda.zeroed(self.grid[0], cp.uint32))
-            if self.ws_size * self.item <= KEEP_SCRATCH_BYTES:
-                self.scratch[stream] = got
+            if key is not None:
+                _SCRATCH.put(key, got)
         _cuda.hold(*got)   # a recorded call's graph reads and writes them on every replay
         return got
 
