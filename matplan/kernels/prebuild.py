@@ -1,10 +1,12 @@
 """The kernels matplan ships compiled: which instantiations, building them without a GPU, and
 loading them all for the GPU in use (``matplan warmup``).
 
-Every kernel a plan can pick is prebuilt except TSM2's register kernel, one instantiation per
-(t1, t2, t3, vector width, groups, steps, depth) with thousands reachable: NVRTC compiles those
+Every kernel a plan can pick is prebuilt except most of TSM2's register kernel, one instantiation
+per (t1, t2, t3, vector width, groups, steps, depth) with thousands reachable: NVRTC compiles those
 on first use for the GPU in use, and the planner's measurement times only those already
-compiled (docs/tsgemm.md). Build with ``python -m matplan.kernels.prebuild`` (needs
+compiled (docs/tsgemm.md). Prebuilt of it: the modules its measurement times for row-major A at
+k = 1 and 2 (REGISTER_KS), where no cp.async kernel is eligible, so a fresh install times TSM2
+there instead of keeping cuBLAS. A module's instantiations stay in one unit (:func:`units`). Build with ``python -m matplan.kernels.prebuild`` (needs
 ``pip install 'nvidia-cuda-nvrtc==13.0.*'``, no GPU); a CPU test fails when a source changed
 after the build.
 """
@@ -26,12 +28,15 @@ from .spgemm import merge as spgemm_merge, runtime as spgemm_runtime
 from .spmv import gpu as spmv_gpu
 from .sptrans import compiled as sptrans_compiled
 from .tsgemm import configs as tsgemm_configs, launch as tsgemm_launch, tsm2_async, tsm2_tc
+from .tsgemm import rules as tsgemm_rules
 from .tsgemm.rules import ASYNC_K, ASYNC_VARIANTS
 
 #: dispatch's fingerprint kernel (its .cu sits beside dispatch/fingerprint.py, above this layer).
 FINGERPRINT = ("../dispatch/fingerprint.cu", ("matplan_fingerprint",))
 #: Instantiations a prebuilt unit holds at most (units build in parallel).
 UNIT_NAMES = 48
+#: k of the row-major register-kernel modules prebuilt (:func:`_register_modules`).
+REGISTER_KS = (1, 2)
 
 
 def _async_names() -> tuple:
@@ -53,12 +58,26 @@ def _async_names() -> tuple:
     return tuple(dict.fromkeys(names))
 
 
+def _register_modules() -> tuple:
+    """The register-kernel modules (name tuples) the planner's measurement times for row-major A
+    at k in REGISTER_KS: t2 = k, every t3 of rules.t3_candidates from the model's t3 = 1 (the
+    model's choice there on the H100 and H200 at every shape tried), depth 1, A 16-byte aligned
+    with a leading dimension a multiple of 16 bytes."""
+    mods = []
+    for dtype in ("float32", "float64"):
+        for k in REGISTER_KS:
+            for t3 in tsgemm_rules.t3_candidates("row", dtype, k, 1):
+                mods.append(tsgemm_launch.config_module("row", dtype, 4096, 64, k, t3, 1))
+    return tuple(dict.fromkeys(mods))
+
+
 def instances() -> dict:
     """Source file (relative to matplan/kernels) -> the instantiations prebuilt from it."""
     spmv = tuple(dict.fromkeys(n for ct in ("float", "double") for it in ("int", "long long")
                                for n in spmv_gpu._names(ct, it)))
+    tsm2 = tsgemm_launch.SPLIT_SUM_NAMES + tuple(n for mod in _register_modules() for n in mod)
     out = {spmv_gpu.CU: spmv, **spgemm_runtime.SOURCES, spgemm_merge.SOURCE: spgemm_merge._NAMES,
-           **sptrans_compiled.SOURCES, tsgemm_launch.SOURCE: tsgemm_launch.SPLIT_SUM_NAMES,
+           **sptrans_compiled.SOURCES, tsgemm_launch.SOURCE: tsm2,
            tsm2_tc.SOURCE: tsm2_tc._names(), tsm2_async.SOURCE: _async_names()}
     out[FINGERPRINT[0]] = FINGERPRINT[1]
     out[statistics.SOURCE] = statistics.NAMES
@@ -66,9 +85,22 @@ def instances() -> dict:
 
 
 def units() -> list:
-    """(file, names) of every prebuilt unit: each file's instantiations in chunks of UNIT_NAMES."""
-    return [(cu, names[i:i + UNIT_NAMES]) for cu, names in instances().items()
-            for i in range(0, len(names), UNIT_NAMES)]
+    """(file, names) of every prebuilt unit: each file's instantiations in order, in chunks of at
+    most UNIT_NAMES that never split a register-kernel module (a module loads from one unit)."""
+    modules = {n: mod for mod in _register_modules() for n in mod}
+    out = []
+    for cu, names in instances().items():
+        chunk, i = [], 0
+        while i < len(names):
+            group = modules.get(names[i], (names[i],)) if cu == tsgemm_launch.SOURCE else (names[i],)
+            if chunk and len(chunk) + len(group) > UNIT_NAMES:
+                out.append((cu, tuple(chunk)))
+                chunk = []
+            chunk += group
+            i += len(group)
+        if chunk:
+            out.append((cu, tuple(chunk)))
+    return out
 
 
 def _binary_name(cu: str, names, target: str) -> str:

@@ -207,3 +207,28 @@ def test_the_cache_folder_is_made_private_whatever_the_umask(tmp_path):
         os.umask(old)
     assert path.parent == tmp_path / "fresh" / "kernels"
     assert path.parent.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_prebuilt_register_modules_cover_the_row_kernels_measurement_at_small_k(gpu):
+    """Row-major A at k = 1 and 2 (no cp.async kernel there): every register module the planner's
+    measurement times, at shapes from a few hundred rows to a million, is prebuilt whole in one
+    unit, so a fresh install times TSM2 there instead of keeping cuBLAS."""
+    from matplan.core import device as device_mod
+    units = [set(names) for cu, names in prebuild.units() if cu == "tsgemm/tsm2.cu"]
+    device = device_mod.known(gpu)
+    for m, n in ((256, 256), (1024, 2048), (8192, 8192), (65536, 1024), (1 << 20, 64)):
+        for k in prebuild.REGISTER_KS:
+            modules = prebuild.tsgemm_modules(device, (m, n, k), orders=("C",))
+            assert modules, (m, n, k)
+            for names in modules:
+                assert any(set(names) <= u for u in units), (gpu, m, n, k, names[0])
+
+
+def test_units_keep_each_register_module_whole_and_other_files_in_order():
+    for cu, names in prebuild.instances().items():
+        chunks = [n for c, n in prebuild.units() if c == cu]
+        assert tuple(x for chunk in chunks for x in chunk) == names      # every name once, in order
+        assert all(len(chunk) <= prebuild.UNIT_NAMES for chunk in chunks)
+    for mod in prebuild._register_modules():
+        assert sum(set(mod) <= set(n) for c, n in prebuild.units() if c == "tsgemm/tsm2.cu") == 1
