@@ -74,17 +74,23 @@ def test_warmup_loads_every_kernel_without_compiling(tmp_path):
 
 
 def test_tsgemm_configs_are_timed_once_warmed_up(tmp_path):
+    """Row-major A, fresh kernel cache: at k = 4 the register configs are not prebuilt (left out,
+    said so) until ``warmup_tsgemm`` compiles them; at k = 2 they are (prebuild.REGISTER_KS), so
+    TSM2 is timed with nothing compiled."""
     code = ("import json, cupy as cp, numpy as np, matplan; from matplan.kernels import prebuild, _cuda\n"
             "warm = {warm}\n"
-            "if warm: prebuild.warmup_tsgemm([(20000, 2000, 2)])\n"
-            "A, B = cp.random.random((20000, 2000)), cp.random.random((2000, 2))\n"
+            "if warm: prebuild.warmup_tsgemm([(20000, 2000, {k})])\n"
+            "A, B = cp.random.random((20000, 2000)), cp.random.random((2000, {k}))\n"
             "p = matplan.plan(A, B, measure='always'); C = p.run(A, B)\n"
             "ok = bool(cp.allclose(C, A @ B, rtol=1e-12))\n"
             "print(json.dumps({{'ok': ok, 'why': ' '.join(p.reasons), 'compiled': len(_cuda.COMPILED)}}))")
-    cold, _ = _run(code.format(warm=False), tmp_path / "cold")
+    cold, _ = _run(code.format(warm=False, k=4), tmp_path / "cold")
     assert cold["ok"] and cold["compiled"] == 0 and "not timed: not compiled" in cold["why"], cold
-    warm, _ = _run(code.format(warm=True), tmp_path / "warm")
+    warm, _ = _run(code.format(warm=True, k=4), tmp_path / "warm")
     assert warm["ok"] and warm["compiled"] > 0 and "not timed" not in warm["why"], warm
+    prebuilt, _ = _run(code.format(warm=False, k=2), tmp_path / "k2")
+    assert prebuilt["ok"] and prebuilt["compiled"] == 0 and "not timed" not in prebuilt["why"], prebuilt
+    assert "tsgemm.tsm2[depth=1,layout=row" in prebuilt["why"].split("measured", 1)[-1], prebuilt
 
 
 #: An SpGEMM and an SpTRANS plan run three times (first call, recording, replay), each checked;
