@@ -323,7 +323,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     assert _cuda.signature("spgemm/hash_esc.cu", "numeric_esc") == "ppppppppipqpppip"
     assert _cuda.signature("spgemm/hash_analysis.cu", "classify_rows") == "pppiqpiqiiippp"
     assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
-    assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiq"        # tsm2.py's
+    assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiqpqqp"      # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
     assert _cuda.signature("spmv/spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64
     assert _cuda.signature("sptrans/radix.cu", "spt_radix_pass") == "pippppqpiiipppppppppip"  # sptrans.py's, only_if last
