@@ -154,7 +154,8 @@ def main(argv=None):
                                    frac_single=nbytes / t["x"] / copy_bw, frac_b2b=nbytes / q / copy_bw,
                                    speedup_vs_vendor=vms / t["x"], max_rel_err=err)
                         rows.append(row)
-                        print(f"{m:>6}x{n:<6} {dtype:>7} {layout:>3} {k:>3} {name:>22} {row['single_ms']:8.4f} {row['b2b_ms']:8.4f} "
+                        print(f"{m:>6}x{n:<6} {dtype:>7} {layout:>3} {k:>3} {name:>22} "
+                              f"{row['single_ms']:8.4f} {row['b2b_ms']:8.4f} "
                               f"{row['host_us']:7.1f} {row['frac_single']:8.3f} {row['frac_b2b']:6.3f} "
                               f"{row['speedup_vs_vendor']:9.3f}", flush=True)
     with open(args.json, "w") as f:

@@ -6,9 +6,9 @@ per (t1, t2, t3, vector width, groups, steps, depth) with thousands reachable: N
 on first use for the GPU in use, and the planner's measurement times only those already
 compiled (docs/tsgemm.md). Prebuilt of it: the modules its measurement times for row-major A at
 k = 1 and 2 (REGISTER_KS), where no cp.async kernel is eligible, so a fresh install times TSM2
-there instead of keeping cuBLAS. A module's instantiations stay in one unit (:func:`units`). Build with ``python -m matplan.kernels.prebuild`` (needs
-``pip install 'nvidia-cuda-nvrtc==13.0.*'``, no GPU); a CPU test fails when a source changed
-after the build.
+there instead of keeping cuBLAS. A module's instantiations stay in one unit (:func:`units`).
+Build with ``python -m matplan.kernels.prebuild`` (needs ``pip install
+'nvidia-cuda-nvrtc==13.0.*'``, no GPU); a CPU test fails when a source changed after the build.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def units() -> list:
     for cu, names in instances().items():
         chunk, i = [], 0
         while i < len(names):
-            group = modules.get(names[i], (names[i],)) if cu == tsgemm_launch.SOURCE else (names[i],)
+            group = modules.get(names[i], (names[i],))
             if chunk and len(chunk) + len(group) > UNIT_NAMES:
                 out.append((cu, tuple(chunk)))
                 chunk = []

@@ -12,8 +12,8 @@ Two CUDA kernels, one per layout of A, neither copies A:
 When too few rows fill the GPU, n is split in slices whose partial products go to a workspace;
 the last block of each row tile to finish sums the tile's slices in slice order (deterministic)
 into C, in the same launch; the slices are evened out to whole waves of resident blocks.
-:class:`Launch` works all of that out once for arrays of given shapes and strides and keeps the
-split's workspace and tickets per stream.
+:class:`Launch` works all of that out once for arrays of given shapes and strides; a small
+split's workspace and tickets are kept for the next launch of its sizes on its stream (_SCRATCH).
 """
 from __future__ import annotations
 

@@ -207,7 +207,8 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
     }
     if (gridDim.y > 1) {
         const long long r_lo = (long long)blockIdx.x * T1 * V;
-        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + T1 * V < m ? r_lo + T1 * V : (long long)m, Cf, fr, fc, tickets);
+        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + T1 * V < m ? r_lo + T1 * V : (long long)m,
+                     Cf, fr, fc, tickets);
     }
 }
 
@@ -372,7 +373,8 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
     }
     if (gridDim.y > 1) {
         const long long r_lo = (long long)blockIdx.x * W * T3;
-        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + W * T3 < m ? r_lo + W * T3 : (long long)m, Cf, fr, fc, tickets);
+        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + W * T3 < m ? r_lo + W * T3 : (long long)m,
+                     Cf, fr, fc, tickets);
     }
 }
 
