@@ -31,10 +31,12 @@ FAMILIES = MappingProxyType({
     "banded": banded,
     "tall_skinny": tall_skinny,
     "rect_skinny": tall_skinny,
+    "tall_narrow": tall_skinny,
 })
 #: Families that return the dense pair (A, B) of a tall-and-skinny product: tall_skinny's A is
-#: square (the TSM2 paper's), rect_skinny's is wide (small) or tall (medium, large; K-means-like).
-DENSE_FAMILIES = ("tall_skinny", "rect_skinny")
+#: square (the TSM2 paper's), rect_skinny's is wide (small) or tall (medium, large), tall_narrow's is
+#: very tall with few columns (points x features times a few centroids or a projection: K-means-like).
+DENSE_FAMILIES = ("tall_skinny", "rect_skinny", "tall_narrow")
 #: Families that return one CSR matrix.
 SPARSE_FAMILIES = tuple(f for f in FAMILIES if f not in DENSE_FAMILIES)
 
@@ -56,6 +58,7 @@ SIZES = _frozen({
         "banded": dict(n=5000, bandwidth=3),                        # 34,988
         "tall_skinny": dict(n=256, k=4),
         "rect_skinny": dict(m=1024, n=2048, k=4),
+        "tall_narrow": dict(m=8192, n=256, k=4),
     },
     "medium": {
         "poisson2d": dict(n=400, points=5),                         # 798,400
@@ -67,6 +70,7 @@ SIZES = _frozen({
         "banded": dict(n=100_000, bandwidth=4),                     # 899,980
         "tall_skinny": dict(n=4096, k=8),
         "rect_skinny": dict(m=65536, n=1024, k=8),
+        "tall_narrow": dict(m=131072, n=512, k=8),
     },
     "large": {
         "poisson2d": dict(n=1024, points=5),                        # 5,238,784
@@ -78,6 +82,7 @@ SIZES = _frozen({
         "banded": dict(n=500_000, bandwidth=5),                     # 5,499,970
         "tall_skinny": dict(n=16384, k=16),                         # A is 2 GiB in float64
         "rect_skinny": dict(m=131072, n=2048, k=16),                # A is 2 GiB in float64
+        "tall_narrow": dict(m=1048576, n=256, k=16),                # A is 2 GiB in float64
     },
     "spgemm": {                                                     # nnz; products; nnz(A·A)
         "poisson3d": dict(n=64, points=7),                          # 1.81M; 12.5M; 6.4M

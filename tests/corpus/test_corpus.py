@@ -70,8 +70,9 @@ def test_iter_corpus_yields_every_sparse_family():
     assert names == [f"{f}-small" for f in corpus.SPARSE_FAMILIES]
     (name, (A, B)), = corpus.iter_corpus("small", families="tall_skinny")
     assert name == "tall_skinny-small" and A.shape == (256, 256) and B.shape == (256, 4)
-    for size, shape in (("small", (1024, 2048)), ("medium", (65536, 1024))):   # wide, then tall A
-        A, B = corpus.load("rect_skinny", size)
+    for family, size, shape in (("rect_skinny", "small", (1024, 2048)), ("rect_skinny", "medium", (65536, 1024)),
+                                ("tall_narrow", "small", (8192, 256)), ("tall_narrow", "medium", (131072, 512))):
+        A, B = corpus.load(family, size)
         assert A.shape == shape and B.shape[0] == shape[1]
     assert set(corpus.DENSE_FAMILIES) | set(corpus.SPARSE_FAMILIES) == set(corpus.FAMILIES)
 
