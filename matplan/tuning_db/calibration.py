@@ -8,7 +8,10 @@ new measurement (:func:`recording`, :func:`records`) and times the config the pl
 (:func:`installed`): while installed, the costs of the kernels they measured are scaled by
 measured / predicted for the bucket, as the live planner's measured candidates are, and marked
 ``calibrated`` so the learned model keeps them (scoring the raw model instead made the report's
-worst regrets TSM2 picks the planner never makes).
+worst regrets TSM2 picks the planner never makes). A ratio is measured over the shipped model's
+time, so it scales the shipped model's cost also inside a leave-family-out fold that installed
+refitted constants (:func:`.refit.shipped`); scaling the fold's model by it counted cuBLAS's and
+TSM2's fixed costs twice.
 
 Records written before the planner's measurement cache (one per TSM2 bucket: its winner, its
 timings, a ``ratio`` and cuBLAS's ``vendor_ratio``) are migrated, so an old training file scores
@@ -34,6 +37,7 @@ from ..kernels import registry
 from ..kernels.tsgemm.rules import layout_of_features
 from ..models.tsgemm import LAUNCH_S
 from ..planner import measure, measure_cache
+from . import refit
 from .store import CalibrationRecord
 
 #: Kernel names of the records written before the measurement cache (TSM2 with cuBLAS's ratio).
@@ -213,10 +217,11 @@ class Calibrated:
         return None, False
 
     def cost(self, f, params, device) -> Cost:
-        c = self.kernel.cost(f, params, device)
         r, legacy = self.lookup(f, params)
         if r is None:
-            return c
+            return self.kernel.cost(f, params, device)
+        with refit.shipped():   # the ratio is of the model it was measured against
+            c = self.kernel.cost(f, params, device)
         if legacy:   # the planner that wrote it scaled the model's time without the launch
             run_s = max(c.run_s - LAUNCH_S, 0.0) * r + min(c.run_s, LAUNCH_S)
             how = "calibrated by a recorded online timing (legacy record)"

@@ -184,24 +184,55 @@ GROUPS = (
 
 def current(groups=GROUPS) -> dict:
     """{label: value} of the constants as they are now (the shipped ones outside :func:`installed`)."""
-    return {c.label: c.get() for g in groups for c in g.constants}
+    return {label: c.get() for label, c in _by_label(groups).items()}
+
+
+#: The values each enclosing :func:`installed` replaced, outermost first (the shipped ones lead).
+_REPLACED: list = []
+
+
+def _by_label(groups=GROUPS) -> dict:
+    return {c.label: c for g in groups for c in g.constants}
+
+
+@contextlib.contextmanager
+def _set(values: dict, by_label: dict):
+    """The constants of ``values`` set for the ``with`` block, yielding the values they replaced."""
+    old = {label: by_label[label].get() for label in values}
+    try:
+        for label, v in values.items():
+            by_label[label].set(float(v))
+        yield old
+    finally:
+        for label, v in old.items():
+            by_label[label].set(v)
 
 
 @contextlib.contextmanager
 def installed(values: dict, groups=GROUPS):
     """For the ``with`` block, the constants named in ``values`` (by label) set to them; restored after."""
-    by_label = {c.label: c for g in groups for c in g.constants}
+    by_label = _by_label(groups)
     unknown = sorted(set(values) - set(by_label))
     if unknown:
         raise ValueError(f"values: unknown constants {unknown}; expected labels of {sorted(by_label)}")
-    old = {label: by_label[label].get() for label in values}
-    try:
-        for label, v in values.items():
-            by_label[label].set(float(v))
+    with _set(values, by_label) as old:
+        _REPLACED.append(old)
+        try:
+            yield
+        finally:
+            _REPLACED.remove(old)
+
+
+@contextlib.contextmanager
+def shipped():
+    """For the ``with`` block, the constants every enclosing :func:`installed` replaced back at their
+    shipped values: an online calibration's ratio is measured over the shipped model's time, so a
+    calibrated cost is scaled from it whatever a fold installed (:mod:`.calibration`)."""
+    values: dict = {}
+    for old in reversed(_REPLACED):
+        values.update(old)
+    with _set(values, _by_label()):
         yield
-    finally:
-        for label, v in old.items():
-            by_label[label].set(v)
 
 
 def _run_s(ds, rows) -> np.ndarray:
@@ -262,4 +293,4 @@ def fit(ds, idx=None, groups=GROUPS) -> dict:
     return out
 
 
-__all__ = ["Constant", "Group", "GROUPS", "current", "installed", "fit", "fit_group"]
+__all__ = ["shipped", "Constant", "Group", "GROUPS", "current", "installed", "fit", "fit_group"]

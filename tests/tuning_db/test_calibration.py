@@ -165,3 +165,27 @@ def test_legacy_records_calibrate_both_kernels():
         c = get("tsgemm.tsm2").cost(f, dict(PARAMS, t1_source="timed on the device"), dev)
         assert c.calibrated and c.run_s == pytest.approx((raw - LAUNCH_S) * 2.0 + LAUNCH_S)   # the latest wins
         assert get("gemm.cublas").cost(f, {}, dev).calibrated
+
+
+def test_a_fold_with_refitted_constants_scales_the_shipped_cost():
+    """A measurement's ratio is over the shipped model's time: inside a leave-family-out fold that
+    installs refitted constants (here cuBLAS's and TSM2's fixed costs), a calibrated cost is the
+    shipped cost times the ratio, not the fold's (which would count the fixed cost twice), while
+    uncalibrated costs take the fold's constants."""
+    from matplan.tuning_db import refit
+    dev = device_mod.known("H100")
+    f = Features(op="tsgemm", backend="gpu", dtype="float32", index_dtype="", m=4096, n=4096, k=16,
+                 layout="C")
+    g = dataclasses.replace(f, dtype="float64")
+    bucket = rules.bucket_of_features(f)
+    shipped = {r: get(r).cost(f, p, dev).run_s for r, p in (("tsgemm.tsm2", PARAMS), ("gemm.cublas", {}))}
+    fold = {"tsgemm.CUBLAS_TS_FIXED_S[gemm]": 5e-5, "tsgemm.TSM2_FIXED_S": 4e-5}
+    rows = calibration.records("dev1", "0.1", [entry("tsgemm.tsm2", PARAMS, bucket, 3e-4, 1e-4),
+                                               entry("gemm.cublas", {}, bucket, 1.5e-4, 1e-4)])
+    raw_g = get("gemm.cublas").cost(g, {}, dev).run_s
+    with refit.installed(fold), calibration.installed(rows):
+        assert get("tsgemm.tsm2").cost(f, PARAMS, dev).run_s == pytest.approx(shipped["tsgemm.tsm2"] * 3.0)
+        assert get("gemm.cublas").cost(f, {}, dev).run_s == pytest.approx(shipped["gemm.cublas"] * 1.5)
+        assert get("gemm.cublas").cost(g, {}, dev).run_s > raw_g + 4e-5      # no record: the fold's
+        assert refit.current()["tsgemm.TSM2_FIXED_S"] == 4e-5                  # restored after each cost
+    assert refit.current()["tsgemm.TSM2_FIXED_S"] != 4e-5
