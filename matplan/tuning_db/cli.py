@@ -87,7 +87,7 @@ def cmd_tune(args) -> int:
         summary = tune(units, db=args.db, backend=args.backend, n_jobs=args.n_jobs, scheduler=args.scheduler,
                        repeats=args.repeats, warmup=args.warmup, budget_s=args.budget, kernels=args.kernels,
                        retry_failed=args.retry_failed, progress=not args.no_progress,
-                       imports=args.imports or ())
+                       imports=args.imports or (), run=args.run)
     except Interrupted as e:
         print(f"matplan tune: interrupted after {e.summary.units} of {len(units)} problems; what was timed "
               f"is kept in {e.summary.db}: run the same command again to resume", file=sys.stderr)
@@ -179,6 +179,9 @@ def add_subparsers(sub) -> None:
     p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per candidate before stopping early")
     p.add_argument("--kernels", type=_csv(str), help="only these kernel names")
     p.add_argument("--retry-failed", action="store_true", help="time again candidates recorded as failed")
+    p.add_argument("--run", default="", metavar="LABEL",
+                   help="label of this tuning run: candidates another run timed are timed again and kept "
+                        "beside those (training pools them); default: the unlabelled run")
     p.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                    help="a module that registers extra kernels (imported in every worker); repeatable")
     _progress_arg(p)

@@ -1,10 +1,11 @@
 """Training and evaluation data from the tuning database: one row per (problem, kernel, params).
 
 Only timings that ran and matched the reference, of kernels registered in
-this process, are rows. Repeated
-measurements of the same candidate (several devices of the class, several
-runs) are pooled by their median; when a candidate was timed by several
-matplan versions, only the newest version's timings count (kernels change).
+this process, are rows. Repeated measurements of the same candidate (several
+devices of the class, tuning runs of different labels: ``matplan tune --run``)
+are pooled by their median, which halves a single tune's noise with two runs and
+drops a transient with three; when a candidate was timed by several matplan
+versions, only the newest version's timings count (kernels change).
 
 A row's preparation is what a plan's first run pays beyond its later runs: ``prepare`` and,
 where the kernel's repeated runs replay what a first call recorded (``first_ms``, see

@@ -63,6 +63,7 @@ class TimingRecord:
     host: str = ""
     run_ms_queued: float | None = None  # per call of calls queued back to back (None: not timed so)
     first_ms: float | None = None       # a first call, where repeated runs replay (Kernel.tuning_calls)
+    run: str = ""                # the tuning run's label: runs of different labels keep a timing each
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -72,7 +73,7 @@ class TimingRecord:
 
     @property
     def key(self) -> tuple:
-        return (self.device_key, self.problem, self.kernel, self.params, self.matplan_version)
+        return (self.device_key, self.problem, self.kernel, self.params, self.matplan_version, self.run)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,11 @@ _V1 = [
     "CREATE INDEX timings_problem ON timings(problem)",
 ]
 
+#: The timings' columns at schema version 3 (what version 4's rebuild copies).
+_V3_TIMING_COLUMNS = ("id, device_key, problem, kernel, params, matplan_version, status, prepare_ms, run_ms_median, "
+                      "run_ms_min, run_ms_max, repeats, matched, max_error, error, created_at, host, "
+                      "run_ms_queued, first_ms")
+
 #: (version, statements): applied in order to bring a file from the version before to this one.
 #: Add a step (never edit a released one) when the schema changes.
 MIGRATIONS: list[tuple[int, list[str]]] = [
@@ -44,6 +49,23 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     # calls queued back to back (throughput), beside the synchronised single call of run_ms_median;
     # first calls of kernels whose repeated runs replay (Kernel.tuning_calls)
     (3, ["ALTER TABLE timings ADD COLUMN run_ms_queued REAL", "ALTER TABLE timings ADD COLUMN first_ms REAL"]),
+    # the tuning run's label joins the natural key, so repeated tunes of one device keep a timing
+    # each and the dataset pools them (SQLite cannot change a UNIQUE constraint: the table is rebuilt)
+    (4, ["""CREATE TABLE timings_v4 (
+        id INTEGER PRIMARY KEY,
+        device_key TEXT NOT NULL REFERENCES devices(key),
+        problem TEXT NOT NULL REFERENCES problems(fingerprint),
+        kernel TEXT NOT NULL, params TEXT NOT NULL, matplan_version TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+        prepare_ms REAL, run_ms_median REAL, run_ms_min REAL, run_ms_max REAL,
+        repeats INTEGER NOT NULL DEFAULT 0, matched INTEGER, max_error REAL,
+        error TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, host TEXT NOT NULL DEFAULT '',
+        run_ms_queued REAL, first_ms REAL, run TEXT NOT NULL DEFAULT '',
+        UNIQUE (device_key, problem, kernel, params, matplan_version, run))""",
+         f"INSERT INTO timings_v4 ({_V3_TIMING_COLUMNS}) SELECT {_V3_TIMING_COLUMNS} FROM timings",
+         "DROP TABLE timings",
+         "ALTER TABLE timings_v4 RENAME TO timings",
+         "CREATE INDEX timings_problem ON timings(problem)"]),
 ]
 
 #: The table every migration records its version in (not part of MIGRATIONS' statements).

@@ -8,9 +8,11 @@ by natural keys, so records from different machines pool without renumbering:
   memory, driver/CUDA/CuPy versions), keyed by a hash of those fields;
 * ``problems`` -- one row per (op, dtype, A, B), keyed by a content fingerprint,
   with the corpus name, family and the planner's features as JSON;
-* ``timings``  -- one row per (device, problem, kernel, params, matplan version):
-  prepare ms, run ms median/min/max, repeats, whether the result matched the
-  SciPy reference, status ``ok``/``failed`` with the error;
+* ``timings``  -- one row per (device, problem, kernel, params, matplan version,
+  tuning run's label): prepare ms, run ms median/min/max, repeats, whether the
+  result matched the SciPy reference, status ``ok``/``failed`` with the error;
+  tunes of one device under different ``run`` labels keep a timing each, which
+  the dataset pools (:mod:`.dataset`);
 * ``calibrations`` -- what a kernel measured online while planning (TSM2's timed
   block size and measured/model ratio per shape bucket), one row per (device,
   kernel, key, matplan version), so training and ``matplan report`` score
@@ -52,9 +54,9 @@ BUSY_TIMEOUT_S = 30.0
 WRITE_RETRIES = 8
 #: First line of a JSON-lines export.
 EXPORT_FORMAT = "matplan-tuning-export"
-EXPORT_VERSION = 2
-#: Export versions this matplan reads (1 has no calibration records).
-EXPORT_VERSIONS_READ = (1, 2)
+EXPORT_VERSION = 3
+#: Export versions this matplan reads (1 has no calibration records, 2 no tuning-run labels).
+EXPORT_VERSIONS_READ = (1, 2, 3)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -250,17 +252,19 @@ class TuningDB:
 
     _TIMING_COLS = ("device_key", "problem", "kernel", "params", "matplan_version", "status",
                     "prepare_ms", "run_ms_median", "run_ms_min", "run_ms_max", "repeats", "matched",
-                    "max_error", "error", "created_at", "host", "run_ms_queued", "first_ms")
+                    "max_error", "error", "created_at", "host", "run_ms_queued", "first_ms", "run")
+    #: The natural key's columns; an insert that meets one of them updates the others.
+    _TIMING_KEY = ("device_key", "problem", "kernel", "params", "matplan_version", "run")
 
     @classmethod
     def _insert_timing(cls, conn, t: TimingRecord) -> int:
         values = [getattr(t, c) for c in cls._TIMING_COLS]
         values[cls._TIMING_COLS.index("matched")] = None if t.matched is None else int(bool(t.matched))
         values[cls._TIMING_COLS.index("created_at")] = t.created_at or _now()
-        updates = ", ".join(f"{c} = excluded.{c}" for c in cls._TIMING_COLS[5:])
+        updates = ", ".join(f"{c} = excluded.{c}" for c in cls._TIMING_COLS if c not in cls._TIMING_KEY)
         cur = conn.execute(
             f"INSERT INTO timings ({', '.join(cls._TIMING_COLS)}) VALUES ({', '.join('?' * len(values))}) "
-            "ON CONFLICT (device_key, problem, kernel, params, matplan_version) DO UPDATE SET "
+            f"ON CONFLICT ({', '.join(cls._TIMING_KEY)}) DO UPDATE SET "
             f"{updates} WHERE timings.status = 'failed' AND excluded.status = 'ok'", values)
         return cur.rowcount
 
@@ -320,14 +324,16 @@ class TuningDB:
         out["mismatched"] = self._query("SELECT count(*) FROM timings WHERE matched = 0")[0][0]
         return out
 
-    def done_for_source(self, source: str, version: str, include_failed: bool = True) -> dict:
-        """{device_key: {problem fingerprint: {(kernel, params)}}} already recorded for a work unit."""
+    def done_for_source(self, source: str, version: str, include_failed: bool = True, run: str = "") -> dict:
+        """{device_key: {problem fingerprint: {(kernel, params)}}} already recorded for a work unit
+        in the tuning run labelled ``run``."""
         sql = ("SELECT t.device_key, t.problem, t.kernel, t.params FROM timings t "
-               "JOIN problems p ON p.fingerprint = t.problem WHERE p.source = ? AND t.matplan_version = ?")
+               "JOIN problems p ON p.fingerprint = t.problem "
+               "WHERE p.source = ? AND t.matplan_version = ? AND t.run = ?")
         if not include_failed:
             sql += " AND t.status = 'ok'"
         out: dict = {}
-        for dev, prob, kernel, params in self._query(sql, (source, version)):
+        for dev, prob, kernel, params in self._query(sql, (source, version, run)):
             out.setdefault(dev, {}).setdefault(prob, set()).add((kernel, params))
         return out
 
@@ -346,7 +352,7 @@ class TuningDB:
         if status is not None:
             sql += " AND t.status = ?"
             args.append(status)
-        sql += " ORDER BY t.device_key, t.problem, t.kernel, t.params, t.matplan_version"
+        sql += " ORDER BY t.device_key, t.problem, t.kernel, t.params, t.matplan_version, t.run"
         return [self._record("timing", r) for r in self._query(sql, args)]
 
     def calibrations(self, device_class: str | None = None, kernel: str | None = None) -> list[CalibrationRecord]:

@@ -69,6 +69,7 @@ class TuneSettings:
     version: str = __version__
     imports: tuple = ()                  # modules that register extra kernels, imported in every worker
     isolated: bool = False               # running in a worker process (which may exit if its device is lost)
+    run: str = ""                        # the run's label (TimingRecord.run)
 
 
 @dataclasses.dataclass
@@ -153,7 +154,7 @@ def _run_unit(unit, done, s: TuneSettings) -> UnitResult:
     def record(kernel_name, params, fields):
         res.timings.append(TimingRecord(device_key=res.device.key, problem=fp, kernel=kernel_name,
                                         params=canonical_params(params), matplan_version=s.version,
-                                        host=host, **fields))
+                                        host=host, run=s.run, **fields))
     todo = []
     online = calibration.recording()
     online.drain()          # what an earlier unit left in this process was recorded with that unit
@@ -239,7 +240,7 @@ def _gpu_count() -> int:
 def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = None,
          scheduler: str | None = None, repeats: int | None = None, warmup: int | None = None,
          budget_s: float = BUDGET_S, kernels=None, retry_failed: bool = False,
-         progress: bool = True, imports=()) -> TuneSummary:
+         progress: bool = True, imports=(), run: str = "") -> TuneSummary:
     """Time every registered candidate of every unit and write the results to the database.
 
     backend: 'gpu' (default when CuPy sees a GPU) or 'cpu'.
@@ -250,6 +251,8 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
         host); each problem is one task holding its worker alone (needs ``matplan[distributed]``).
     retry_failed: time again the candidates recorded as failed.
     imports: modules that register extra kernels; imported here and in every worker.
+    run: a label for this tuning run: candidates recorded under another label are timed again and
+        kept beside those (the dataset pools them); a run resumes only its own label's work.
 
     On the GPU the units always run in worker processes, so that a candidate that breaks
     its CUDA context costs only that worker: it is recorded as failed and a fresh worker
@@ -278,8 +281,10 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
     rep, warm = REPEATS[backend]
     imports = tuple(imports)
     _import_plugins(imports)
+    if not isinstance(run, str):
+        raise TypeError(f"run: expected a string label, got {type(run).__name__}")
     settings = TuneSettings(backend, repeats or rep, warm if warmup is None else warmup,
-                            budget_s, tuple(kernels) if kernels is not None else None, imports=imports)
+                            budget_s, tuple(kernels) if kernels is not None else None, imports=imports, run=run)
     opened_here = not isinstance(db, TuningDB)
     store = open_db(db)
     summary = TuneSummary(db=str(store.path), device_classes=set())
@@ -289,8 +294,8 @@ def tune(units, db=None, *, backend: str | None = None, n_jobs: int | None = Non
         with progress_bar(len(units), "matplan tune", "problem", progress) as bar:
             restarts = 0
             while pending:
-                done = {u: store.done_for_source(u.key, settings.version, include_failed=not retry_failed)
-                        for u in pending.values()}
+                done = {u: store.done_for_source(u.key, settings.version, include_failed=not retry_failed,
+                                                 run=run) for u in pending.values()}
                 try:
                     for res in _results(list(pending.values()), done, settings, n_jobs, scheduler, backend, bar):
                         _record(store, res, summary, bar)

@@ -113,6 +113,32 @@ def test_same_key_never_duplicates_and_ok_supersedes_failed(tmp_path):
         assert db.counts()["timings"] == 2
 
 
+
+def test_runs_of_other_labels_keep_a_timing_each_and_pool_by_their_median(tmp_path):
+    """``matplan tune --run``: a second run of one device keeps its own timing of a candidate (the
+    natural key holds the run's label), a run resumes only its own label's work, exports carry the
+    label, and the dataset pools the runs by their median."""
+    import dataclasses
+    from matplan.tuning_db import identity
+    from matplan.tuning_db.dataset import load_dataset
+    db = TuningDB(tmp_path / "t.sqlite")
+    dev = identity.device_record("cpu")
+    spmv = ProblemRecord("fp1", "spmv", "float64", "src1", "fam", "m1")
+    base = TimingRecord(dev.key, "fp1", "cpu.scipy", "{}", "0.1", "ok", run_ms_median=1.0, repeats=3, matched=True)
+    runs = [dataclasses.replace(base, run_ms_median=ms, run=label) for label, ms in (("", 1.0), ("b", 3.0), ("c", 2.5))]
+    assert db.put(dev, spmv, runs) == 3
+    assert db.put(timings=[dataclasses.replace(runs[1], run_ms_median=9.0)]) == 0    # first writer of a run wins
+    assert sorted(t.run for t in db.timings()) == ["", "b", "c"]
+    assert db.done_for_source("src1", "0.1", run="b") == {dev.key: {"fp1": {("cpu.scipy", "{}")}}}
+    assert db.done_for_source("src1", "0.1", run="d") == {}
+    (row,) = load_dataset(db).rows
+    assert row.run_s == pytest.approx(2.5e-3)                                           # the median of 1, 3, 2.5
+    db.export(tmp_path / "e.jsonl")
+    assert sum('"run": "b"' in line for line in open(tmp_path / "e.jsonl")) == 1
+    other = TuningDB(tmp_path / "o.sqlite")
+    assert other.merge(tmp_path / "e.jsonl")["timings_added"] == 3
+
+
 def test_records_validate():
     with pytest.raises(ValueError, match="status"):
         TimingRecord("d", "p", "k", "{}", "v", "maybe")

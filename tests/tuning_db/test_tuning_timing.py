@@ -186,7 +186,7 @@ def test_run_ms_queued_is_stored_and_a_v2_database_migrates(tmp_path):
                              "run_ms_median, repeats, created_at) VALUES ('d', 'p', 'k', '{}', '0', 'ok', 1.0, 1, 'then')")
         assert db.schema_version == 2
     with TuningDB(path) as db:
-        assert db.schema_version == schema.latest_version() == 3
+        assert db.schema_version == schema.latest_version() == 4
         assert db.check()[0] == "integrity"
         assert db.timings() == [old]
         new = dataclasses.replace(old, kernel="k2", run_ms_queued=0.25, first_ms=3.0)
