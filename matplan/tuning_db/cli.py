@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import corpus
 from ..models import learned
+from .dataset import DEFAULT_TIMING, TIMINGS
 from .refresh import refresh_features
 from .report import evaluate, format_report
 from .store import TuningDB, TuningDBError, default_path
@@ -98,12 +99,18 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def _timing_arg(p):
+    p.add_argument("--timing", choices=TIMINGS, default=DEFAULT_TIMING,
+                   help="the recorded run time fitted: single calls in rounds over the candidates, or calls "
+                        f"queued back to back (default {DEFAULT_TIMING})")
+
+
 def cmd_train(args) -> int:
     out_dir = learned.PACKAGE_DIR if args.package else args.out_dir
     try:
         path, model = train(args.db, args.device_class, kind=args.kind, name=args.name, dir=out_dir, cv=args.cv,
                             model_params={"max_iter": args.max_iter, "per_op": args.per_op},
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, timing=args.timing)
     except (TuningDBError, learned.ModelLoadError) as e:
         raise _fail(e) from e
     print(f"saved {path} (+ {path.with_suffix('.json').name})")
@@ -117,7 +124,7 @@ def cmd_report(args) -> int:
     try:
         rep = evaluate(args.db, args.device_class, reuses=args.reuse, out=args.out, plots=not args.no_plots,
                        model_params={"max_iter": args.max_iter, "per_op": args.per_op},
-                       progress=not args.no_progress, against=args.against)
+                       progress=not args.no_progress, against=args.against, timing=args.timing)
     except TuningDBError as e:
         raise _fail(e) from e
     print(json.dumps(rep, indent=1) if args.json else format_report(rep))
@@ -200,6 +207,7 @@ def add_subparsers(sub) -> None:
     p.add_argument("--cv", type=nonnegative_int, default=5, help="validation folds (leave-family-out; 0 = none)")
     p.add_argument("--max-iter", type=positive_int, default=300, help="boosting iterations of each regressor")
     p.add_argument("--per-op", action="store_true", help="regressors of its own for each op with enough timings")
+    _timing_arg(p)
     _progress_arg(p)
     p.set_defaults(func=cmd_train)
 
@@ -216,6 +224,7 @@ def add_subparsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--against", metavar="DB", help="a second tuning database of the same problems: score the "
                                                    "picks on its timings too, beside the timings' own noise")
+    _timing_arg(p)
     _progress_arg(p)
     p.set_defaults(func=cmd_report)
 

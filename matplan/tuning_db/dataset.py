@@ -7,6 +7,13 @@ are pooled by their median, which halves a single tune's noise with two runs and
 drops a transient with three; when a candidate was timed by several matplan
 versions, only the newest version's timings count (kernels change).
 
+A row's run time is one of two timings a tuning run records (``timing``): ``"single"``, the
+median of synchronised single calls taken in rounds over the problem's candidates (each call
+follows another candidate's, which has pushed its operands out of L2), or ``"queued"``, calls of
+the candidate queued back to back (its operands stay in L2, the host's work overlaps the GPU's:
+what a plan's repeated runs and the planner's own measurement see); records without a queued time
+(before schema 3) give their single calls either way.
+
 A row's preparation is what a plan's first run pays beyond its later runs: ``prepare`` and,
 where the kernel's repeated runs replay what a first call recorded (``first_ms``, see
 :meth:`matplan.kernels.base.Kernel.tuning_calls`), the first call's excess over a run, as
@@ -37,6 +44,11 @@ class Row:
     prepare_s: float
 
 
+#: The timings a row's run time can come from (module docstring).
+TIMINGS = ("single", "queued")
+DEFAULT_TIMING = "single"
+
+
 @dataclasses.dataclass
 class Dataset:
     device_class: str
@@ -47,6 +59,7 @@ class Dataset:
     failed: list                 # (problem, kernel, params, error) of failed or mismatched timings
     unregistered: list = dataclasses.field(default_factory=list)  # kernels timed but not registered now
     calibrations: list = dataclasses.field(default_factory=list)  # CalibrationRecords of the class
+    timing: str = DEFAULT_TIMING  # which timing the rows' run times are (TIMINGS)
 
     def calibrated(self, idx=None):
         """Context manager: the planner's online calibrations of these timings installed (see
@@ -118,14 +131,22 @@ def pick_device_class(store: TuningDB, device_class: str | None) -> str:
     return device_class
 
 
-def _first_run_extra_ms(t) -> float:
+def _run_ms(t, timing: str) -> float:
+    """A timing's run time by ``timing`` (module docstring), milliseconds."""
+    return t.run_ms_queued if timing == "queued" and t.run_ms_queued is not None else t.run_ms_median
+
+
+def _first_run_extra_ms(t, timing: str) -> float:
     """What a plan's first run pays beyond a later run (module docstring), milliseconds."""
-    excess = max(0.0, t.first_ms - t.run_ms_median) if t.first_ms is not None else 0.0
+    excess = max(0.0, t.first_ms - _run_ms(t, timing)) if t.first_ms is not None else 0.0
     return (t.prepare_ms or 0.0) + excess
 
 
-def load_dataset(store: TuningDB, device_class: str | None = None) -> Dataset:
-    """The rows of ``device_class`` (the only class in the database when None)."""
+def load_dataset(store: TuningDB, device_class: str | None = None, timing: str = DEFAULT_TIMING) -> Dataset:
+    """The rows of ``device_class`` (the only class in the database when None), their run times
+    by ``timing`` (one of TIMINGS)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing: expected one of {TIMINGS}, got {timing!r}")
     device_class = pick_device_class(store, device_class)
     devices = [d for d in store.devices() if d.device_class == device_class]
     known = {f.name for f in dataclasses.fields(device_mod.DeviceSpec)}
@@ -148,12 +169,12 @@ def load_dataset(store: TuningDB, device_class: str | None = None) -> Dataset:
         good = [t for t in recs if t.status == "ok" and t.matched]
         if good:
             rows.append(Row(fp, kernel, json.loads(params),
-                            float(np.median([t.run_ms_median for t in good])) * 1e-3,
-                            float(np.median([_first_run_extra_ms(t) for t in good])) * 1e-3))
+                            float(np.median([_run_ms(t, timing) for t in good])) * 1e-3,
+                            float(np.median([_first_run_extra_ms(t, timing) for t in good])) * 1e-3))
         else:
             failed.append((fp, kernel, json.loads(params), recs[-1].error.splitlines()[0] if recs[-1].error else ""))
     return Dataset(device_class, spec, devices[0].name, problems, rows, failed, sorted(unregistered),
-                   store.calibrations(device_class))
+                   store.calibrations(device_class), timing)
 
 
-__all__ = ["Dataset", "Row", "load_dataset", "pick_device_class"]
+__all__ = ["Dataset", "Row", "load_dataset", "pick_device_class", "TIMINGS", "DEFAULT_TIMING"]

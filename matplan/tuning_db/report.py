@@ -40,7 +40,7 @@ from ..models import learned, learned_fit
 from ..planner.choose import TIE_MARGIN, _param_key, pick
 from ..core.types import Candidate
 from ..core.validation import check_int
-from .dataset import load_dataset
+from .dataset import DEFAULT_TIMING, load_dataset
 from . import refit
 from .progress import Stages
 from .store import open_db
@@ -155,7 +155,8 @@ def _summary(regrets, labels, picks, pred_err):
 
 
 def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None, plots: bool = True,
-             model_params: dict | None = None, progress: bool = False, against=None) -> dict:
+             model_params: dict | None = None, progress: bool = False, against=None,
+             timing: str = DEFAULT_TIMING) -> dict:
     """Evaluate the analytic, learned and combined models; write JSON (and plots) into the folder
     ``out`` (default the current folder, created if missing; False: write nothing).
 
@@ -163,23 +164,24 @@ def evaluate(db=None, device_class: str | None = None, reuses=(1, 100), out=None
     for the fitted models (e.g. ``{"max_iter": 100}``). ``progress``: a bar on stderr over the fits.
     ``against``: a second tuning database of the same problems and device class; the picks are also
     scored on its timings (:func:`_against`), beside what a perfect model of either tuning scores on
-    the other: the timings' own noise.
+    the other: the timings' own noise. ``timing``: which recorded run time is fitted and scored
+    (:data:`.dataset.TIMINGS`).
     """
     reuses = _check_reuses(reuses)
-    ds = _load(db, device_class)
+    ds = _load(db, device_class, timing)
     if not ds.rows:
         raise ValueError(f"no usable timings for device class {ds.device_class!r}")
-    second = (_load(against, ds.device_class), against) if against is not None else None
+    second = (_load(against, ds.device_class, timing), against) if against is not None else None
     steps = 1 + 2 * len(set(ds.groups())) + len(reuses) + (out is not False)
     with Stages(steps, "matplan report", progress) as stages:
         report = _evaluate(ds, reuses, out, plots, model_params, stages, second)
     return report
 
 
-def _load(db, device_class):
+def _load(db, device_class, timing=DEFAULT_TIMING):
     store = open_db(db, create=False)
     try:
-        return load_dataset(store, device_class)
+        return load_dataset(store, device_class, timing)
     finally:
         if store is not db:
             store.close()
@@ -246,7 +248,8 @@ def _evaluate(ds, reuses, out, plots, model_params, stages, second=None) -> dict
     choosable = {fp: idx for fp, idx in by_problem.items() if len(idx) >= 2}
     report = {"device_class": ds.device_class, "device": ds.device_name, "matplan_version": __version__,
               "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "timings": len(ds), "training_set_hash": ds.hash(), "installed_model": _installed_model(ds),
+              "timings": len(ds), "timing": ds.timing, "training_set_hash": ds.hash(),
+              "installed_model": _installed_model(ds),
               "problems": len(by_problem), "problems_with_a_choice": len(choosable),
               "families": sorted(set(ds.groups())), "excluded_failed_or_mismatched": len(ds.failed),
               "excluded_unregistered_kernels": ds.unregistered,
@@ -345,7 +348,8 @@ def _plots(ds, preds, measured, curves, reuses, out_dir) -> list:
 def format_report(report: dict) -> str:
     lines = [f"matplan report: {report['device_class']} ({report['device']}), {report['timings']} timings, "
              f"{report['problems_with_a_choice']}/{report['problems']} problems with a choice, "
-             f"{len(report['families'])} families, leave-family-out"]
+             f"{len(report['families'])} families, leave-family-out, "
+             f"{report.get('timing', 'single')} calls' run times"]
     cal = report.get("online_calibrations_read") or {}
     if cal.get("legacy_migrated") or cal.get("ignored"):
         lines.append(f"  online calibrations: {cal['recorded']} recorded, {cal['legacy_migrated']} in the "

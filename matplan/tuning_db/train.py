@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ..models import learned, learned_fit
-from .dataset import load_dataset
+from .dataset import DEFAULT_TIMING, load_dataset
 from .progress import Stages
 from .store import open_db
 
@@ -18,19 +18,21 @@ def fit(dataset, kind: str = "combined", cv: int = 5, **params) -> learned_fit.L
 
 
 def train(db=None, device_class: str | None = None, *, kind: str = "combined", name: str | None = None,
-          dir=None, cv: int = 5, model_params: dict | None = None, progress: bool = False):
+          dir=None, cv: int = 5, model_params: dict | None = None, progress: bool = False,
+          timing: str = DEFAULT_TIMING):
     """Fit on the database's timings of ``device_class`` and save; returns (path, model).
 
     ``db`` must exist (TuningDBError otherwise). ``name`` defaults to the device class in lower
     case ('h100'); ``dir`` to the user's model folder (pass ``learned.PACKAGE_DIR`` to ship the
     model with the package); ``model_params`` are further LearnedCostModel parameters;
-    ``progress``: a bar on stderr over reading, fitting and saving.
+    ``progress``: a bar on stderr over reading, fitting and saving; ``timing``: which recorded run
+    time the model learns (:data:`.dataset.TIMINGS`).
     """
     with Stages(3, "matplan train", progress) as stages:
         stages.step("reading the database")
         store = open_db(db, create=False)
         try:
-            ds = load_dataset(store, device_class)
+            ds = load_dataset(store, device_class, timing)
             source = str(store.path)
         finally:
             if store is not db:
@@ -49,6 +51,7 @@ def _save(model, ds, name, dir, source):
                         extra={"training_set_hash": ds.hash(),
                                "training_set": {"database": source, "rows": len(ds),
                                                 "problems": len({r.problem for r in ds.rows}),
+                                                "timing": ds.timing,
                                                 "families": families,
                                                 "kernels": sorted({r.kernel for r in ds.rows}),
                                                 "excluded_failed_or_mismatched": len(ds.failed),

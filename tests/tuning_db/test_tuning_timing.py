@@ -215,3 +215,23 @@ def test_a_first_calls_excess_counts_as_preparation(tmp_path):
         ds = load_dataset(db)
     got = {json.dumps(r.params, sort_keys=True): r.prepare_s for r in ds.rows}
     assert got == pytest.approx({"{}": 0.5e-3, '{"a": 1}': 3.5e-3, '{"a": 2}': 0.5e-3})
+
+
+def test_the_run_time_is_the_single_or_the_queued_calls(tmp_path):
+    """load_dataset(timing=...): "single" takes run_ms_median, "queued" run_ms_queued where recorded
+    (older records fall back to their single calls), and a first call's excess is over that run time."""
+    dev = identity.device_record("cpu")
+    problem = ProblemRecord("p", "spmv", "float64", "corpus:x|spmv", "x", "x")
+    first = TimingRecord(dev.key, "p", "cpu.scipy", "{}", "0", "ok", prepare_ms=0.5, run_ms_median=2.0, repeats=3,
+                         matched=True, run_ms_queued=1.5, first_ms=4.0)
+    old = dataclasses.replace(first, params='{"a": 1}', run_ms_queued=None, first_ms=None)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.put(dev, problem, [first, old])
+        single, queued = load_dataset(db), load_dataset(db, timing="queued")
+        with pytest.raises(ValueError, match="timing"):
+            load_dataset(db, timing="fastest")
+    assert (single.timing, queued.timing) == ("single", "queued")
+    # rows sort by params: {"a": 1} first
+    assert [t for r in single.rows for t in (r.run_s, r.prepare_s)] == pytest.approx([2.0e-3, 0.5e-3, 2.0e-3, 2.5e-3])
+    assert [t for r in queued.rows for t in (r.run_s, r.prepare_s)] == pytest.approx([2.0e-3, 0.5e-3, 1.5e-3, 3.0e-3])
+    assert single.hash() != queued.hash()
