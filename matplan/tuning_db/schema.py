@@ -10,6 +10,17 @@ from __future__ import annotations
 
 import sqlite3
 
+#: The timings' columns as version 1 made them (version 4 rebuilds the table with these first).
+_TIMING_COLUMNS_V1 = """
+        id INTEGER PRIMARY KEY,
+        device_key TEXT NOT NULL REFERENCES devices(key),
+        problem TEXT NOT NULL REFERENCES problems(fingerprint),
+        kernel TEXT NOT NULL, params TEXT NOT NULL, matplan_version TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+        prepare_ms REAL, run_ms_median REAL, run_ms_min REAL, run_ms_max REAL,
+        repeats INTEGER NOT NULL DEFAULT 0, matched INTEGER, max_error REAL,
+        error TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, host TEXT NOT NULL DEFAULT ''"""
+
 _V1 = [
     """CREATE TABLE devices (
         key TEXT PRIMARY KEY, device_class TEXT NOT NULL, backend TEXT NOT NULL, name TEXT NOT NULL,
@@ -20,15 +31,7 @@ _V1 = [
         fingerprint TEXT PRIMARY KEY, op TEXT NOT NULL, dtype TEXT NOT NULL, source TEXT NOT NULL,
         family TEXT NOT NULL, matrix TEXT NOT NULL, features TEXT NOT NULL)""",
     "CREATE INDEX problems_source ON problems(source)",
-    """CREATE TABLE timings (
-        id INTEGER PRIMARY KEY,
-        device_key TEXT NOT NULL REFERENCES devices(key),
-        problem TEXT NOT NULL REFERENCES problems(fingerprint),
-        kernel TEXT NOT NULL, params TEXT NOT NULL, matplan_version TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-        prepare_ms REAL, run_ms_median REAL, run_ms_min REAL, run_ms_max REAL,
-        repeats INTEGER NOT NULL DEFAULT 0, matched INTEGER, max_error REAL,
-        error TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, host TEXT NOT NULL DEFAULT '',
+    f"""CREATE TABLE timings ({_TIMING_COLUMNS_V1},
         UNIQUE (device_key, problem, kernel, params, matplan_version))""",
     "CREATE INDEX timings_problem ON timings(problem)",
 ]
@@ -51,15 +54,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (3, ["ALTER TABLE timings ADD COLUMN run_ms_queued REAL", "ALTER TABLE timings ADD COLUMN first_ms REAL"]),
     # the tuning run's label joins the natural key, so repeated tunes of one device keep a timing
     # each and the dataset pools them (SQLite cannot change a UNIQUE constraint: the table is rebuilt)
-    (4, ["""CREATE TABLE timings_v4 (
-        id INTEGER PRIMARY KEY,
-        device_key TEXT NOT NULL REFERENCES devices(key),
-        problem TEXT NOT NULL REFERENCES problems(fingerprint),
-        kernel TEXT NOT NULL, params TEXT NOT NULL, matplan_version TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-        prepare_ms REAL, run_ms_median REAL, run_ms_min REAL, run_ms_max REAL,
-        repeats INTEGER NOT NULL DEFAULT 0, matched INTEGER, max_error REAL,
-        error TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, host TEXT NOT NULL DEFAULT '',
+    (4, [f"""CREATE TABLE timings_v4 ({_TIMING_COLUMNS_V1},
         run_ms_queued REAL, first_ms REAL, run TEXT NOT NULL DEFAULT '',
         UNIQUE (device_key, problem, kernel, params, matplan_version, run))""",
          f"INSERT INTO timings_v4 ({_V3_TIMING_COLUMNS}) SELECT {_V3_TIMING_COLUMNS} FROM timings",
