@@ -1,18 +1,17 @@
 """Training and evaluation data from the tuning database: one row per (problem, kernel, params).
 
-Only timings that ran and matched the reference, of kernels registered in
-this process, are rows. Repeated measurements of the same candidate (several
-devices of the class, tuning runs of different labels: ``matplan tune --run``)
-are pooled by their median, which halves a single tune's noise with two runs and
-drops a transient with three; when a candidate was timed by several matplan
-versions, only the newest version's timings count (kernels change).
+Only timings that ran and matched the reference, of kernels registered in this process, are
+rows. Repeated measurements of the same candidate (several devices of the class, tuning runs of
+different labels: ``matplan tune --run``) are pooled by their median (of three runs, one run's
+transient drops out); when a candidate was timed by several matplan versions, only the newest
+version's timings count (kernels change).
 
 A row's run time is one of two timings a tuning run records (``timing``): ``"single"``, the
 median of synchronised single calls taken in rounds over the problem's candidates (each call
-follows another candidate's, which has pushed its operands out of L2), or ``"queued"``, calls of
-the candidate queued back to back (its operands stay in L2, the host's work overlaps the GPU's:
-what a plan's repeated runs and the planner's own measurement see); records without a queued time
-(before schema 3) give their single calls either way.
+follows another candidate's, and some run 1.1-4x slower so than back to back:
+benchmarks/tuning_order.py), or ``"queued"``, calls of the candidate queued back to back (the
+host's work overlapping the GPU's: what a plan's repeated runs and the planner's own measurement
+see); records without a queued time (before schema 3) give their single calls either way.
 
 A row's preparation is what a plan's first run pays beyond its later runs: ``prepare`` and,
 where the kernel's repeated runs replay what a first call recorded (``first_ms``, see

@@ -187,7 +187,7 @@ def current(groups=GROUPS) -> dict:
     return {label: c.get() for label, c in _by_label(groups).items()}
 
 
-#: The values each enclosing :func:`installed` replaced, outermost first (the shipped ones lead).
+#: (constants by label, the values they had) of each enclosing :func:`installed`, outermost first.
 _REPLACED: list = []
 
 
@@ -216,11 +216,11 @@ def installed(values: dict, groups=GROUPS):
     if unknown:
         raise ValueError(f"values: unknown constants {unknown}; expected labels of {sorted(by_label)}")
     with _set(values, by_label) as old:
-        _REPLACED.append(old)
+        _REPLACED.append((by_label, old))
         try:
             yield
         finally:
-            _REPLACED.remove(old)
+            _REPLACED.pop()
 
 
 @contextlib.contextmanager
@@ -228,10 +228,11 @@ def shipped():
     """For the ``with`` block, the constants every enclosing :func:`installed` replaced back at their
     shipped values: an online calibration's ratio is measured over the shipped model's time, so a
     calibrated cost is scaled from it whatever a fold installed (:mod:`.calibration`)."""
-    values: dict = {}
-    for old in reversed(_REPLACED):
+    constants, values = {}, {}
+    for by_label, old in reversed(_REPLACED):   # the outermost's values last: the shipped ones
+        constants.update(by_label)
         values.update(old)
-    with _set(values, _by_label()):
+    with _set(values, constants):
         yield
 
 
