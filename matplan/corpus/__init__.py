@@ -82,7 +82,7 @@ SIZES = _frozen({
         "banded": dict(n=500_000, bandwidth=5),                     # 5,499,970
         "tall_skinny": dict(n=16384, k=16),                         # A is 2 GiB in float64
         "rect_skinny": dict(m=131072, n=2048, k=16),                # A is 2 GiB in float64
-        "tall_narrow": dict(m=1048576, n=256, k=16),                # A is 2 GiB in float64
+        "tall_narrow": dict(m=1 << 20, n=256, k=16),                 # A is 2 GiB in float64
     },
     "spgemm": {                                                     # nnz; products; nnz(A·A)
         "poisson3d": dict(n=64, points=7),                          # 1.81M; 12.5M; 6.4M
