@@ -4,11 +4,12 @@ spmv.py's consecutive calls), for every SpMV candidate of one corpus problem.
     PYTHONPATH=. python3 benchmarks/tuning_order.py [--family skewed] [--size large] [--dtype float32]
 
 Each candidate is prepared once, as ``matplan tune`` prepares it, and its single calls (CUDA events
-around the call, synchronised, median of ``--repeats``) are timed six ways: its own calls back to
-back (spmv.py's way), the same with y preallocated, in rounds rotating over every candidate (the
-tuner's way), in rounds over the fast candidates only, and every call after a memory-bound busy
-kernel of 0.05, 0.3 or 2 ms. A table on stdout, in us; docs/tuning.md ("The timing method") gives
-what it found.
+around the call, synchronised, median of ``--repeats``) are timed eight ways: its own calls back to
+back (spmv.py's way), the same with y preallocated, the same with L2 flushed before each call (four
+times L2 written, then read), in rounds rotating over every candidate (the tuner's way), in rounds
+over the fast candidates only, in rounds with one or three untimed calls of the candidate before
+each timed one, in rounds with L2 flushed before each, and every call after 2 ms of a memory-bound
+busy kernel. A table on stdout, in us; docs/tuning.md ("The timing method") gives what it found.
 """
 from __future__ import annotations
 
@@ -59,19 +60,40 @@ def main(argv=None):
     per_busy = cuda_queued_s(busy, 20, 3)
 
     def after_busy(seconds):
-        def prime():
+        def prime(_label=None):
             for _ in range(max(1, int(seconds / per_busy))):
                 busy()
             timer.sync()
         return prime
 
-    def consecutive(fns):
+    l2 = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"])
+    flush_buf, clean_buf = cp.empty(4 * l2, dtype=cp.uint8), cp.ones(4 * l2, dtype=cp.uint8)
+
+    def flush():
+        """L2 emptied of the candidates' lines: written over, then read over (clean lines left)."""
+        flush_buf.fill(1)
+        clean_buf.max()
+        timer.sync()
+
+    def own(label, n):
+        def prime():
+            for _ in range(n):
+                calls[label]()
+            timer.sync()
+        return prime
+
+    def consecutive(fns, before=None):
         out = {}
         for label, fn in fns.items():
             for _ in range(3):
                 fn()
             timer.sync()
-            out[label] = np.median([timer.once(fn) for _ in range(args.repeats)])
+            ts = []
+            for _ in range(args.repeats):
+                if before is not None:
+                    before()
+                ts.append(timer.once(fn))
+            out[label] = np.median(ts)
         return out
 
     def rounds(labels, before=None):
@@ -83,15 +105,17 @@ def main(argv=None):
         for r in range(args.repeats):
             for label in rotated(list(labels), r):
                 if before is not None:
-                    before()
+                    before(label)
                 times[label].append(timer.once(calls[label]))
         return {label: np.median(v) for label, v in times.items()}
 
     fast = [label for label in calls if any(s in label for s in ("split", "merge", "cusparse", "T=32 "))]
     ways = {"back to back": consecutive(calls), "back to back, y": consecutive(into_y),
+            "b2b, L2 flushed": consecutive(calls, flush),
             "rounds, all": rounds(list(calls)), "rounds, fast": rounds(fast),
-            "after 0.05 ms": rounds(list(calls), after_busy(5e-5)),
-            "after 0.3 ms": rounds(list(calls), after_busy(3e-4)),
+            "rounds, 1 own": rounds(list(calls), lambda label: own(label, 1)()),
+            "rounds, 3 own": rounds(list(calls), lambda label: own(label, 3)()),
+            "rounds, L2 flushed": rounds(list(calls), lambda label: flush()),
             "after 2 ms": rounds(list(calls), after_busy(2e-3))}
     print(f"{unit.matrix} {args.dtype}: us a single call (median of {args.repeats}); "
           f"the busy kernel {per_busy * 1e6:.1f} us a call")

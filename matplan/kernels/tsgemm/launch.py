@@ -186,6 +186,11 @@ def launch(A, layout: str, lda: int, B, C, t1: int, t2: int, t3: int, groups: in
     Launch(A, layout, lda, B.shape[1], C.strides, t1, t2, t3, groups, col_words, steps, depth, slices)(A, B, C)
 
 
+def element_strides(byte_strides, itemsize: int) -> tuple:
+    """C's (row, column) strides in elements, as the kernels take them."""
+    return int(byte_strides[0] // itemsize), int(byte_strides[1] // itemsize)
+
+
 class Launch:
     """One TSM2 launch with everything :func:`launch` decides from the shapes, A's alignment, k
     and C's strides worked out once: the kernel, grid, split and scalar arguments. Calling it
@@ -213,7 +218,7 @@ class Launch:
         # packed driver launches (_cuda.Launcher: ~5 us of host time against CuPy's ~10 for these
         # 16 parameters), the scalars as plain ints
         self.launch = _cuda.packed(self.fn, SOURCE, f"tsm2_{layout}major")
-        cs = (int(c_strides[0] // item), int(c_strides[1] // item))
+        cs = element_strides(c_strides, item)
         self.lda = int(lda)
         if S == 1:   # the kernel writes C; no workspace, no finish
             self.tail = (*cs, m, n, k, int(L), 0, 0, 0, 0, 0)
@@ -254,8 +259,7 @@ class SplitSum:
     slices in their own launch, :class:`Launch`)."""
 
     def __init__(self, dtype, m: int, k: int, c_strides, S: int):
-        item = np.dtype(dtype).itemsize
-        cs = (int(c_strides[0] // item), int(c_strides[1] // item))
+        cs = element_strides(c_strides, np.dtype(dtype).itemsize)
         self.S, self.mk = S, m * k
         self.ldc = cs if S == 1 else (k, 1)          # the kernel's (ldc_r, ldc_c)
         self.size = S * self.mk if S > 1 else 0       # workspace elements

@@ -30,13 +30,14 @@
 
 template <typename T> struct Zero { static __device__ __forceinline__ T get() { return T(0); } };
 
-// The split's finish (header): rows [r_lo, r_hi) of the S slices at ws (mk = m * k elements
-// apart) summed into Cf by the last of the tile's blocks. Every thread of the block calls it.
+// The split's finish (header): the rows of tile blockIdx.x (tile_rows a tile, clamped to m) of the
+// S slices at ws (mk = m * k elements apart) summed into Cf by the last of the tile's blocks. Every
+// thread of the block calls it.
 // Not inlined, its sum loop not unrolled, its indexes 32-bit: inlined, it moved the kernels'
 // register counts (row kernel, float, 256 threads, k = 4: 64 -> 84) and an H200 ran the unsplit
 // row kernel 9% slower (16384 x 16384 float32, k = 1).
 template <typename T>
-__device__ __noinline__ void split_finish(const T* ws, long long mk, int k, long long r_lo, long long r_hi,
+__device__ __noinline__ void split_finish(const T* ws, long long mk, int k, int tile_rows, long long m,
                                           T* __restrict__ Cf, long long fr, long long fc, unsigned* tickets) {
     const unsigned S = gridDim.y;
     __threadfence();                                   // this block's partials before its ticket
@@ -45,7 +46,8 @@ __device__ __noinline__ void split_finish(const T* ws, long long mk, int k, long
     if (threadIdx.x == 0) last = atomicAdd(tickets + blockIdx.x, 1u) == S - 1;
     if (!__syncthreads_or(last)) return;               // no shared flag: kernels at 48 KB have no room
     __threadfence();
-    const int rows = (int)(r_hi - r_lo);               // rows of a tile: 32-bit indexes suffice
+    const long long r_lo = (long long)blockIdx.x * tile_rows;
+    const int rows = (int)(r_lo + tile_rows < m ? tile_rows : m - r_lo);  // 32-bit indexes suffice
     for (int q = threadIdx.x; q < rows * k; q += blockDim.x) {
         const int r = q / k, c = q - r * k;
         const T* w = ws + (r_lo + r) * k + c;
@@ -205,11 +207,7 @@ tsm2_colmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
             }
         __syncthreads();                               // the next pass refills buffer 0
     }
-    if (gridDim.y > 1) {
-        const long long r_lo = (long long)blockIdx.x * T1 * V;
-        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + T1 * V < m ? r_lo + T1 * V : (long long)m,
-                     Cf, fr, fc, tickets);
-    }
+    if (gridDim.y > 1) split_finish(C - blockIdx.y * ldc_s, ldc_s, k, T1 * V, m, Cf, fr, fc, tickets);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,11 +369,7 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
                 }
         __syncthreads();                                // the next pass refills buffer 0
     }
-    if (gridDim.y > 1) {
-        const long long r_lo = (long long)blockIdx.x * W * T3;
-        split_finish(C - blockIdx.y * ldc_s, ldc_s, k, r_lo, r_lo + W * T3 < m ? r_lo + W * T3 : (long long)m,
-                     Cf, fr, fc, tickets);
-    }
+    if (gridDim.y > 1) split_finish(C - blockIdx.y * ldc_s, ldc_s, k, W * T3, m, Cf, fr, fc, tickets);
 }
 
 // Split-K partial products: C[i, j] = sum over s in slice order of ws[s][i][j] (ws: S x m x k,
