@@ -85,11 +85,14 @@ def test_runs_are_timed_in_rotated_rounds_after_every_check():
     got, lost = _run(ks, timer)
     assert not lost and set(got) == {"a", "b", "c"}
     runs = [e for e in log if isinstance(e, str)]
-    # the checks (one run each), one warm-up round, then rounds rotated by one each time
+    # the checks (one run each), one warm-up round, then rounds rotated by one each time; the first
+    # round's calls each follow OWN_CALLS untimed calls of their own (no time yet says they are long)
     assert runs[:3] == ["a", "b", "c"]
     assert log.index(("warm",)) == 3
-    timed = runs[6:6 + 12]
-    assert [timed[i:i + 3] for i in range(0, 12, 3)] == [list("abc"), list("bca"), list("cab"), list("abc")]
+    own = timing.OWN_CALLS + 1
+    first, timed = runs[6:6 + 3 * own], runs[6 + 3 * own:6 + 3 * own + 9]
+    assert first == [n for n in "abc" for _ in range(own)]
+    assert [timed[i:i + 3] for i in range(0, 9, 3)] == [list("bca"), list("cab"), list("abc")]
     for name, ms in (("a", 1.0), ("b", 2.0), ("c", 3.0)):
         f = got[name]
         assert f["status"] == "ok" and f["matched"] and f["repeats"] == 4
@@ -98,6 +101,17 @@ def test_runs_are_timed_in_rotated_rounds_after_every_check():
     queued = [e[1] for e in log if isinstance(e, tuple) and e[0] == "queued"]
     assert len(queued) == 3 * timing.QUEUED_ROUNDS
     assert sorted(queued) == [1] * 6 + [2] * 3     # a 1 ms call twice a 2 ms round, 2-3 ms ones once
+
+
+def test_short_calls_follow_untimed_calls_of_their_own_candidate():
+    timer = _Timer()
+    ks = [_Kernel("s", timer.log, ms=timing.OWN_CALLS_BELOW_MS / 2), _Kernel("l", timer.log, ms=2.0)]
+    got, lost = _run(ks, timer)
+    assert not lost and got["s"]["repeats"] == got["l"]["repeats"] == 4
+    runs = [e for e in timer.log if isinstance(e, str)]
+    own = ["s"] * (timing.OWN_CALLS + 1)
+    # after the checks and the warm-up round: the short call always after its own, the long one once
+    assert runs[4:4 + 18] == own + ["l"] * (timing.OWN_CALLS + 1) + ["l"] + own + own + ["l"] + ["l"] + own
 
 
 def test_a_kernel_that_replays_has_its_first_calls_timed_after_each_run():
@@ -116,8 +130,9 @@ def test_a_kernel_that_replays_has_its_first_calls_timed_after_each_run():
     assert not lost and got["r"]["first_ms"] == 5.0 and got["r"]["run_ms_median"] == 2.0
     assert got["a"]["first_ms"] is None
     runs = [e for e in timer.log if isinstance(e, str)]
-    timed = runs[runs.index("first") - 2:]
-    assert timed[:9] == ["a", "r", "first", "r", "first", "a", "a", "r", "first"]
+    own = timing.OWN_CALLS
+    timed = runs[runs.index("first") - 2 * own - 2:]
+    assert timed[:2 * own + 9] == ["a"] * (own + 1) + ["r"] * (own + 1) + ["first", "r", "first", "a", "a", "r", "first"]
     assert runs.count("first") == 4      # once after each of the four timed runs, not in warm-up or queued
 
 
@@ -164,7 +179,8 @@ def test_groups_are_timed_before_memory_runs_out():
     runs = [e for e in timer.log if isinstance(e, str)]
     # a and b checked, then their rounds, before c is prepared
     first_c = runs.index("c")
-    assert set(runs[:first_c]) == {"a", "b"} and runs[:first_c].count("a") == 1 + 1 + 4 + 2 * timing.QUEUED_ROUNDS
+    assert set(runs[:first_c]) == {"a", "b"}
+    assert runs[:first_c].count("a") == 1 + 1 + timing.OWN_CALLS + 4 + 2 * timing.QUEUED_ROUNDS
 
 
 def test_a_lost_device_stops_the_problem():
