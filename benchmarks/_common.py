@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from matplan.core import device
-from matplan.core.timing import cuda_queued_s
+from matplan.core.timing import cuda_queued_s, rotated
 from matplan.core.xp import cupy_module
 
 #: The results folder beside this file.
@@ -176,6 +176,48 @@ def timed(cp, fn, reps, warmup=1):
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop))
     return float(np.median(times)), out
+
+
+#: Untimed calls of a candidate before each of its timed calls in :func:`rotated_ms` (the tuner's).
+OWN_CALLS = 2
+
+
+def rotated_ms(cp, fns: dict, reps: int, own: int = OWN_CALLS, warmup: int = 3) -> dict:
+    """{label: median CUDA-event ms of one call} of ``fns`` ({label: callable}), timed in ``reps``
+    rounds over all of them in rotated order, each timed call right after ``own`` untimed calls of
+    its own and a synchronisation, as ``matplan tune`` times them: a transient of the host or the GPU
+    falls on every candidate alike, and each finds L2 as its own repeated calls leave it
+    (docs/tuning.md, the timing method)."""
+    labels = list(fns)
+    for label in labels:
+        for _ in range(warmup):
+            fns[label]()
+    cp.cuda.Device().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    times = {label: [] for label in labels}
+    for r in range(reps):
+        for label in rotated(labels, r):
+            fn = fns[label]
+            for _ in range(own):
+                fn()
+            cp.cuda.Device().synchronize()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times[label].append(cp.cuda.get_elapsed_time(start, stop))
+    return {label: float(np.median(v)) for label, v in times.items()}
+
+
+def rotated_b2b_ms(cp, fns: dict, calls: int, rounds: int) -> dict:
+    """{label: ms a call} of ``calls`` calls of each of ``fns`` queued back to back, the median
+    over ``rounds`` rounds over all of them in rotated order."""
+    labels = list(fns)
+    times = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in rotated(labels, r):
+            times[label].append(cuda_queued_s(fns[label], calls, 1, 1) * 1e3)
+    return {label: float(np.median(v)) for label, v in times.items()}
 
 
 def geomean(xs):

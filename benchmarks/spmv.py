@@ -6,7 +6,10 @@ Matrices: the corpus at size 'large' (>= 5M nonzeros: 3-D Poisson, R-MAT,
 uniform, skewed, block-dense, banded) and the real matrices in
 ``.data/matrices`` (or ../shared/matrices) when present; float64 and float32
 (``--only`` and ``--dtypes`` pick some).
-Times are CUDA-event medians of ``--reps`` runs after warm-up. Two vendor figures, measured in the
+Times are CUDA-event medians of ``--reps`` runs after warm-up, taken as ``matplan tune`` takes them:
+every candidate of a matrix (and the CuPy call) prepared at once, then timed in rounds rotating
+over them, each timed call right after two untimed calls of its own (``_common.rotated_ms``), so
+a transient falls on all alike and each finds L2 as its own calls leave it. Two vendor figures, measured in the
 same run: ``vendor_ms`` is cuSPARSE prepared once (``spmv.cusparse``: A's descriptor, the dense
 descriptors and the workspace made once, y preallocated; the kernel as a C++ user runs it) in its
 best configuration: every config of its search space (SpMV: the algorithms; SpMM: B and C
@@ -34,7 +37,8 @@ from Python: ``plan.run``, ``bound(x)``, the prepared cuSPARSE call and cupyx.
 Two timings per candidate: ``ms`` times one call between two CUDA events (so it
 includes the launch latency from Python, ~5-10 us, and is what one call costs);
 ``ms_b2b`` times ``B2B`` calls queued back to back between two events, divided by
-``B2B`` (the GPU's throughput with the queue kept full, as in an iterative solver).
+``B2B`` (the GPU's throughput with the queue kept full, as in an iterative solver), the median of
+``B2B_REPS`` rounds rotating over the candidates.
 ``frac_of_copy_bw_b2b`` divides by the copy bandwidth measured the same way. A
 candidate slower than ``SLOW_MS`` on its first call gets 3 repetitions and no
 back-to-back figure. ``--sizes large xl``: 'xl' adds the six families at 27-40M
@@ -55,7 +59,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import bandwidth_info, cuda_device_name, geomean, git_commit, queued_s, write_result  # noqa: E402
+from _common import (bandwidth_info, cuda_device_name, geomean, git_commit, queued_s, rotated_b2b_ms,  # noqa: E402
+                     rotated_ms, write_result)
 from summarize import write_summary  # noqa: E402
 
 from matplan import corpus, plan as make_plan  # noqa: E402
@@ -82,6 +87,8 @@ XL = {"poisson3d": dict(n=170, points=7),                        # 34,217,600
       "banded": dict(n=3_000_000, bandwidth=5)}                   # 32,999,970
 #: Calls per back-to-back timing, and the number of such timings (median taken).
 B2B, B2B_REPS = 20, 7
+#: The CuPy user's call among the timed candidates (not a kernel's label).
+CUPYX = "cupyx A @ x"
 #: A candidate whose first call takes longer than this is timed 3 times, without back to back.
 SLOW_MS = 2.0
 
@@ -139,12 +146,25 @@ def copy_bandwidth_b2b(cp, nbytes=1 << 28):
     return 2 * src.nbytes / b2b_s(cp, copy, calls=10)
 
 
-def timed_call(cp, fn, reps):
-    """(ms, ms_b2b, reps) of ``fn``: the median single call, and back to back unless it is slow."""
-    first = cuda_median_s(fn, 1, warmup=1) * 1e3
-    slow = first > SLOW_MS
-    ms = cuda_median_s(fn, 3 if slow else reps, warmup=0 if slow else 3) * 1e3
-    return ms, (None if slow else b2b_s(cp, fn) * 1e3), (3 if slow else reps)
+def timed_calls(cp, fns: dict, reps) -> dict:
+    """{label: (ms, ms_b2b, reps)} of ``fns`` ({label: callable}): the median single call and back
+    to back, both in rounds rotating over the candidates (_common.rotated_ms: each timed call after
+    two of its own); a candidate whose first call is slower than SLOW_MS is timed 3 times on its own,
+    without back to back; one that raises there gets its error's text instead."""
+    out, fast = {}, {}
+    for label, fn in fns.items():
+        try:
+            if cuda_median_s(fn, 1, warmup=1) * 1e3 > SLOW_MS:
+                out[label] = (cuda_median_s(fn, 3, warmup=0) * 1e3, None, 3)
+            else:
+                fast[label] = fn
+        except Exception as e:  # reported in the candidate's row
+            out[label] = f"{type(e).__name__}: {e}"
+
+    if fast:
+        ms, b2b = rotated_ms(cp, fast, reps), rotated_b2b_ms(cp, fast, B2B, B2B_REPS)
+        out.update({label: (ms[label], b2b[label], reps) for label in fast})
+    return out
 
 
 def checked(y, ref, scale, tol) -> bool:
@@ -168,7 +188,7 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
     t_model, pm = sync_time(cp, lambda: make_plan(Ag, x, reuse=REUSE, measure="never"))
     f = pl.features
     min_bytes = traffic.csr_spmm_bytes(f)
-    rows = []
+    rows, calls = [], {}
     for kernel_name, params, predicted in candidates_to_time(pm):
         kernel = get(kernel_name)
         try:
@@ -177,24 +197,33 @@ def bench_matrix(cp, csp, name, A, dtype, reps, copy_bw, rng, copy_bw_b2b, k=1):
             y = cp.full(yshape, np.nan, dtype=dtype)
             kernel.run(prep, x, out=y)
             ok = checked(y, ref, scale, tol)
-            ms, ms_b2b, n_reps = timed_call(cp, lambda: kernel.run(prep, x, out=y), reps)
             path = vendor_path(prep) if kernel_name == VENDOR else None
-            del prep
         except Exception as e:  # a failing candidate is reported, never silently dropped
             rows.append(dict(kernel=label(kernel_name, params), error=f"{type(e).__name__}: {e}"))
             continue
-        rows.append(dict(kernel=label(kernel_name, params), ms=ms, ms_b2b=ms_b2b, reps=n_reps,
-                         prepare_ms=t_prep * 1e3,
+        # every format stays prepared until the rounds over all of them are timed
+        calls[label(kernel_name, params)] = lambda kernel=kernel, prep=prep, y=y: kernel.run(prep, x, out=y)
+        rows.append(dict(kernel=label(kernel_name, params), prepare_ms=t_prep * 1e3,
                          predicted_ms=predicted * 1e3 if predicted == predicted else None,
-                         correct=ok, frac_of_copy_bw=min_bytes / (ms * 1e-3) / copy_bw,
-                         frac_of_copy_bw_b2b=(min_bytes / (ms_b2b * 1e-3) / copy_bw_b2b) if ms_b2b else None,
-                         **({"path": path} if path else {})))
+                         correct=ok, **({"path": path} if path else {})))
     try:                                      # what a CuPy user pays: A @ x, a new result per call
-        ok = checked(Ag @ x, ref, scale, tol)
-        ms, ms_b2b, _ = timed_call(cp, lambda: Ag @ x, reps)
-        cupyx = dict(ms=ms, ms_b2b=ms_b2b, correct=ok)
+        cupyx = dict(correct=checked(Ag @ x, ref, scale, tol))
+        calls[CUPYX] = lambda: Ag @ x
     except Exception as e:
         cupyx = dict(error=f"{type(e).__name__}: {e}")
+    timed = timed_calls(cp, calls, reps)
+    calls.clear()                             # the formats go
+    for row in rows:
+        if isinstance(timed.get(row["kernel"]), str):
+            row["error"] = timed[row["kernel"]]
+        elif row["kernel"] in timed:
+            ms, ms_b2b, n_reps = timed[row["kernel"]]
+            row.update(ms=ms, ms_b2b=ms_b2b, reps=n_reps, frac_of_copy_bw=min_bytes / (ms * 1e-3) / copy_bw,
+                       frac_of_copy_bw_b2b=(min_bytes / (ms_b2b * 1e-3) / copy_bw_b2b) if ms_b2b else None)
+    if isinstance(timed.get(CUPYX), str):
+        cupyx = dict(error=timed[CUPYX])
+    elif CUPYX in timed:
+        cupyx.update(ms=timed[CUPYX][0], ms_b2b=timed[CUPYX][1])
     info = dict(matrix=name, dtype=np.dtype(dtype).name, nnz=int(A.nnz), m=A.shape[0], n=A.shape[1],
                 row_mean=f.row_mean, row_max=f.row_max, warp_ratio=f.warp_ratio, T=f.T,
                 planning_ms=t_plan * 1e3, planning_first_ms=t_plan_first * 1e3,
