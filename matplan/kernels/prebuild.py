@@ -75,7 +75,7 @@ def instances() -> dict:
     """Source file (relative to matplan/kernels) -> the instantiations prebuilt from it."""
     spmv = tuple(dict.fromkeys(n for ct in ("float", "double") for it in ("int", "long long")
                                for n in spmv_gpu._names(ct, it)))
-    tsm2 = tuple(n for mod in _register_modules() for n in mod)
+    tsm2 = tsgemm_launch.SPLIT_SUM_NAMES + tuple(n for mod in _register_modules() for n in mod)
     out = {spmv_gpu.CU: spmv, **spgemm_runtime.SOURCES, spgemm_merge.SOURCE: spgemm_merge._NAMES,
            **sptrans_compiled.SOURCES, tsgemm_launch.SOURCE: tsm2,
            tsm2_tc.SOURCE: tsm2_tc._names(), tsm2_async.SOURCE: _async_names()}

@@ -36,6 +36,8 @@ MAX_SPLIT = 64
 #: allocation, are allocated per call); at most SCRATCH_CACHE_SIZE such sets in the process.
 KEEP_SCRATCH_BYTES = 4 << 20
 SCRATCH_CACHE_SIZE = 8
+#: The split-K reduction kernel of tsm2_tc.TcLaunch (both element types, one module).
+SPLIT_SUM_NAMES = ("tsm2_split_sum<float>", "tsm2_split_sum<double>")
 
 #: Compiled kernels by their template arguments and device (a lookup took tens of microseconds).
 _COMPILED = BoundedCache("tsgemm.compiled", 4096)
@@ -249,5 +251,30 @@ class Launch:
                                             C, *self.c_strides, tickets))
 
 
-__all__ = ["Launch", "element_strides", "launch", "kernel_name", "split_count", "split_waves", "column_walk", "sms",
+class SplitSum:
+    """The split over n (split-K) side of a launch of S slices, worked out once: the kernel's C
+    strides (C's own when S == 1, else (k, 1) in slice y of an S x m x k workspace at y * m * k),
+    the workspace's size and the ordered sum of the slices into C (tsm2_split_sum:
+    deterministic), a second launch. tsm2_tc.TcLaunch keeps one (the register kernels sum their
+    slices in their own launch, :class:`Launch`)."""
+
+    def __init__(self, dtype, m: int, k: int, c_strides, S: int):
+        cs = element_strides(c_strides, np.dtype(dtype).itemsize)
+        self.S, self.mk = S, m * k
+        self.ldc = cs if S == 1 else (k, 1)          # the kernel's (ldc_r, ldc_c)
+        self.size = S * self.mk if S > 1 else 0       # workspace elements
+        if S > 1:
+            fn = _cuda.function(SOURCE, f"tsm2_split_sum<{_cuda.ctype(dtype)}>", SPLIT_SUM_NAMES)
+            self.launch = _cuda.packed(fn, SOURCE, "tsm2_split_sum")
+            self.grid = (min(-(-self.mk // 256), 4 * sms()),)
+            self.args = (S, self.mk, k, *cs)
+
+    def __call__(self, ws, C) -> None:
+        """The slices in ``ws`` (the workspace or its address) summed into C; nothing when S == 1."""
+        if self.S > 1:
+            S, mk, k, c0, c1 = self.args
+            self.launch(self.grid, (256,), (ws, S, mk, k, C, c0, c1))
+
+
+__all__ = ["Launch", "SplitSum", "launch", "kernel_name", "split_count", "split_waves", "column_walk", "sms",
            "resident_blocks", "vector_width_of", "SOURCE"]

@@ -28,9 +28,36 @@
 // 0 * Inf appears); columns of C past k in the last pass are computed on zero B and not stored.
 // Compiles with NVRTC (CuPy RawModule) and with plain nvcc.
 
-#include "split_finish.cuh"
-
 template <typename T> struct Zero { static __device__ __forceinline__ T get() { return T(0); } };
+
+// The split's finish (header): the rows of tile blockIdx.x (tile_rows a tile, clamped to m) of the
+// S slices at ws (mk = m * k elements apart) summed into Cf by the last of the tile's blocks. Every
+// thread of the block calls it.
+// Not inlined, its sum loop not unrolled, its indexes 32-bit: inlined, it moved the kernels'
+// register counts (row kernel, float, 256 threads, k = 4: 64 -> 84) and an H200 ran the unsplit
+// row kernel 9% slower (16384 x 16384 float32, k = 1).
+template <typename T>
+__device__ __noinline__ void split_finish(const T* ws, long long mk, int k, int tile_rows, long long m,
+                                          T* __restrict__ Cf, long long fr, long long fc, unsigned* tickets) {
+    const unsigned S = gridDim.y;
+    __threadfence();                                   // this block's partials before its ticket
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) last = atomicAdd(tickets + blockIdx.x, 1u) == S - 1;
+    if (!__syncthreads_or(last)) return;               // no shared flag: kernels at 48 KB have no room
+    __threadfence();
+    const long long r_lo = (long long)blockIdx.x * tile_rows;
+    const int rows = (int)(r_lo + tile_rows < m ? tile_rows : m - r_lo);  // 32-bit indexes suffice
+    for (int q = threadIdx.x; q < rows * k; q += blockDim.x) {
+        const int r = q / k, c = q - r * k;
+        const T* w = ws + (r_lo + r) * k + c;
+        T s = __ldcg(w);                               // L2: the other blocks' writes
+#pragma unroll 1
+        for (unsigned t = 1; t < S; ++t) s += __ldcg(w + t * mk);
+        Cf[(r_lo + r) * fr + c * fc] = s;
+    }
+    if (threadIdx.x == 0) tickets[blockIdx.x] = 0u;
+}
 
 // Streaming loads of V consecutive elements (evict-first: A is read once, B and C stay in L2).
 template <typename T, int V> struct Ld;
@@ -345,3 +372,16 @@ tsm2_rowmajor(const T* __restrict__ A, long long lda, const T* __restrict__ B, l
     if (gridDim.y > 1) split_finish(C - blockIdx.y * ldc_s, ldc_s, k, W * T3, m, Cf, fr, fc, tickets);
 }
 
+// Split-K partial products: C[i, j] = sum over s in slice order of ws[s][i][j] (ws: S x m x k,
+// contiguous), C strided by (ldc_r, ldc_c). Deterministic; one launch instead of a CuPy
+// reduction, whose host cost was most of a small TSM2 call's.
+template <typename T>
+__global__ void tsm2_split_sum(const T* __restrict__ ws, const int S, const long long mk, const int k,
+                               T* __restrict__ C, const long long ldc_r, const long long ldc_c) {
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < mk;
+         e += (long long)gridDim.x * blockDim.x) {
+        T s = ws[e];
+        for (int t = 1; t < S; ++t) s += ws[t * mk + e];
+        C[(e / k) * ldc_r + (e % k) * ldc_c] = s;
+    }
+}

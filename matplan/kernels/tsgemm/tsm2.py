@@ -53,8 +53,8 @@ class TSM2(Kernel):
     deterministic = True   # no atomics: each element of C is one fixed-order sum
     #: What its timings depend on besides the library versions (the planner's measurement cache
     #: key hashes them; paths under matplan/kernels).
-    sources = ("tsgemm/tsm2.cu", "tsgemm/tsm2_async.cu", "tsgemm/tsm2_tc.cu", "tsgemm/split_finish.cuh",
-               "tsgemm/launch.py", "tsgemm/tsm2_async.py", "tsgemm/tsm2_tc.py", "tsgemm/rules.py")
+    sources = ("tsgemm/tsm2.cu", "tsgemm/tsm2_async.cu", "tsgemm/tsm2_tc.cu", "tsgemm/launch.py",
+               "tsgemm/tsm2_async.py", "tsgemm/tsm2_tc.py", "tsgemm/rules.py")
 
     def supports(self, f):
         if layout_of_features(f) is None:

@@ -35,12 +35,9 @@
 // and each B fragment serves the warp's RT tiles.
 // A goes through registers, one 16-column step ahead. Split over n (split-K) as in tsm2.cu: block
 // (x, y) takes columns [y * split, (y + 1) * split) of A and writes its partial C at C + y * ldc_s
-// (the tile's last block adds the slices in order, split_finish.cuh: deterministic; Cf, fr, fc and
-// tickets as tsm2.cu takes them, null for no split). Rows past m are clamped for loads and
+// (tsm2_split_sum adds the slices in order: deterministic). Rows past m are clamped for loads and
 // not stored; columns past n load as zero in A and B. Needs A 16-byte aligned with lda % 4 == 0
 // (the launcher checks), sm_80 or later.
-
-#include "split_finish.cuh"
 
 template <bool COL> struct TcMap;
 template <> struct TcMap<false> {   // row-major A
@@ -123,8 +120,7 @@ template <bool COL, int NT, int W, int RT, int KC, int MB, int D, int LO, int FL
 __global__ void __launch_bounds__(W * 32, MB)
 tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict__ Bf, long long bf_pass,
             const float* __restrict__ B, long long ldb, float* __restrict__ C, long long ldc_r, long long ldc_c,
-            int m, int n, int k, int split, long long ldc_s, float* __restrict__ Cf, long long fr, long long fc,
-            unsigned* tickets)
+            int m, int n, int k, int split, long long ldc_s)
 {
     static_assert(KC % 16 == 0 && NT >= 1 && NT <= 4 && RT >= 1, "KC: multiple of 16; NT: 1..4");
     static_assert(D >= 1 && (KC / 16) % D == 0, "D (16-column steps of A in flight) must divide KC / 16");
@@ -309,13 +305,12 @@ tsm2_tf32x3(const float* __restrict__ A, long long lda, const float4* __restrict
         }
         __syncthreads();                                // the next pass refills buffer 0
     }
-    if (gridDim.y > 1) split_finish(C - blockIdx.y * ldc_s, ldc_s, k, W * 16 * RT, m, Cf, fr, fc, tickets);
 }
 
 #define INSTANTIATE_TF32X3(COL, NT, W, RT, MB, D, LO, FL)                                               \
     template __global__ void tsm2_tf32x3<COL, NT, W, RT, 64, MB, D, LO, FL>(const float*, long long,       \
         const float4*, long long, const float*, long long, float*, long long, long long, int, int, int, int,  \
-        long long, float*, long long, long long, unsigned*);
+        long long);
 #define INSTANTIATE_TF32X3_NT(W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 2, W, RT, MB, D, LO, FL)     \
     INSTANTIATE_TF32X3(true, 2, W, RT, MB, D, LO, FL) INSTANTIATE_TF32X3(false, 4, W, RT, MB, D, LO, FL)  \
     INSTANTIATE_TF32X3(true, 4, W, RT, MB, D, LO, FL)

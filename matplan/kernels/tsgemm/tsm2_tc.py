@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core.xp import cupy_module
 from .. import _cuda
-from .launch import element_strides, resident_blocks, sms, split_waves
+from .launch import SplitSum, resident_blocks, sms, split_waves
 from .rules import layout_of
 from .tsm2_async import check_a as async_check_a
 
@@ -110,8 +110,7 @@ class TcLaunch:
     """One call of the 3xTF32 kernel for arrays of these shapes and strides: B's preparation
     (``tsm2_tc_b``: split and in fragment order, once a call), the kernel, the split over n (enough
     blocks for whole waves of resident blocks, launch.split_waves) and the scalar arguments worked
-    out once; calling it only allocates the workspace and launches. A split's slices are summed
-    in the same launch (split_finish.cuh), as the register kernels sum theirs."""
+    out once; calling it only allocates the workspace and launches (and sums the slices)."""
 
     def __init__(self, A, B, C, layout: str, lda: int, variant: str = "d1", slices: int | None = None):
         if variant not in variants(layout):
@@ -141,27 +140,21 @@ class TcLaunch:
         n_pad = -(-n // KC) * KC
         bf_pass = n_pad * 8 * nt * 2
         self.bf_size = -(-k // (8 * nt)) * bf_pass
-        cs = element_strides(C.strides, 4)
-        self.S, self.ws_size = S, self.bf_size + (S * m * k if S > 1 else 0)
+        self.split = SplitSum(A.dtype, m, k, C.strides, S)
+        self.S, self.ws_size = S, self.bf_size + self.split.size
         self.grid, self.block = (bx, S), (32 * w,)
         self.prep_grid = (min(-(-self.bf_size // 2 // 256), 8 * n_sms),)
         self.prep_args = (n, k, n_pad)
         self.lda, self.mid = int(lda), bf_pass // 4
-        # C's strides, or a split's: slices (k, 1) of an S x m x k workspace, summed into C by (cs)
-        self.tail = (*(cs if S == 1 else (k, 1)), m, n, k, int(L), m * k)
-        self.c_strides = cs
+        self.tail = (*self.split.ldc, m, n, k, int(L), self.split.mk)
 
     def __call__(self, A, B, C) -> None:
-        cp = cupy_module()
-        ws = cp.empty(self.ws_size, dtype=np.float32)
+        ws = cupy_module().empty(self.ws_size, dtype=np.float32)
         bf, ldb = ws.data.ptr, B.strides[0] // 4
         self.prep(self.prep_grid, (256,), (B, ldb, *self.prep_args, bf))
-        if self.S == 1:
-            self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, B, ldb, C, *self.tail, 0, 0, 0, 0))
-            return
-        tickets = _cuda.zeroed(self.grid[0], cp.uint32)   # one a row tile; the kernel leaves them at zero
-        self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, B, ldb, bf + 4 * self.bf_size, *self.tail,
-                                            C, *self.c_strides, tickets))
+        out = C if self.S == 1 else bf + 4 * self.bf_size
+        self.launch(self.grid, self.block, (A, self.lda, bf, self.mid, B, ldb, out, *self.tail))
+        self.split(out, C)
 
 
 def matmul(A, B, out=None, variant: str = "d1", slices: int | None = None):

@@ -322,7 +322,7 @@ def test_launcher_signatures_read_from_the_kernel_declarations():
     assert _cuda.signature("spgemm/hash_shared.cu", "numeric_shared") == "ppppppppiiipqppipip"   # skip: guesses
     assert _cuda.signature("spgemm/hash_esc.cu", "numeric_esc") == "ppppppppipqpppip"
     assert _cuda.signature("spgemm/hash_analysis.cu", "classify_rows") == "pppiqpiqiiippp"
-    assert _cuda.signature("tsgemm/tsm2_tc.cu", "tsm2_tf32x3") == "pqpqpqpqqiiiiqpqqp"  # tsm2_tc.py's
+    assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_split_sum") == "piqipqq"            # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2.cu", "tsm2_colmajor") == "pqpqpqqiiiiqpqqp"      # tsm2.py's
     assert _cuda.signature("tsgemm/tsm2_async.cu", "tsm2_rowmajor_async") == "pqpqpqqiiii"
     assert _cuda.signature("spmv/spmv.cu", "csr_split", I="q") == "qipppppqqpppppppp"  # spmv.py's, int64

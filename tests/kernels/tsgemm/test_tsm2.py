@@ -3,7 +3,6 @@ candidates and costs, shape buckets, launch plumbing."""
 import ast
 import dataclasses
 import math
-import types
 from pathlib import Path
 
 import numpy as np
@@ -360,37 +359,24 @@ def test_tc_names_match_the_cu_instantiations():
     assert set(tsm2_tc._names()) == inst
 
 
-def test_tc_launch_sums_a_split_in_its_launch(monkeypatch):
-    """TcLaunch's split over n: one slice writes C through C's strides (no finish arguments); S
-    slices write an S x m x k workspace after the prepared B, and the same launch gets C, its
-    strides and zeroed tickets (one a row tile) to sum them (split_finish.cuh): no second launch."""
+def test_split_sum_plumbing(monkeypatch):
+    """SplitSum (tsm2_tc.TcLaunch's split-K side): with one slice the kernel
+    writes C through C's strides and nothing is summed; with S slices it writes a contiguous
+    S x m x k workspace and one ordered sum goes to C through C's strides."""
     from matplan.kernels import _cuda
     launches = []
     monkeypatch.setattr(_cuda, "function", lambda src, name, names, options=(): name)
-    monkeypatch.setattr(_cuda, "packed",
-                        lambda fn, src, name: lambda grid, block, args: launches.append((fn, grid, args)))
-    monkeypatch.setattr(_cuda, "zeroed", lambda n, dtype: ("tickets", n))
-    monkeypatch.setattr(tsm2_tc, "sms", lambda: 132)
-    monkeypatch.setattr(tsm2_tc, "resident_blocks", lambda fn, threads: 2)
-    ws = types.SimpleNamespace(data=types.SimpleNamespace(ptr=1 << 20))
-    fake_cp = types.SimpleNamespace(empty=lambda n, dtype: ws, uint32=np.uint32)
-    monkeypatch.setattr(tsm2_tc, "cupy_module", lambda: fake_cp)
-    m, n, k = 1000, 1 << 16, 32
-    A, B = np.empty((m, n), np.float32), np.empty((n, k), np.float32)
-    C = np.empty((k, m), np.float32).T                  # F-ordered: strides (4, 4 m)
-    one = tsm2_tc.TcLaunch(A, B, C, "row", n, slices=1)
-    one(A, B, C)
-    (_, grid, args), = [x for x in launches if x[0].startswith("tsm2_tf32x3")]
-    assert grid == (one.grid[0], 1) and args[6] is C and args[7:9] == (1, m) and args[-4:] == (0, 0, 0, 0)
-    launches.clear()
-    three = tsm2_tc.TcLaunch(A, B, C, "row", n, slices=3)
-    assert three.S == 3 and three.ws_size == three.bf_size + 3 * m * k
-    three(A, B, C)
-    names = [x[0] for x in launches]
-    assert len(names) == 2 and names[0].startswith("tsm2_tc_b") and names[1].startswith("tsm2_tf32x3")
-    args = launches[1][2]
-    assert args[6] == ws.data.ptr + 4 * three.bf_size and args[7:9] == (k, 1) and args[13] == m * k
-    assert args[14] is C and args[15:17] == (1, m) and args[17] == ("tickets", three.grid[0])
+    monkeypatch.setattr(_cuda, "packed", lambda fn, src, name: lambda grid, block, args: launches.append((fn, grid, args)))
+    monkeypatch.setattr(launch, "sms", lambda: 132)
+    m, k = 1000, 16
+    one = launch.SplitSum(np.float32, m, k, (4, 4 * m), 1)         # an F-ordered C
+    assert (one.ldc, one.size, one.mk) == ((1, m), 0, m * k)
+    one("ws", "C")
+    assert launches == []
+    three = launch.SplitSum(np.float64, m, k, (8 * k, 8), 3)
+    assert (three.ldc, three.size) == ((k, 1), 3 * m * k)
+    three("ws", "C")
+    assert launches == [("tsm2_split_sum<double>", (63,), ("ws", 3, m * k, k, "C", k, 1))]
 
 
 def test_run_keeps_launches_only_for_2d_device_arrays():
