@@ -31,6 +31,7 @@ import numpy as np
 from matplan.core import device
 from matplan.core.timing import cuda_queued_s, rotated
 from matplan.core.xp import cupy_module
+from matplan.tuning_db.timing import OWN_CALLS
 
 #: The results folder beside this file.
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -176,10 +177,6 @@ def timed(cp, fn, reps, warmup=1):
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop))
     return float(np.median(times)), out
-
-
-#: Untimed calls of a candidate before each of its timed calls in :func:`rotated_ms` (the tuner's).
-OWN_CALLS = 2
 
 
 def rotated_ms(cp, fns: dict, reps: int, own: int = OWN_CALLS, warmup: int = 3) -> dict:
