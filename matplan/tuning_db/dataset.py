@@ -7,8 +7,9 @@ transient drops out); when a candidate was timed by several matplan versions, on
 version's timings count (kernels change).
 
 A row's run time is one of two timings a tuning run records (``timing``): ``"single"``, the
-median of synchronised single calls taken in rounds over the problem's candidates (each call
-follows another candidate's, and some run 1.1-4x slower so than back to back:
+median of synchronised single calls taken in rounds over the problem's candidates (a short call
+right after two untimed calls of its own, timing.OWN_CALLS; tunes before that timed it after
+another candidate's call, which left some 1.1-4x slower than back to back:
 benchmarks/tuning_order.py), or ``"queued"``, calls of the candidate queued back to back (the
 host's work overlapping the GPU's: what a plan's repeated runs and the planner's own measurement
 see); records without a queued time (before schema 3) give their single calls either way.
