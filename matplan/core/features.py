@@ -89,8 +89,9 @@ def row_lengths(A):
     return xp.diff(A.indptr)
 
 
-def sparse_features(A, xp=None) -> dict:
-    """Row-length moments, empty rows, T, the ELL-R warp lengths and the column spread of CSR ``A``."""
+def sparse_features(A, xp=None, detail: bool = True) -> dict:
+    """Row-length moments, empty rows, T, the ELL-R warp lengths and the column spread of CSR ``A``;
+    without ``detail`` the warp lengths, their ratio and the spread are NOT_MEASURED."""
     xp = xp or array_module(A)
     m, n = A.shape
     nnz = int(A.indptr[-1]) if m else 0
@@ -105,11 +106,27 @@ def sparse_features(A, xp=None) -> dict:
         lf = lengths.astype(xp.float64)
         moments = xp.stack([lf.mean(), lf.std(), lf.min(), lf.max(), (lengths == 0).sum().astype(xp.float64)])
         mean, std, lo, hi, empty = (float(v) for v in _host(moments))
-    before, after = warp_lengths(lengths, row_min=int(lo), row_max=int(hi))
     out.update(row_mean=mean, row_std=std, row_min=int(lo), row_max=int(hi), empty_rows=int(empty),
-               T=brcp_T(mean, std), warp_len_before=before, warp_len_after=after,
-               warp_ratio=after / before if before else 1.0, col_spread=col_spread(A, xp, nnz))
+               T=brcp_T(mean, std))
+    if not detail:
+        out.update(warp_len_before=NOT_MEASURED, warp_len_after=NOT_MEASURED, warp_ratio=NOT_MEASURED,
+                   col_spread=NOT_MEASURED)
+        return out
+    before, after = warp_lengths(lengths, row_min=int(lo), row_max=int(hi))
+    out.update(warp_len_before=before, warp_len_after=after, warp_ratio=after / before if before else 1.0,
+               col_spread=col_spread(A, xp, nnz))
     return out
+
+
+#: A statistic a plan did not measure because none of its candidates reads it (compute's ``detail``):
+#: below any measured value (they are never negative), and equal to itself, so plans keep comparing
+#: equal after a round trip, which NaN would not.
+NOT_MEASURED = -1.0
+
+
+def measured(value: float) -> bool:
+    """False for a NOT_MEASURED statistic."""
+    return value >= 0
 
 
 def _host_moments(lengths, total):
@@ -315,8 +332,10 @@ def dense_layout(A) -> str:
     return "strided"
 
 
-def compute(problem, device) -> Features:
-    """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``."""
+def compute(problem, device, detail: bool = True) -> Features:
+    """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``;
+    ``detail`` False: host SpMV/SpMM operands' warp lengths and column spread are left NOT_MEASURED
+    (about half of a 100k-nonzero plan's time; a plan asks only where no candidate reads them)."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     base = dict(op=op, dtype=_dtype_name(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
@@ -334,7 +353,7 @@ def compute(problem, device) -> Features:
     if op == "sptrans":
         base.update(transpose_features(A))
     elif op in ("spmv", "spmm", "spgemm"):
-        base.update(sparse_features(A))
+        base.update(sparse_features(A, detail=detail or op == "spgemm"))
         if op == "spgemm":
             base.update(spgemm_features(A, B))
     else:
@@ -405,8 +424,8 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-__all__ = ["Features", "compute", "from_figures", "sparse_features", "col_spread", "spgemm_features",
-           "products_per_row", "row_lengths", "transpose_features"]
+__all__ = ["Features", "compute", "from_figures", "sparse_features", "NOT_MEASURED", "measured", "col_spread",
+           "spgemm_features", "products_per_row", "row_lengths", "transpose_features"]
 
 
 # --- statistics the papers' rules read (the rules themselves: matplan.models) -------------

@@ -93,6 +93,11 @@ class Kernel:
         """None if the kernel handles this problem, else the reason it does not."""
         return None
 
+    def reads_row_statistics(self, op: str) -> bool:
+        """Whether supports, candidates and cost read A's ELL-R warp lengths or column spread for
+        ``op`` (SpMV/SpMM): a plan whose every candidate answers False skips measuring them."""
+        return True
+
     def candidates(self, features, device) -> Iterable[dict]:
         yield {}
 

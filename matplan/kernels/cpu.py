@@ -34,6 +34,9 @@ class ScipySparse(_HostKernel):
     reads_a_at_run = True
     ops = ("spmv", "spmm", "spgemm", "sptrans")
 
+    def reads_row_statistics(self, op: str) -> bool:
+        return False   # its cost: the bytes of A, B and C
+
     def cost(self, f, params, device):
         bw = device_mod.host_bandwidth_estimate() * HOST_SPARSE_EFFICIENCY
         nbytes = (traffic.spgemm_bytes(f) if f.op == "spgemm" else 2 * traffic.csr_bytes(f) if f.op == "sptrans"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 
+from ..core.features import measured
 from ..core.types import Candidate
 from ..kernels import kernels_for
 from ..models import learned
@@ -122,7 +123,7 @@ def _how(c) -> str:
 
 def _rules(f) -> list:
     """The papers' rules applied to these statistics, whichever kernel wins."""
-    if f.op in ("spmv", "spmm") and f.nnz:
+    if f.op in ("spmv", "spmm") and f.nnz and measured(f.warp_ratio):
         sort = spmv_model.ellr_should_sort(f.warp_len_before, f.warp_len_after)
         return [f"ELL-R rule: warp length ratio {f.warp_ratio:.3f} "
                 f"{'<=' if sort else '>'} {spmv_model.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
@@ -150,8 +151,9 @@ def _describe(f) -> str:
     if f.op in ("spmv", "spmm", "spgemm"):
         s = (f"A has {f.nnz:,} nonzeros, rows mean {f.row_mean:.2f} std {f.row_std:.2f} "
              f"min {f.row_min} max {f.row_max}, {f.empty_rows:,} empty; T=round(mu+sigma)={f.T}; "
-             f"avg warp length {f.warp_len_before:.2f} -> {f.warp_len_after:.2f} sorted "
-             f"(ratio {f.warp_ratio:.3f})")
+             + (f"avg warp length {f.warp_len_before:.2f} -> {f.warp_len_after:.2f} sorted "
+                f"(ratio {f.warp_ratio:.3f})" if measured(f.warp_ratio) else
+                "warp lengths and column spread not measured (no candidate reads them)"))
         if f.op == "spgemm":
             s += (f"; {f.products:,} products, nnz_RowCt mean {f.rowct_mean:.1f} max {f.rowct_max}, "
                   f"var/mean {f.rowct_var_over_mean:.2f}, RBSparse groups {list(f.rbs_groups)}")

@@ -26,7 +26,8 @@ from ..core.features import Features
 from ..core.types import Candidate
 from ..core.version import __version__
 from ..core.xp import cupy_module, cupyx_sparse
-from ..kernels import get
+from ..kernels import get, kernels_for
+from ..models import learned
 from .choose import explain, pick, score_candidates
 from .linop import linear_operator
 from .measure import check_mode, refine
@@ -371,7 +372,7 @@ def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure, 
         validation.check_structure(problem)
     dev = device_mod.current(device)
     ignored = _device_ignored(device, problem.backend)
-    feats = stats.compute(problem, dev)
+    feats = stats.compute(problem, dev, detail=_reads_row_statistics(problem, dev, kernels))
     scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
     if not scored:
         raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
@@ -390,6 +391,15 @@ def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure, 
             if hasattr(M, "indptr"):
                 made._checked.remember(M, name)
     return made
+
+
+def _reads_row_statistics(problem, dev, kernels) -> bool:
+    """Whether any candidate (or a learned model) reads the warp lengths and column spread: host
+    SpMV/SpMM plans, whose one kernel costs bytes, skip measuring them."""
+    if problem.backend == "gpu" or learned.model_for(problem.backend, dev) is not None:
+        return True
+    return any(k.reads_row_statistics(problem.op) for k in kernels_for(problem.op, problem.backend)
+               if kernels is None or k.name in kernels)
 
 
 def _device_ignored(device, backend) -> str:

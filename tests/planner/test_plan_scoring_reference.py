@@ -200,7 +200,7 @@ def _gpu_plan(A, B, reuse):
     feats = dataclasses.replace(stats.compute(problem, H100), backend="gpu")
     problem = dataclasses.replace(problem, backend="gpu")
     compute = stats.compute
-    stats.compute = lambda problem, dev: feats
+    stats.compute = lambda problem, dev, detail=True: feats
     try:
         return plan_mod._plan(lambda: problem, reuse, False, "H100", None, None, "never", False)
     finally:

@@ -1,0 +1,70 @@
+"""A plan measures only the statistics its candidates read: host SpMV/SpMM plans (SciPy's one
+kernel costs bytes) leave the ELL-R warp lengths and the column spread NOT_MEASURED, and say so;
+a candidate that reads them, or a learned model, brings them back."""
+import numpy as np
+import pytest
+from conftest import random_csr
+
+from matplan import planner
+from matplan.core import features as stats
+from matplan.core.types import Cost
+from matplan.core.validation import normalize
+from matplan.kernels import registry
+from matplan.kernels.cpu import ScipySparse
+from matplan.models import learned
+
+SKIPPED = ("warp_len_before", "warp_len_after", "warp_ratio", "col_spread")
+
+
+class _Reads(ScipySparse):
+    """A host kernel whose cost reads the row statistics (as the GPU SpMV kernels' do)."""
+    name = "test.reads_rows"
+
+    def reads_row_statistics(self, op):
+        return True
+
+    def cost(self, f, params, device):
+        assert stats.measured(f.col_spread) and stats.measured(f.warp_ratio)
+        return Cost(0.0, 1.0, "reads the spread")
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_host_plans_skip_what_no_candidate_reads(rng, k):
+    A = random_csr(rng, 300, 200, 0.05)
+    B = rng.random(200) if k == 1 else rng.random((200, k))
+    p = planner.plan(A, B, measure="never")
+    full = stats.compute(normalize(A, B), None)
+    for name in SKIPPED:
+        assert getattr(p.features, name) == stats.NOT_MEASURED and not stats.measured(getattr(p.features, name))
+        assert stats.measured(getattr(full, name))
+    for name in ("nnz", "row_mean", "row_std", "row_min", "row_max", "empty_rows", "T", "col_max"):
+        assert getattr(p.features, name) == getattr(full, name)
+    text = str(p)
+    assert "warp lengths and column spread not measured" in text and "ELL-R rule" not in text
+    assert np.allclose(p.run(A, B), A @ B)
+
+
+def test_a_candidate_that_reads_them_gets_them(rng, monkeypatch):
+    monkeypatch.setitem(registry._REGISTRY, _Reads.name, _Reads())
+    A, x = random_csr(rng, 300, 200, 0.05), rng.random(200)
+    p = planner.plan(A, x, measure="never")
+    full = stats.compute(normalize(A, x), None)
+    assert all(getattr(p.features, name) == getattr(full, name) for name in SKIPPED)
+    assert "ELL-R rule" in str(p)
+    # restricted to the kernel that does not read them, the plan skips them again
+    only = planner.plan(A, x, measure="never", kernels=["cpu.scipy"])
+    assert only.features.col_spread == stats.NOT_MEASURED
+
+
+def test_a_learned_model_for_the_host_gets_them(rng, monkeypatch):
+    monkeypatch.setattr(learned, "model_for", lambda backend, dev: object() if backend == "cpu" else None)
+    monkeypatch.setattr(learned, "rescored", lambda feats, dev, pending: [(c.prepare_s, c.run_s, None, "analytic")
+                                                                          for _, _, c in pending])
+    A, x = random_csr(rng, 300, 200, 0.05), rng.random(200)
+    assert stats.measured(planner.plan(A, x, measure="never").features.col_spread)
+
+
+def test_spgemm_keeps_its_statistics(rng):
+    A = random_csr(rng, 120, 120, 0.05)
+    p = planner.plan(A, A, measure="never")
+    assert stats.measured(p.features.col_spread) and p.features.products > 0
