@@ -118,9 +118,9 @@ def sparse_features(A, xp=None, detail: bool = True) -> dict:
     return out
 
 
-#: A statistic a plan did not measure because none of its candidates reads it (compute's ``detail``):
-#: below any measured value (they are never negative), and equal to itself, so plans keep comparing
-#: equal after a round trip, which NaN would not.
+#: A statistic a plan did not measure because none of its candidates reads it (compute's ``detail``;
+#: ``col_max`` holds it as the int -1): below any measured value (they are never negative), and
+#: equal to itself, so plans keep comparing equal after a round trip, which NaN would not.
 NOT_MEASURED = -1.0
 
 
@@ -305,16 +305,19 @@ def spgemm_features(A, B) -> dict:
     return out
 
 
-def transpose_features(A) -> dict:
+def transpose_features(A, detail: bool = True) -> dict:
     """What a SpTRANS plan decides from, and no more (a plan of A.T is often made for one call):
     shape, nnz, the mean and longest row, and the longest column (``col_max``: what the segmented
-    sort's per-row sorts grow with); two host transfers."""
+    sort's per-row sorts grow with; without ``detail`` NOT_MEASURED); two host transfers."""
     xp = array_module(A)
     m, n = A.shape
     nnz = int(_host(A.indptr[-1])) if m else 0
     out = dict(m=m, n=n, nnz=nnz, density=nnz / (m * n) if m * n else 0.0,
                index_dtype=_dtype_name(A.indices.dtype))
     if nnz == 0 or n == 0:
+        return out
+    if not detail:
+        out.update(row_mean=nnz / m, row_max=int(_host(xp.diff(A.indptr).max())), col_max=int(NOT_MEASURED))
         return out
     longest = xp.stack([xp.diff(A.indptr).max().astype(xp.int64),
                         xp.bincount(A.indices[:nnz], minlength=n).max().astype(xp.int64)])
@@ -334,8 +337,9 @@ def dense_layout(A) -> str:
 
 def compute(problem, device, detail: bool = True) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``;
-    ``detail`` False: host SpMV/SpMM operands' warp lengths and column spread are left NOT_MEASURED
-    (about half of a 100k-nonzero plan's time; a plan asks only where no candidate reads them)."""
+    ``detail`` False: host operands' warp lengths and column spread (SpMV, SpMM, SpGEMM) and SpTRANS's
+    longest column are left NOT_MEASURED (about half of a plan's time at 100k nonzeros; a plan asks only
+    where no candidate reads them)."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     base = dict(op=op, dtype=_dtype_name(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
@@ -351,9 +355,9 @@ def compute(problem, device, detail: bool = True) -> Features:
         elif host_a is not None and host_b is not None:   # both or neither: products_per_row reads both
             A, B = host_a, host_b
     if op == "sptrans":
-        base.update(transpose_features(A))
+        base.update(transpose_features(A, detail))
     elif op in ("spmv", "spmm", "spgemm"):
-        base.update(sparse_features(A, detail=detail or op == "spgemm"))
+        base.update(sparse_features(A, detail=detail))
         if op == "spgemm":
             base.update(spgemm_features(A, B))
     else:

@@ -93,9 +93,11 @@ class Kernel:
         """None if the kernel handles this problem, else the reason it does not."""
         return None
 
-    def reads_row_statistics(self, op: str) -> bool:
-        """Whether supports, candidates and cost read A's ELL-R warp lengths or column spread for
-        ``op`` (SpMV/SpMM): a plan whose every candidate answers False skips measuring them."""
+    def reads_detailed_statistics(self, op: str) -> bool:
+        """Whether supports, candidates and cost read more of A than its sizes and row moments for
+        ``op``: the ELL-R warp lengths and column spread (SpMV, SpMM, SpGEMM), SpTRANS's longest
+        column (SpGEMM's products and compression are always measured). A plan whose every
+        candidate answers False skips measuring them."""
         return True
 
     def candidates(self, features, device) -> Iterable[dict]:

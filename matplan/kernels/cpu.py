@@ -34,8 +34,8 @@ class ScipySparse(_HostKernel):
     reads_a_at_run = True
     ops = ("spmv", "spmm", "spgemm", "sptrans")
 
-    def reads_row_statistics(self, op: str) -> bool:
-        return False   # its cost: the bytes of A, B and C
+    def reads_detailed_statistics(self, op: str) -> bool:
+        return False   # its cost: the bytes of A, B and C (SpGEMM's from the products, always measured)
 
     def cost(self, f, params, device):
         bw = device_mod.host_bandwidth_estimate() * HOST_SPARSE_EFFICIENCY

@@ -128,7 +128,7 @@ def _rules(f) -> list:
         return [f"ELL-R rule: warp length ratio {f.warp_ratio:.3f} "
                 f"{'<=' if sort else '>'} {spmv_model.ELLR_SORT_RATIO} -> rows {'are' if sort else 'are not'} "
                 "worth sorting by length"]
-    if f.op == "sptrans" and f.nnz:
+    if f.op == "sptrans" and f.nnz and measured(f.col_max):
         passes, bits = sptrans_model.radix_passes(f.n)
         short = f.col_max <= sptrans_model.BINS[0]
         return [f"SpTRANS rule: the longest column has {f.col_max:,} entries "
@@ -147,7 +147,8 @@ def _rules(f) -> list:
 def _describe(f) -> str:
     if f.op == "sptrans":
         return (f"A.T of A {f.m}x{f.n} with {f.nnz:,} nonzeros: rows mean {f.row_mean:.2f} max {f.row_max}; "
-                f"columns mean {f.nnz / f.n if f.n else 0.0:.2f} max {f.col_max:,}")
+                f"columns mean {f.nnz / f.n if f.n else 0.0:.2f} "
+                + (f"max {f.col_max:,}" if measured(f.col_max) else "(longest not measured: no candidate reads it)"))
     if f.op in ("spmv", "spmm", "spgemm"):
         s = (f"A has {f.nnz:,} nonzeros, rows mean {f.row_mean:.2f} std {f.row_std:.2f} "
              f"min {f.row_min} max {f.row_max}, {f.empty_rows:,} empty; T=round(mu+sigma)={f.T}; "

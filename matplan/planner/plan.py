@@ -372,7 +372,7 @@ def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure, 
         validation.check_structure(problem)
     dev = device_mod.current(device)
     ignored = _device_ignored(device, problem.backend)
-    feats = stats.compute(problem, dev, detail=_reads_row_statistics(problem, dev, kernels))
+    feats = stats.compute(problem, dev, detail=_reads_detailed_statistics(problem, dev, kernels))
     scored, rejected = score_candidates(feats, dev, reuse, deterministic, kernels, per_call)
     if not scored:
         raise RuntimeError(f"no kernel can run {problem.op} on the {problem.backend} for these inputs: "
@@ -393,12 +393,12 @@ def _plan(problem_of, reuse, deterministic, device, kernels, per_call, measure, 
     return made
 
 
-def _reads_row_statistics(problem, dev, kernels) -> bool:
-    """Whether any candidate (or a learned model) reads the warp lengths and column spread: host
-    SpMV/SpMM plans, whose one kernel costs bytes, skip measuring them."""
+def _reads_detailed_statistics(problem, dev, kernels) -> bool:
+    """Whether any candidate (or a learned model) reads more than sizes and row moments: host
+    plans, whose one kernel costs bytes, skip measuring the rest."""
     if problem.backend == "gpu" or learned.model_for(problem.backend, dev) is not None:
         return True
-    return any(k.reads_row_statistics(problem.op) for k in kernels_for(problem.op, problem.backend)
+    return any(k.reads_detailed_statistics(problem.op) for k in kernels_for(problem.op, problem.backend)
                if kernels is None or k.name in kernels)
 
 

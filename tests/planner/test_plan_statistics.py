@@ -1,6 +1,6 @@
-"""A plan measures only the statistics its candidates read: host SpMV/SpMM plans (SciPy's one
-kernel costs bytes) leave the ELL-R warp lengths and the column spread NOT_MEASURED, and say so;
-a candidate that reads them, or a learned model, brings them back."""
+"""A plan measures only the statistics its candidates read: host plans (SciPy's one kernel costs
+bytes) leave the ELL-R warp lengths, the column spread and SpTRANS's longest column NOT_MEASURED,
+and say so; a candidate that reads them, or a learned model, brings them back."""
 import numpy as np
 import pytest
 from conftest import random_csr
@@ -20,7 +20,7 @@ class _Reads(ScipySparse):
     """A host kernel whose cost reads the row statistics (as the GPU SpMV kernels' do)."""
     name = "test.reads_rows"
 
-    def reads_row_statistics(self, op):
+    def reads_detailed_statistics(self, op):
         return True
 
     def cost(self, f, params, device):
@@ -64,7 +64,16 @@ def test_a_learned_model_for_the_host_gets_them(rng, monkeypatch):
     assert stats.measured(planner.plan(A, x, measure="never").features.col_spread)
 
 
-def test_spgemm_keeps_its_statistics(rng):
+def test_host_spgemm_and_sptrans_plans_skip_theirs(rng):
     A = random_csr(rng, 120, 120, 0.05)
     p = planner.plan(A, A, measure="never")
-    assert stats.measured(p.features.col_spread) and p.features.products > 0
+    full = stats.compute(normalize(A, A), None)
+    assert p.features.col_spread == stats.NOT_MEASURED and stats.measured(full.col_spread)
+    for name in ("products", "rowct_mean", "rowct_max", "rbs_groups", "compression"):   # its cost reads these
+        assert getattr(p.features, name) == getattr(full, name)
+    assert "RBSparse rule" in str(p) and np.allclose(p.run(A, A).toarray(), (A @ A).toarray())
+    t = planner.plan_transpose(A, measure="never")
+    assert t.features.col_max == stats.NOT_MEASURED and not stats.measured(t.features.col_max)
+    assert t.features.row_max == A.getnnz(axis=1).max() and "SpTRANS rule" not in str(t)
+    assert "longest not measured" in str(t)
+    assert (t.run(A) != A.T.tocsr()).nnz == 0
