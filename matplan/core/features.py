@@ -24,6 +24,8 @@ from .xp import array_module
 
 @dataclasses.dataclass(frozen=True)
 class Features:
+    """The statistics a plan decides from; a statistic no candidate reads may be NOT_MEASURED
+    (:func:`measured` tells)."""
     op: str
     dtype: str
     backend: str
