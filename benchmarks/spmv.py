@@ -160,7 +160,6 @@ def timed_calls(cp, fns: dict, reps) -> dict:
                 fast[label] = fn
         except Exception as e:  # reported in the candidate's row
             out[label] = f"{type(e).__name__}: {e}"
-
     if fast:
         ms, b2b = rotated_ms(cp, fast, reps), rotated_b2b_ms(cp, fast, B2B, B2B_REPS)
         out.update({label: (ms[label], b2b[label], reps) for label in fast})

@@ -318,13 +318,11 @@ def transpose_features(A, detail: bool = True) -> dict:
                index_dtype=_dtype_name(A.indices.dtype))
     if nnz == 0 or n == 0:
         return out
-    if not detail:
-        out.update(row_mean=nnz / m, row_max=int(_host(xp.diff(A.indptr).max())), col_max=int(NOT_MEASURED))
-        return out
-    longest = xp.stack([xp.diff(A.indptr).max().astype(xp.int64),
-                        xp.bincount(A.indices[:nnz], minlength=n).max().astype(xp.int64)])
-    row_max, col_max = (int(v) for v in _host(longest))
-    out.update(row_mean=nnz / m, row_max=row_max, col_max=col_max)
+    longest = [xp.diff(A.indptr).max().astype(xp.int64)]
+    if detail:
+        longest.append(xp.bincount(A.indices[:nnz], minlength=n).max().astype(xp.int64))
+    got = [int(v) for v in _host(xp.stack(longest))]   # one transfer
+    out.update(row_mean=nnz / m, row_max=got[0], col_max=got[1] if detail else int(NOT_MEASURED))
     return out
 
 
