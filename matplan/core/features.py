@@ -45,7 +45,7 @@ class Features:
     warp_len_after: float = 0.0   # ... and after sorting rows by length
     warp_ratio: float = 1.0       # after / before
     nnz_b: int = 0               # SpGEMM: nonzeros of B
-    products: int = 0            # SpGEMM: sum of nnz_RowCt (multiply-adds)
+    products: int = 0            # SpGEMM: sum of nnz_RowCt (multiply-adds); sampled where rowct_max is not measured
     rowct_mean: float = 0.0
     rowct_max: int = 0
     rowct_var_over_mean: float = 0.0
@@ -287,11 +287,18 @@ def _host_products_per_row(indptr, indices, b_len):
     return at[1:] - at[:-1]
 
 
-def spgemm_features(A, B) -> dict:
+def spgemm_features(A, B, detail: bool = True) -> dict:
+    """nnz(B), the products (nnz_RowCt) and their per-row moments, RBSparse's groups and the
+    sampled compression; without ``detail`` (host operands only) the products are estimated from
+    :func:`sampled_products` and the rest is NOT_MEASURED (``rbs_groups`` empty)."""
     xp = array_module(A)
     out = dict(nnz_b=int(B.indptr[-1]) if B.shape[0] else 0, k=B.shape[1])
     if A.shape[0] == 0:
         return out
+    if not detail and xp is np:
+        products = sampled_products(A, B)
+        return dict(out, products=products, rowct_mean=products / A.shape[0], rowct_max=int(NOT_MEASURED),
+                    rowct_var_over_mean=NOT_MEASURED, compression=NOT_MEASURED)
     rowct = products_per_row(A, B)
     if xp is np:   # the figures of the general path below, without the float copy
         total, hi = int(rowct.sum()), int(rowct.max())
@@ -305,6 +312,22 @@ def spgemm_features(A, B) -> dict:
                rbs_groups=rbsparse_histogram(rowct, lo if xp is np else None),
                compression=compression.sampled_compression(A, B, rowct))
     return out
+
+
+#: Nonzeros of A (every s-th) whose rows of B a host plan without detail counts: a byte cost's estimate.
+PRODUCT_SAMPLES = 1 << 13
+
+
+def sampled_products(A, B) -> int:
+    """SpGEMM's products (the sum of nnz(B[j,:]) over A's nonzeros j) of host CSR ``A`` and ``B``:
+    exact up to PRODUCT_SAMPLES nonzeros, else nnz(A) times their mean over every s-th nonzero (at
+    most PRODUCT_SAMPLES; the exact count gathers every nonzero's row of B: ~3 ms at 1M)."""
+    lo, hi = int(A.indptr[0]), int(A.indptr[-1])
+    if hi <= lo:
+        return 0
+    cols = A.indices[lo:hi:-(-(hi - lo) // PRODUCT_SAMPLES)]   # a strided view, no index array
+    total = int(np.take(B.indptr, cols + 1).sum(dtype=np.int64) - np.take(B.indptr, cols).sum(dtype=np.int64))
+    return total if cols.shape[0] == hi - lo else int(round(total * (hi - lo) / cols.shape[0]))
 
 
 def transpose_features(A, detail: bool = True) -> dict:
@@ -337,9 +360,9 @@ def dense_layout(A) -> str:
 
 def compute(problem, device, detail: bool = True) -> Features:
     """Features of a validated :class:`matplan.validation.Problem` for planning on ``device``;
-    ``detail`` False: host operands' warp lengths and column spread (SpMV, SpMM, SpGEMM) and SpTRANS's
-    longest column are left NOT_MEASURED (about half of a plan's time at 100k nonzeros; a plan asks only
-    where no candidate reads them)."""
+    ``detail`` False: host operands' warp lengths and column spread (SpMV, SpMM, SpGEMM), SpGEMM's
+    per-row products and compression (its products sampled) and SpTRANS's longest column are left
+    NOT_MEASURED (most of a plan's time; a plan asks only where no candidate reads them)."""
     A, B, op = problem.A, problem.B, problem.op
     k = 0 if B is None else 1 if B.ndim == 1 else B.shape[1]
     base = dict(op=op, dtype=_dtype_name(problem.dtype), backend=problem.backend, m=A.shape[0], n=A.shape[1], k=k)
@@ -359,7 +382,7 @@ def compute(problem, device, detail: bool = True) -> Features:
     elif op in ("spmv", "spmm", "spgemm"):
         base.update(sparse_features(A, detail=detail))
         if op == "spgemm":
-            base.update(spgemm_features(A, B))
+            base.update(spgemm_features(A, B, detail))
     else:
         m, n = A.shape
         base.update(nnz=m * n, density=1.0, layout=dense_layout(A),
@@ -429,7 +452,8 @@ def _host(a):
 
 
 __all__ = ["Features", "compute", "from_figures", "sparse_features", "NOT_MEASURED", "measured", "col_spread",
-           "spgemm_features", "products_per_row", "row_lengths", "transpose_features"]
+           "spgemm_features", "PRODUCT_SAMPLES", "sampled_products", "products_per_row", "row_lengths",
+           "transpose_features"]
 
 
 # --- statistics the papers' rules read (the rules themselves: matplan.models) -------------

@@ -95,9 +95,9 @@ class Kernel:
 
     def reads_detailed_statistics(self, op: str) -> bool:
         """Whether supports, candidates and cost read more of A than its sizes and row moments for
-        ``op``: the ELL-R warp lengths and column spread (SpMV, SpMM, SpGEMM), SpTRANS's longest
-        column (SpGEMM's products and compression are always measured). A plan whose every
-        candidate answers False skips measuring them."""
+        ``op``: the ELL-R warp lengths and column spread (SpMV, SpMM, SpGEMM), SpGEMM's products
+        per row and compression, SpTRANS's longest column. A plan whose every candidate answers
+        False skips measuring them (and samples SpGEMM's total products)."""
         return True
 
     def candidates(self, features, device) -> Iterable[dict]:

@@ -35,7 +35,7 @@ class ScipySparse(_HostKernel):
     ops = ("spmv", "spmm", "spgemm", "sptrans")
 
     def reads_detailed_statistics(self, op: str) -> bool:
-        return False   # its cost: the bytes of A, B and C (SpGEMM's from the products, always measured)
+        return False   # its cost: the bytes of A, B and C (SpGEMM's from the products, sampled)
 
     def cost(self, f, params, device):
         bw = device_mod.host_bandwidth_estimate() * HOST_SPARSE_EFFICIENCY

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 
-from ..core.features import measured
+from ..core.features import PRODUCT_SAMPLES, measured
 from ..core.types import Candidate
 from ..kernels import kernels_for
 from ..models import learned
@@ -136,7 +136,7 @@ def _rules(f) -> list:
                 + ("sorts every row of A.T by a thread" if short else "sorts long rows of A.T by warps, "
                    "blocks or merge rounds")
                 + f"; the radix method takes {passes} pass(es) of {bits} bits for {f.n:,} columns"]
-    if f.op == "spgemm" and f.products:
+    if f.op == "spgemm" and f.products and measured(f.rowct_var_over_mean):
         balanced = spgemm_model.rbsparse_balanced(f.rowct_var_over_mean)
         return [f"RBSparse rule: var/mean of nnz_RowCt {f.rowct_var_over_mean:.2f} "
                 f"{'<=' if balanced else '>'} {spgemm_model.RBS_BALANCED_RATIO} -> "
@@ -155,9 +155,13 @@ def _describe(f) -> str:
              + (f"avg warp length {f.warp_len_before:.2f} -> {f.warp_len_after:.2f} sorted "
                 f"(ratio {f.warp_ratio:.3f})" if measured(f.warp_ratio) else
                 "warp lengths and column spread not measured (no candidate reads them)"))
-        if f.op == "spgemm":
+        if f.op == "spgemm" and measured(f.rowct_max):
             s += (f"; {f.products:,} products, nnz_RowCt mean {f.rowct_mean:.1f} max {f.rowct_max}, "
                   f"var/mean {f.rowct_var_over_mean:.2f}, RBSparse groups {list(f.rbs_groups)}")
+        elif f.op == "spgemm":
+            s += (f"; {f.products:,} products" if f.nnz <= PRODUCT_SAMPLES else
+                  f"; ~{f.products:,} products (from at most {PRODUCT_SAMPLES:,} of A's nonzeros)")
+            s += "; nnz_RowCt per row and the compression not measured (no candidate reads them)"
         return s
     return (f"dense A {f.m}x{f.n} ({f.layout}-ordered), B has k={f.k} columns; "
             f"t2threshold={f.t2threshold:.1f} so the product is "

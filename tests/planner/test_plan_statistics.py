@@ -3,6 +3,7 @@ bytes) leave the ELL-R warp lengths, the column spread and SpTRANS's longest col
 and say so; a candidate that reads them, or a learned model, brings them back."""
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from conftest import random_csr
 
 from matplan import planner
@@ -69,11 +70,36 @@ def test_host_spgemm_and_sptrans_plans_skip_theirs(rng):
     p = planner.plan(A, A, measure="never")
     full = stats.compute(normalize(A, A), None)
     assert p.features.col_spread == stats.NOT_MEASURED and stats.measured(full.col_spread)
-    for name in ("products", "rowct_mean", "rowct_max", "rbs_groups", "compression"):   # its cost reads these
-        assert getattr(p.features, name) == getattr(full, name)
-    assert "RBSparse rule" in str(p) and np.allclose(p.run(A, A).toarray(), (A @ A).toarray())
+    for name in ("rowct_max", "rowct_var_over_mean", "compression"):
+        assert not stats.measured(getattr(p.features, name)) and stats.measured(getattr(full, name))
+    assert p.features.rbs_groups == () and full.rbs_groups
+    # its cost reads the products: counted exactly on a matrix this small
+    assert p.features.products == full.products and p.features.rowct_mean == pytest.approx(full.rowct_mean)
+    text = str(p)
+    assert "RBSparse rule" not in text and "nnz_RowCt per row and the compression not measured" in text
+    assert f"; {full.products:,} products; " in text
+    assert np.allclose(p.run(A, A).toarray(), (A @ A).toarray())
     t = planner.plan_transpose(A, measure="never")
     assert t.features.col_max == stats.NOT_MEASURED and not stats.measured(t.features.col_max)
     assert t.features.row_max == A.getnnz(axis=1).max() and "SpTRANS rule" not in str(t)
     assert "longest not measured" in str(t)
     assert (t.run(A) != A.T.tocsr()).nnz == 0
+
+
+def test_sampled_products(rng):
+    """Exact up to PRODUCT_SAMPLES nonzeros of A; past them an estimate from every s-th nonzero,
+    near the exact count on skewed rows of B, and said to be one in the plan."""
+    small = random_csr(rng, 300, 200, 0.05)
+    B = random_csr(rng, 200, 90, 0.1)
+    assert stats.sampled_products(small, B) == stats.products_per_row(small, B).sum()
+    assert stats.sampled_products(random_csr(rng, 0, 200, 0.1), B) == 0
+    lengths = np.minimum(rng.zipf(1.8, 5_000), 2_000)   # skewed rows of B
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    B = sp.csr_matrix((np.ones(indptr[-1]), rng.integers(0, 4_000, indptr[-1]), indptr), shape=(5_000, 4_000))
+    A = random_csr(rng, 20_000, 5_000, 0.004)
+    assert A.nnz > 10 * stats.PRODUCT_SAMPLES
+    exact = stats.products_per_row(A, B).sum()
+    assert stats.sampled_products(A, B) == pytest.approx(exact, rel=0.1)
+    p = planner.plan(A, B, measure="never")
+    assert p.features.products == stats.sampled_products(A, B)
+    assert f"~{p.features.products:,} products (from at most" in str(p)
