@@ -298,11 +298,13 @@ def plan_cost(op, nnz, xp, to_dev, sync, device, profile=None):
     kernel_s = per_call(apply, sync, 5 if big else 20, warmup=2)
     plan_s = per_call(make, sync, 15 if big else 200, warmup=3 if big else 20)   # host-bound: many runs
     dev = device_mod.current()
+    # as much as the plan measured (host plans skip what their one kernel does not read)
+    detail = not any(v == features.NOT_MEASURED for v in (plan.features.warp_ratio, plan.features.col_max))
 
     def stats():   # what plan() does before scoring, on a new Problem (its figures are not reused)
         problem = normalize_transpose(A) if op == "sptrans" else normalize(A, B)
         validation.check_structure(problem)
-        return features.compute(problem, dev)
+        return features.compute(problem, dev, detail=detail)
     stats_s = per_call(stats, sync, 15 if big else 200, warmup=3 if big else 20)
     if profile is not None:
         prof = cProfile.Profile()
