@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..core.features import products_per_row
+from ..core.features import measured, products_per_row
 from ..core.xp import array_module, to_host
 from ..planner import plan as make_plan
 from .checks import BlockCheckError, RowCheck
@@ -56,8 +56,11 @@ def spgemm_block(index: int, r0: int, r1: int, a, B: Operand, on: str, measure, 
 
     def make():   # the client validated A and B once: no structure checks per block
         p = make_plan(A, Bv, measure=measure, check=False)
-        return p, RowCheck(A, rowsums, products_per_row(A, Bv), p.features.dtype)
-    (p, check), plan_s, planned = _cached(a, ("spgemm", B.token, gpu, str(measure)), make)
+        rowct = products_per_row(A, Bv)
+        # a host plan samples its products (features.sampled_products): the record counts them
+        products = int(p.features.products) if measured(p.features.rowct_max) else int(rowct.sum())
+        return p, RowCheck(A, rowsums, rowct, p.features.dtype), products
+    (p, check, products), plan_s, planned = _cached(a, ("spgemm", B.token, gpu, str(measure)), make)
     C = p.run(A, Bv, check=False)
     sync(gpu)
     t3 = time.perf_counter()
@@ -68,7 +71,7 @@ def spgemm_block(index: int, r0: int, r1: int, a, B: Operand, on: str, measure, 
                               f"by {worst:.3g}x the rounding tolerance (kernel {p.kernel} on {worker_address()})")
     plan_s = plan_s if planned else 0.0
     meta = dict(kernel=p.kernel, reasons=tuple(p.reasons), backend=p.backend, device=p.device,
-                worker=worker_address(), products=int(p.features.products), planned=planned,
+                worker=worker_address(), products=products, planned=planned,
                 place_s=t1 - t0, plan_s=plan_s, kernel_s=t3 - t1 - plan_s, check_s=t4 - t3, check_worst=worst)
     block = Block(index, r0, r1, C, p, meta)
     spill_register(block, spill_bytes)

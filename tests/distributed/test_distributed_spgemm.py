@@ -175,3 +175,18 @@ def test_a_block_failing_its_check_fails_the_call(client, rng, monkeypatch):
     A = random_csr(rng, 40, 30, 0.2)
     with pytest.raises(md.BlockCheckError, match="row sums"):
         md.spgemm(A, random_csr(rng, 30, 20, 0.2), client=client, nblocks=3)
+
+
+def test_block_records_count_products_exactly_past_the_plans_sample(client, rng):
+    """A host plan samples SpGEMM's products past PRODUCT_SAMPLES nonzeros; a block's record
+    counts them."""
+    from matplan.core.features import PRODUCT_SAMPLES
+    A = random_csr(rng, 2000, 1500, 0.02)
+    B = messy_csr(rng, 1500, 700)
+    C = md.spgemm(A, B, client=client, nblocks=2)
+    _same(C.to_scipy(), A, B)
+    lengths = np.diff(B.indptr)
+    for p in C.plans:
+        r0, r1 = p["rows"]
+        assert A.indptr[r1] - A.indptr[r0] > PRODUCT_SAMPLES
+        assert p["products"] == int(lengths[A.indices[A.indptr[r0]:A.indptr[r1]]].sum())
