@@ -93,6 +93,8 @@ def test_sampled_products(rng):
     B = random_csr(rng, 200, 90, 0.1)
     assert stats.sampled_products(small, B) == stats.products_per_row(small, B).sum()
     assert stats.sampled_products(random_csr(rng, 0, 200, 0.1), B) == 0
+    wide = random_csr(rng, 300, 200, 0.05, index_dtype=np.int64)   # int64 indices and indptr
+    assert wide.indices.dtype == np.int64 and stats.sampled_products(wide, B) == stats.products_per_row(wide, B).sum()
     lengths = np.minimum(rng.zipf(1.8, 5_000), 2_000)   # skewed rows of B
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     B = sp.csr_matrix((np.ones(indptr[-1]), rng.integers(0, 4_000, indptr[-1]), indptr), shape=(5_000, 4_000))
