@@ -101,10 +101,11 @@ def sparse_features(A, xp=None, detail: bool = True) -> dict:
                index_dtype=_dtype_name(A.indices.dtype))
     if m == 0:
         return out
-    lengths = xp.diff(A.indptr).astype(xp.int64)
     if xp is np:   # the same figures as the general path below, in fewer passes over the rows
-        mean, std, lo, hi, empty = _host_moments(lengths, int(A.indptr[-1]) - int(A.indptr[0]))
+        lengths, work = _host_lengths(A.indptr)
+        mean, std, lo, hi, empty = _host_moments(lengths, int(A.indptr[-1]) - int(A.indptr[0]), work)
     else:
+        lengths = xp.diff(A.indptr).astype(xp.int64)
         lf = lengths.astype(xp.float64)
         moments = xp.stack([lf.mean(), lf.std(), lf.min(), lf.max(), (lengths == 0).sum().astype(xp.float64)])
         mean, std, lo, hi, empty = (float(v) for v in _host(moments))
@@ -131,24 +132,44 @@ def measured(value: float) -> bool:
     return value >= 0
 
 
-def _host_moments(lengths, total):
+def _host_moments(lengths, total, work=None):
     """(mean, std, min, max, empty rows) of NumPy int64 row ``lengths`` (which sum to ``total``), bit
-    for bit what the float64 reductions give (:func:`_int_mean_var`)."""
+    for bit what the float64 reductions give (:func:`_int_mean_var`; ``work`` as it takes it)."""
     m = lengths.shape[0]
     lo, hi = int(lengths.min()), int(lengths.max())
-    mean, var = _int_mean_var(lengths, total, lo)
+    mean, var = _int_mean_var(lengths, total, lo, work)
     return mean, float(np.sqrt(var)), lo, hi, m - int(np.count_nonzero(lengths))
 
 
-def _int_mean_var(x, total: int, lo: int):
+def _int_mean_var(x, total: int, lo: int, work=None):
     """``x.astype(float64)``'s mean and var for NumPy int64 ``x`` whose sum is ``total``, without the
     float copy: integers below 2**53 add without rounding, so the mean is total / len exactly, and
-    the var is NumPy's own two-pass formula (deviations squared in place, summed) on the same values."""
+    the var is NumPy's own two-pass formula (deviations squared in place, summed) on the same values.
+    ``work``: a float64 array as long as ``x`` for the deviations (else a new one)."""
     m = x.shape[0]
     mean = float(np.float64(total) / m) if lo >= 0 and total < 2 ** 53 else float(x.mean())
-    dev = x - np.float64(mean)
+    dev = np.subtract(x, np.float64(mean), out=work)
     np.multiply(dev, dev, out=dev)
     return mean, float(np.add.reduce(dev) / m)
+
+
+#: Rows up to which host row lengths and their deviations go to arrays kept per thread (16 MB at
+#: most): fresh arrays as long as A's rows cost more in page faults than the passes over them.
+KEPT_ROWS = 1 << 20
+
+
+def _host_lengths(indptr):
+    """(int64 row lengths of host ``indptr``, a float64 work array as long, or None): this thread's
+    kept arrays up to KEPT_ROWS rows (valid until its next call), new ones past them."""
+    m = indptr.shape[0] - 1
+    if m > KEPT_ROWS:
+        return np.diff(indptr).astype(np.int64), None
+    bufs = getattr(_local, "rows", None)
+    if bufs is None or bufs[0].shape[0] < m:
+        size = min(KEPT_ROWS, 1 << max(12, (m - 1).bit_length()))
+        bufs = _local.rows = (np.empty(size, np.int64), np.empty(size, np.float64))
+    lengths = np.subtract(indptr[1:], indptr[:-1], out=bufs[0][:m])
+    return lengths, bufs[1][:m]
 
 
 #: Nonzeros (evenly spaced in storage order) that col_spread examines.

@@ -178,7 +178,7 @@ def check_structure(problem) -> None:
             check_csr(problem.A, "A", flags=found.a)
         else:
             check_csr(problem.A, "A", problem.host_index["A"])
-    if problem.B is not None and _is_sparse(problem.B):
+    if problem.B is not None and _is_sparse(problem.B) and problem.B is not problem.A:   # A @ A: checked once
         if found is not None and found.b is not None:
             check_csr(problem.B, "B", flags=found.b)
         else:

@@ -73,3 +73,21 @@ def test_dlpack_host_array(A, rng):
 def test_empty_matrix_is_valid():
     p = normalize(sp.csr_matrix((0, 0)), np.zeros(0))
     assert p.op == "spmv"
+
+
+def test_a_times_a_checks_its_structure_once(rng, monkeypatch):
+    """SpGEMM of one matrix with itself reads its structure once; a malformed one still raises,
+    and a distinct B is checked too."""
+    from matplan.core import validation
+    A = sp.random(60, 60, density=0.1, format="csr", random_state=1)
+    seen = []
+    real = validation.check_csr
+    monkeypatch.setattr(validation, "check_csr", lambda M, name, *a, **k: (seen.append(name), real(M, name, *a, **k)))
+    validation.check_structure(normalize(A, A))
+    assert seen == ["A"]
+    validation.check_structure(normalize(A, A.copy()))
+    assert seen == ["A", "A", "B"]
+    bad = A.copy()
+    bad.indices[0] = 60
+    with pytest.raises(ValueError, match="A"):
+        validation.check_structure(normalize(bad, bad))
