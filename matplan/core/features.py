@@ -45,7 +45,7 @@ class Features:
     warp_len_after: float = 0.0   # ... and after sorting rows by length
     warp_ratio: float = 1.0       # after / before
     nnz_b: int = 0               # SpGEMM: nonzeros of B
-    products: int = 0            # SpGEMM: sum of nnz_RowCt (multiply-adds); sampled where rowct_max is not measured
+    products: int = 0            # SpGEMM: sum of nnz_RowCt (multiply-adds); an estimate where products_sampled
     rowct_mean: float = 0.0
     rowct_max: int = 0
     rowct_var_over_mean: float = 0.0
@@ -351,6 +351,12 @@ def sampled_products(A, B) -> int:
     return total if cols.shape[0] == hi - lo else int(round(total * (hi - lo) / cols.shape[0]))
 
 
+def products_sampled(f) -> bool:
+    """Whether Features ``f``'s products are :func:`sampled_products`'s estimate (a plan that
+    measured no products per row, past PRODUCT_SAMPLES nonzeros), not the exact count."""
+    return not measured(f.rowct_max) and f.nnz > PRODUCT_SAMPLES
+
+
 def transpose_features(A, detail: bool = True) -> dict:
     """What a SpTRANS plan decides from, and no more (a plan of A.T is often made for one call):
     shape, nnz, the mean and longest row, and the longest column (``col_max``: what the segmented
@@ -473,8 +479,8 @@ def _host(a):
 
 
 __all__ = ["Features", "compute", "from_figures", "sparse_features", "NOT_MEASURED", "measured", "col_spread",
-           "spgemm_features", "PRODUCT_SAMPLES", "sampled_products", "products_per_row", "row_lengths",
-           "transpose_features"]
+           "spgemm_features", "PRODUCT_SAMPLES", "sampled_products", "products_sampled", "products_per_row",
+           "row_lengths", "transpose_features"]
 
 
 # --- statistics the papers' rules read (the rules themselves: matplan.models) -------------

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..core.features import measured, products_per_row
+from ..core.features import products_per_row, products_sampled
 from ..core.xp import array_module, to_host
 from ..planner import plan as make_plan
 from .checks import BlockCheckError, RowCheck
@@ -57,8 +57,7 @@ def spgemm_block(index: int, r0: int, r1: int, a, B: Operand, on: str, measure, 
     def make():   # the client validated A and B once: no structure checks per block
         p = make_plan(A, Bv, measure=measure, check=False)
         rowct = products_per_row(A, Bv)
-        # a host plan samples its products (features.sampled_products): the record counts them
-        products = int(p.features.products) if measured(p.features.rowct_max) else int(rowct.sum())
+        products = int(rowct.sum()) if products_sampled(p.features) else int(p.features.products)
         return p, RowCheck(A, rowsums, rowct, p.features.dtype), products
     (p, check, products), plan_s, planned = _cached(a, ("spgemm", B.token, gpu, str(measure)), make)
     C = p.run(A, Bv, check=False)

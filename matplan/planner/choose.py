@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 
-from ..core.features import PRODUCT_SAMPLES, measured
+from ..core.features import PRODUCT_SAMPLES, measured, products_sampled
 from ..core.types import Candidate
 from ..kernels import kernels_for
 from ..models import learned
@@ -159,8 +159,8 @@ def _describe(f) -> str:
             s += (f"; {f.products:,} products, nnz_RowCt mean {f.rowct_mean:.1f} max {f.rowct_max}, "
                   f"var/mean {f.rowct_var_over_mean:.2f}, RBSparse groups {list(f.rbs_groups)}")
         elif f.op == "spgemm":
-            s += (f"; {f.products:,} products" if f.nnz <= PRODUCT_SAMPLES else
-                  f"; ~{f.products:,} products (from at most {PRODUCT_SAMPLES:,} of A's nonzeros)")
+            s += (f"; ~{f.products:,} products (from at most {PRODUCT_SAMPLES:,} of A's nonzeros)"
+                  if products_sampled(f) else f"; {f.products:,} products")
             s += "; nnz_RowCt per row and the compression not measured (no candidate reads them)"
         return s
     return (f"dense A {f.m}x{f.n} ({f.layout}-ordered), B has k={f.k} columns; "

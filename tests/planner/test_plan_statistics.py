@@ -104,4 +104,5 @@ def test_sampled_products(rng):
     assert stats.sampled_products(A, B) == pytest.approx(exact, rel=0.1)
     p = planner.plan(A, B, measure="never")
     assert p.features.products == stats.sampled_products(A, B)
-    assert f"~{p.features.products:,} products (from at most" in str(p)
+    assert f"~{p.features.products:,} products (from at most" in str(p) and stats.products_sampled(p.features)
+    assert not stats.products_sampled(planner.plan(small, random_csr(rng, 200, 90, 0.1), measure="never").features)
